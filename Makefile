@@ -1,0 +1,39 @@
+# Everything the tests, the demo and the benchmarks need is installed by these targets.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
+export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
+
+.PHONY: install system-deps test test-fast demo bench clean
+
+$(BIN)/dblog: pyproject.toml
+	$(MAKE) system-deps
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip uv
+	$(BIN)/uv pip install --python $(BIN)/python -e '.[dev,bench]'
+	@# the Spark provider pulls pyspark-client 4.2, which shares pyspark's files: make 4.3's win
+	$(BIN)/uv pip install --python $(BIN)/python --reinstall-package pyspark 'pyspark>=4.3.0,<4.4'
+	touch $@
+
+install: $(BIN)/dblog
+
+# mariadbd (for the private test/demo server) and Java 17 (for Spark), from Debian, only if missing.
+system-deps:
+	@bash scripts/system-deps.sh
+
+test: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-fast: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+
+demo: install
+	$(BIN)/python scripts/demo.py
+
+bench: install
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .demo

@@ -1,0 +1,57 @@
+"""Change events as plain value objects, independent of the binlog library that produced them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from airflow_provider_dblog.core.positions import BinlogPosition
+
+Key = tuple
+Row = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ChangeEvent:
+    """One row change. ``op`` is c (insert), u (update), d (delete).
+
+    A primary-key-changing update never appears here: ``split_key_change`` turns it into a delete of
+    the old key and an insert of the new one before anything else sees it.
+    """
+
+    table: str
+    op: str
+    pos: BinlogPosition
+    key: Key
+    after: Row | None
+    before: Row | None
+    ts_ms: int = 0
+
+    @property
+    def kind(self) -> str:
+        """Flink's row kind of the after image (+I, +U, -D)."""
+        return {"c": "+I", "u": "+U", "d": "-D"}[self.op]
+
+
+def key_of(row: Row, key_columns: tuple[str, ...]) -> Key:
+    return tuple(row[c] for c in key_columns)
+
+
+def row_change(table: str, pos: BinlogPosition, key_columns: tuple[str, ...],
+               before: Row | None, after: Row | None, ts_ms: int = 0) -> list[ChangeEvent]:
+    """The events for one binlog row: one, or two for an update that changes the key.
+
+    Each event gets its own position (row index ``2*i`` / ``2*i+1``) so that no two events share
+    a ``_pos``. Keys compare by exact stored value: an update from 'abc' to 'ABC' is a key change
+    even under a case-insensitive collation, because the stored key is a different value.
+    """
+    first = BinlogPosition(pos.seq, pos.offset, pos.row * 2, pos.file)
+    second = BinlogPosition(pos.seq, pos.offset, pos.row * 2 + 1, pos.file)
+    if before is None:
+        return [ChangeEvent(table, "c", first, key_of(after, key_columns), after, None, ts_ms)]
+    if after is None:
+        return [ChangeEvent(table, "d", first, key_of(before, key_columns), None, before, ts_ms)]
+    old, new = key_of(before, key_columns), key_of(after, key_columns)
+    if old == new and all(type(a) is type(b) for a, b in zip(old, new)):
+        return [ChangeEvent(table, "u", first, new, after, before, ts_ms)]
+    return [ChangeEvent(table, "d", first, old, None, before, ts_ms),
+            ChangeEvent(table, "c", second, new, after, None, ts_ms)]

@@ -1,0 +1,153 @@
+"""MySQL/MariaDB column types -> Arrow types, and the value conversions that keep their meaning.
+
+Both read paths land in the same Arrow schema: the snapshot SELECT (connectorx, with a few
+columns cast in SQL where connectorx would lose exactness) and binlog row images
+(python-mysql-replication's Python values). DECIMAL stays exact, DATETIME/TIMESTAMP keep
+microseconds (TIMESTAMP as UTC instants), unsigned BIGINT becomes DECIMAL(20,0), TIME is its
+``[-]HH:MM:SS[.ffffff]`` text (it can exceed 24 hours), BIT is big-endian bytes, SET is its
+comma-joined text, JSON is its text.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from airflow_provider_dblog.dialects.base import Column
+
+TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
+BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bit", "geometry",
+                "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+                "geometrycollection"}
+SIGNED_INTS = {"tinyint": pa.int8(), "smallint": pa.int16(), "mediumint": pa.int32(), "int": pa.int32(),
+               "integer": pa.int32(), "bigint": pa.int64()}
+UNSIGNED_INTS = {"tinyint": pa.int16(), "smallint": pa.int32(), "mediumint": pa.int32(), "int": pa.int64(),
+                 "integer": pa.int64(), "bigint": pa.decimal128(20, 0)}
+
+
+def arrow_type(col: Column) -> pa.DataType:
+    t = col.data_type
+    if t in SIGNED_INTS:
+        return (UNSIGNED_INTS if col.unsigned else SIGNED_INTS)[t]
+    if t == "decimal":
+        return pa.decimal128(col.precision, col.scale) if (col.precision or 0) <= 38 else pa.string()
+    if t == "float":
+        return pa.float32()
+    if t == "double":
+        return pa.float64()
+    if t == "date":
+        return pa.date32()
+    if t == "datetime":
+        return pa.timestamp("us")
+    if t == "timestamp":
+        return pa.timestamp("us", tz="UTC")
+    if t == "year":
+        return pa.int16()
+    if t == "time" or t in TEXT_TYPES:
+        return pa.string()
+    if t in BINARY_TYPES:
+        return pa.binary()
+    return pa.string()
+
+
+def is_collated_text(col: Column) -> bool:
+    """Text whose order the collation decides (not binary strings, not numbers or dates)."""
+    return col.data_type in TEXT_TYPES and bool(col.collation) and not col.collation.endswith("_bin")
+
+
+def quote_ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def select_expression(col: Column) -> str:
+    """The SELECT item that connectorx reads exactly for this column."""
+    q = quote_ident(col.name)
+    t = col.data_type
+    if t in ("decimal", "time"):
+        return f"CAST({q} AS CHAR) AS {q}"
+    if t == "timestamp":
+        return f"CAST(UNIX_TIMESTAMP({q}) * 1000000 AS SIGNED) AS {q}"
+    if t == "bigint" and col.unsigned:
+        return f"CAST({q} AS CHAR) AS {q}"
+    return q
+
+
+def cast_snapshot_column(array: pa.ChunkedArray, col: Column, target: pa.DataType) -> pa.ChunkedArray:
+    """connectorx's column (read through ``select_expression``) in the target Arrow type."""
+    if col.data_type == "timestamp":
+        return array.cast(pa.int64()).cast(target)
+    return array.cast(target)
+
+
+def _format_time(value: dt.timedelta, fsp: int) -> str:
+    micros = value.days * 86_400_000_000 + value.seconds * 1_000_000 + value.microseconds
+    sign = "-" if micros < 0 else ""
+    micros = abs(micros)
+    seconds, frac = divmod(micros, 1_000_000)
+    hours, rem = divmod(seconds, 3600)
+    text = f"{sign}{hours:02d}:{rem // 60:02d}:{rem % 60:02d}"
+    return text + (f".{frac:06d}"[: fsp + 1] if fsp else "")
+
+
+def _type_argument(col: Column) -> int:
+    inside = col.column_type[col.column_type.find("(") + 1: col.column_type.find(")")] if "(" in col.column_type else "0"
+    return int(inside or 0)
+
+
+def binlog_converter(col: Column, target: pa.DataType) -> Callable[[Any], Any]:
+    """Turns a python-mysql-replication value into the Python value of ``target``."""
+    t = col.data_type
+    if t == "time":
+        fsp = _type_argument(col)
+        return lambda v: v if v is None or isinstance(v, str) else _format_time(v, fsp)
+    if t == "set":
+        order = _enum_values(col)
+        return lambda v: v if v is None or isinstance(v, str) else ",".join(x for x in order if x in v)
+    if t == "bit":
+        width = max(1, (_type_argument(col) + 7) // 8)
+        return lambda v: v if v is None or isinstance(v, bytes) else int(v, 2).to_bytes(width, "big")
+    if pa.types.is_decimal(target):
+        return lambda v: v if v is None else Decimal(v)
+    if t == "decimal":  # wider than 38 digits: kept as text
+        return lambda v: v if v is None else str(v)
+    if t == "json":
+        return lambda v: v if v is None or isinstance(v, str) else (
+            v.decode() if isinstance(v, bytes) else json.dumps(_json_text_keys(v)))
+    if pa.types.is_string(target):
+        return lambda v: v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v
+    if pa.types.is_binary(target):
+        return lambda v: v.encode("utf-8", "surrogateescape") if isinstance(v, str) else v
+    if pa.types.is_timestamp(target) and target.tz:
+        return lambda v: v if v is None or v.tzinfo else v.replace(tzinfo=dt.timezone.utc)
+    return lambda v: v
+
+
+def _json_text_keys(value: Any) -> Any:
+    """MySQL's binary JSON decodes with bytes keys and strings; make it plain JSON."""
+    if isinstance(value, dict):
+        return {(k.decode() if isinstance(k, bytes) else k): _json_text_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_text_keys(v) for v in value]
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _enum_values(col: Column) -> list[str]:
+    inside = col.column_type[col.column_type.find("(") + 1: col.column_type.rfind(")")]
+    values, current, quoted, i = [], "", False, 0
+    while i < len(inside):
+        ch = inside[i]
+        if ch == "'" and quoted and i + 1 < len(inside) and inside[i + 1] == "'":
+            current += "'"
+            i += 1
+        elif ch == "'":
+            quoted = not quoted
+            if not quoted:
+                values.append(current)
+                current = ""
+        elif quoted:
+            current += ch
+        i += 1
+    return values

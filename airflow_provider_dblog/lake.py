@@ -1,0 +1,71 @@
+"""The lake's layout and its changelog rows: source columns plus ``_``-prefixed metadata.
+
+    SINK/DB.TABLE/snapshot/chunk-N.parquet   one file per chunk read, replaced by a rerun
+    SINK/DB.TABLE/stream/                    the tail's Structured Streaming output (exactly once)
+
+Every row carries ``_pos``, its position (snapshot rows: their chunk's HW); for each key the row
+with the greatest ``_pos`` is the current state, and ``_op = 'd'`` means deleted.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_dblog.core.events import ChangeEvent
+
+META_COLUMNS = ("_op", "_pos", "_ts_ms", "_kind", "_chunk", "_before")
+
+
+def changelog_schema(source: pa.Schema) -> pa.Schema:
+    before = pa.struct([pa.field(f.name, f.type) for f in source])
+    return pa.schema([*[pa.field(f.name, f.type) for f in source],
+                      pa.field("_op", pa.string()), pa.field("_pos", pa.string()), pa.field("_ts_ms", pa.int64()),
+                      pa.field("_kind", pa.string()), pa.field("_chunk", pa.int32()), pa.field("_before", before)])
+
+
+def table_dir(sink: str | os.PathLike, table: str) -> Path:
+    return Path(sink) / table
+
+
+def snapshot_file(sink: str | os.PathLike, table: str, chunk_id: int) -> Path:
+    return table_dir(sink, table) / "snapshot" / f"chunk-{chunk_id:06d}.parquet"
+
+
+def stream_dir(sink: str | os.PathLike, table: str) -> Path:
+    return table_dir(sink, table) / "stream"
+
+
+def snapshot_rows(rows: pa.Table, pos: str, chunk_id: int, ts_ms: int, source: pa.Schema) -> pa.Table:
+    n = rows.num_rows
+    schema = changelog_schema(source)
+    columns = [rows.column(f.name) for f in source] + [
+        pa.array(["r"] * n, pa.string()), pa.array([pos] * n, pa.string()), pa.array([ts_ms] * n, pa.int64()),
+        pa.array(["+I"] * n, pa.string()), pa.array([chunk_id] * n, pa.int32()),
+        pa.nulls(n, schema.field("_before").type)]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def event_rows(events: Sequence[ChangeEvent], source: pa.Schema) -> pa.Table:
+    """Stream rows: a delete keeps its key columns (and the rest of its before image) in place."""
+    schema = changelog_schema(source)
+    names = [f.name for f in source]
+    records = []
+    for e in events:
+        image = e.after if e.after is not None else e.before
+        records.append({**{n: image.get(n) for n in names}, "_op": e.op, "_pos": e.pos.encode(),
+                        "_ts_ms": e.ts_ms, "_kind": e.kind, "_chunk": None, "_before": e.before})
+    return pa.Table.from_pylist(records, schema=schema)
+
+
+def write_atomic(table: pa.Table, path: Path) -> None:
+    """Replace ``path`` in one rename: readers see the old file or the new one, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    pq.write_table(table, tmp, compression="snappy")
+    os.replace(tmp, path)
