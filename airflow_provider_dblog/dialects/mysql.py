@@ -2,6 +2,7 @@
 python-mysql-replication for the binlog."""
 from __future__ import annotations
 
+import datetime as dt
 import random
 import re
 import time
@@ -24,10 +25,19 @@ from airflow_provider_dblog.dialects.mysql_types import (
 )
 from airflow_provider_dblog.errors import DblogError
 
+# What check_source() requires of the server (docker-compose.yaml is tested against this).
+REQUIRED_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
 SERVER_CONFIG_FIX = ("start the server with --log-bin --binlog-format=ROW --binlog-row-image=FULL "
                      "--binlog-row-metadata=FULL --server-id=N")
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 WATERMARK_TABLE = "_dblog_watermark"
+
+
+def _naive_utc(value):
+    """TIMESTAMP keys arrive naive from SELECTs (UTC session) and aware from the binlog path."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return value
 
 
 def _is_int_key(meta: TableMeta) -> bool:
@@ -180,8 +190,6 @@ class MySqlDialect:
     # ---- SQL fragments -----------------------------------------------------------------------
     def literal(self, value, col: Column) -> str:
         if col.data_type == "timestamp" and value is not None:
-            import datetime as dt
-
             epoch = value.replace(tzinfo=dt.timezone.utc).timestamp()
             return f"FROM_UNIXTIME({epoch:.6f})"
         return escape_item(value, "utf8mb4")
@@ -288,6 +296,27 @@ class MySqlDialect:
             raise DblogError(f"binlog {position.file} (needed to resume at {position}) was purged from "
                              f"{self.config.address}, oldest is {files[0] if files else 'none'}: the lake can no "
                              f"longer be caught up; re-snapshot the table (dblog run with a new --state)")
+
+    def commit_after(self, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
+        """The last transaction boundary within ``max_events`` binlog events after ``start`` (at least
+        one whole transaction), or None if no transaction has ended after ``start`` yet."""
+        files = self.binlog_files()
+        file, offset, seen, last = start.file, start.offset, 0, None
+        while True:
+            want = max(max_events - seen, 1)
+            rows = self.query(f"SHOW BINLOG EVENTS IN %s FROM {int(offset)} LIMIT {want}", (file,))
+            for _log, _pos, kind, _sid, end_pos, info in rows:
+                seen += 1
+                if kind == "Xid" or (kind == "Query" and str(info).strip().upper() == "COMMIT"):
+                    last = BinlogPosition.at(file, end_pos)
+                offset = end_pos
+            if last is not None and seen >= max_events:
+                return last
+            if len(rows) < want:  # end of this file
+                later = files[files.index(file) + 1:] if file in files else []
+                if not later:
+                    return last
+                file, offset = later[0], 4
 
     def gtid_position(self) -> str | None:
         var = "@@gtid_current_pos" if self.is_mariadb else "@@gtid_executed"
@@ -422,7 +451,7 @@ class MySqlDialect:
                 weights = self._weights_for(col, {v for v in values if v is not None})
                 per_column.append([(v is not None, weights.get(v, b"")) for v in values])
             else:
-                per_column.append([(v is not None, v if v is not None else 0) for v in values])
+                per_column.append([(v is not None, _naive_utc(v) if v is not None else 0) for v in values])
         return [tuple(col[j] for col in per_column) for j in range(len(keys))]
 
     def _weights_for(self, col: Column, values: set[str]) -> dict[str, bytes]:

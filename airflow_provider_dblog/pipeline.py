@@ -1,0 +1,178 @@
+"""The pipeline's steps, shared by the CLI and the Airflow operators: plan, snapshot a batch,
+report, tail, mirror, verify. Each step reads and writes only the state directory and the sink."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Sequence
+
+from airflow_provider_dblog.core.offsets import TableOffsets
+from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.credentials import remember
+from airflow_provider_dblog.dialects.base import STRATEGIES, SourceConfig
+from airflow_provider_dblog.dialects.mysql import MySqlDialect
+from airflow_provider_dblog.errors import DblogError
+from airflow_provider_dblog.state import StateDir, TablePlan, read_json, write_json
+
+log = logging.getLogger("dblog")
+
+DEFAULT_CHUNK_SIZE = 100_000
+DEFAULT_BATCH_SIZE = 8
+
+
+def dialect_for(config: SourceConfig, options: dict | None = None) -> MySqlDialect:
+    options = options or {}
+    return MySqlDialect(config, watermark_table=options.get("watermark_table"))
+
+
+def plan_table(source: SourceConfig, table: str, state_dir: str, chunk_size: int = DEFAULT_CHUNK_SIZE,
+               batch_size: int = DEFAULT_BATCH_SIZE, chunk_key: Sequence[str] | None = None,
+               watermark: str = "auto", watermark_table: str | None = None, save_password: bool = True) -> dict:
+    """Check the source, split the table into chunks, persist the plan; returns the batches."""
+    if watermark not in STRATEGIES:
+        raise DblogError(f"unknown --watermark {watermark!r}: use one of {', '.join(STRATEGIES)}")
+    if batch_size <= 0:
+        raise DblogError("--batch-size must be a positive number of chunks")
+    state = StateDir(state_dir)
+    options = {"watermark_table": watermark_table} if watermark_table else {}
+    dialect = dialect_for(source, options)
+    try:
+        dialect.check_source()
+        meta = dialect.describe_table(table, chunk_key)
+        strategy = dialect.resolve_strategy(watermark, meta)
+        started = time.time()
+        planned_at = dialect.current_position()
+        chunks = dialect.split_chunks(meta, chunk_size)
+    finally:
+        dialect.close()
+    if save_password:
+        remember(source)
+    state.drop_reports(meta.qualified)
+    batches = state.save_plan(source, TablePlan(meta, tuple(chunks), strategy, planned_at), batch_size, options)
+    log.info("planned %s: %d chunks in %d batches (key %s, %s watermarks) in %.1fs", meta.qualified, len(chunks),
+             sum(b.table == meta.qualified for b in batches), ",".join(meta.key_columns), strategy,
+             time.time() - started)
+    return plan_summary(state)
+
+
+def plan_summary(state: StateDir) -> dict:
+    tables = state.tables()
+    return {"state": str(state.path), "source": state.load_raw()["source"],
+            "tables": {name: {"chunks": len(t.chunks), "key": list(t.meta.key_columns), "watermark": t.strategy}
+                       for name, t in tables.items()},
+            "batches": [{"batch": b.index, "table": b.table, "chunks": list(b.chunk_ids),
+                         "label": b.label(tables[b.table])} for b in state.batches()]}
+
+
+def pending_chunks(state: StateDir, batch_index: int, force: bool = False,
+                   chunk_ids: Sequence[int] | None = None) -> tuple[str, list[int]]:
+    batch = state.batch(batch_index)
+    wanted = list(batch.chunk_ids if chunk_ids is None else [c for c in chunk_ids if c in batch.chunk_ids])
+    done = state.reports(batch.table)
+    return batch.table, [c for c in wanted if force or c not in done]
+
+
+def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = False, spark=None,
+                   chunk_ids: Sequence[int] | None = None) -> list[dict]:
+    """Read a batch's chunks in parallel on Spark executors; each writes its own Parquet and report."""
+    from airflow_provider_dblog.spark.snapshot_job import run_chunks
+
+    state = StateDir(state_dir)
+    table, todo = pending_chunks(state, batch_index, force, chunk_ids)
+    if not todo:
+        log.info("batch %d (%s): every chunk already reported; nothing to read (--force re-reads)", batch_index, table)
+        return []
+    dialect = dialect_for(state.source(), state.options())
+    dialect.ensure_available(dialect.current_position())  # fail fast on a bad password or binlog
+    dialect.close()
+    log.info("batch %d (%s): reading %d chunks", batch_index, table, len(todo))
+    return run_chunks(state_dir, sink, table, todo, dialect, spark)
+
+
+def build_offsets(state_dir: str) -> dict:
+    """Check every planned chunk reported its exact range with LW <= HW; persist the offset map."""
+    state = StateDir(state_dir)
+    tables = state.tables()
+    problems, offsets, summary = [], {}, {"tables": {}}
+    for name, plan in tables.items():
+        reports = state.reports(name)
+        missing = [c.id for c in plan.chunks if c.id not in reports]
+        if missing:
+            batches = sorted({b.index for b in state.batches() if b.table == name and set(b.chunk_ids) & set(missing)})
+            problems.append(f"{name} chunks {compress(missing)} have no report (rerun batches "
+                            f"{', '.join(map(str, batches))})")
+            continue
+        hws = {}
+        for chunk in plan.chunks:
+            rep = reports[chunk.id]
+            expected = chunk.to_dict()
+            if rep["lo"] != expected["lo"] or rep["hi"] != expected["hi"]:
+                problems.append(f"{name} chunk {chunk.id} reported range {rep['lo']}..{rep['hi']}, the plan says "
+                                f"{expected['lo']}..{expected['hi']} (re-plan or --force rerun its batch)")
+            lw, hw = BinlogPosition.from_dict(rep["lw"]), BinlogPosition.from_dict(rep["hw"])
+            if lw > hw:
+                problems.append(f"{name} chunk {chunk.id} has LW {lw} after HW {hw}")
+            hws[chunk.id] = hw
+        table_offsets = TableOffsets.from_chunks(name, plan.chunks, hws)
+        offsets[name] = table_offsets.to_dict()
+        summary["tables"][name] = {"chunks": len(plan.chunks), "rows": sum(r["rows"] for r in reports.values()),
+                                   "min_hw": str(table_offsets.min_hw), "max_hw": str(table_offsets.max_hw)}
+    if problems:
+        raise DblogError("report failed: " + "; ".join(problems))
+    write_json(state.offsets_file, {"tables": offsets, "built_at": time.time()})
+    summary["chunks"] = sum(t["chunks"] for t in summary["tables"].values())
+    summary["rows"] = sum(t["rows"] for t in summary["tables"].values())
+    log.info("report: %d chunks, %d rows; offset map in %s", summary["chunks"], summary["rows"], state.offsets_file)
+    return summary
+
+
+def load_offsets(state: StateDir) -> dict[str, TableOffsets]:
+    if not state.offsets_file.exists():
+        raise DblogError(f"no offset map in {state.path}: run `dblog report --state {state.path}` first")
+    return {name: TableOffsets.from_dict(d) for name, d in read_json(state.offsets_file)["tables"].items()}
+
+
+def compress(ids: Sequence[int]) -> str:
+    """[1,2,3,7] -> '1-3,7'"""
+    out, ids = [], sorted(ids)
+    start = prev = ids[0]
+    for i in ids[1:] + [None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+        if i is not None:
+            start = prev = i
+    return ",".join(out)
+
+
+def verify_mirror(state_dir: str, mirror_dir: str, table: str, examples: int = 5) -> dict:
+    """Compare the mirror with a fresh read of the live source: missing, extra and different rows."""
+    import pyarrow.parquet as pq
+
+    from airflow_provider_dblog.core.chunks import ChunkRange
+
+    state = StateDir(state_dir)
+    meta = state.table(table).meta
+    dialect = dialect_for(state.source(), state.options())
+    try:
+        source = dialect.read_snapshot(meta, ChunkRange(0, None, None))
+    finally:
+        dialect.close()
+    mirror = pq.read_table(mirror_dir, columns=list(meta.column_names)).cast(source.schema)
+    keys = list(meta.key_columns)
+
+    def by_key(t):
+        return {tuple(r[k] for k in keys): r for r in t.to_pylist()}
+
+    want, have = by_key(source), by_key(mirror)
+    missing = [k for k in want if k not in have]
+    extra = [k for k in have if k not in want]
+    different = [k for k in want if k in have and want[k] != have[k]]
+    result = {"table": table, "source_rows": len(want), "mirror_rows": len(have), "missing": len(missing),
+              "extra": len(extra), "different": len(different), "equal": not (missing or extra or different),
+              "examples": {"missing": missing[:examples], "extra": extra[:examples], "different": [
+                  {"key": k, "columns": [c for c in want[k] if want[k][c] != have[k][c]]} for k in different[:examples]]}}
+    log.info("verify %s: source %d rows, mirror %d rows, %d missing, %d extra, %d different", table, len(want),
+             len(have), len(missing), len(extra), len(different))
+    return result

@@ -1,0 +1,141 @@
+"""A Spark Structured Streaming source over the binlog (``spark.readStream.format("dblog_binlog")``).
+
+Offsets are binlog positions at transaction boundaries (``{"file": ..., "pos": ...}``), so a
+micro-batch ``[start, end)`` always holds whole transactions and a restarted query re-reads
+exactly the same events. The first offset is the smallest chunk HW of the offset map; an event is
+emitted only if it is after its chunk's HW (Flink CDC's binlog split rule), and past the largest
+HW everything is emitted. Keys are located among chunk boundaries in the database's own order
+(``DataSourceDialect.sort_keys``), so case-insensitive and composite keys land in the right chunk.
+
+The password never passes through Spark options (they appear in plans and logs): the reader
+resolves it where it runs, from ``$DBLOG_SOURCE_PASSWORD`` or the credentials file.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+
+from airflow_provider_dblog.core.chunks import locate
+from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.lake import changelog_schema, event_rows
+
+log = logging.getLogger("dblog")
+SOURCE_NAME = "dblog_binlog"
+LOOKUP_BATCH = 2000
+
+
+def spark_schema(arrow_schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)
+
+
+class BinlogRange(InputPartition):
+    def __init__(self, start: dict, end: dict):
+        super().__init__((start, end))
+        self.start, self.end = start, end
+
+
+class BinlogDataSource(DataSource):
+    """Options: ``state`` (state directory), ``table`` (DB.TABLE), ``maxEventsPerTrigger``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def _context(self):
+        from airflow_provider_dblog.pipeline import dialect_for, load_offsets
+        from airflow_provider_dblog.state import StateDir
+
+        state = StateDir(self.options["state"])
+        table = self.options["table"]
+        plan = state.table(table)
+        return state, plan, load_offsets(state)[table], dialect_for(state.source(), state.options())
+
+    def schema(self):
+        from airflow_provider_dblog.pipeline import dialect_for
+        from airflow_provider_dblog.state import StateDir
+
+        state = StateDir(self.options["state"])
+        meta = state.table(self.options["table"]).meta
+        return spark_schema(changelog_schema(dialect_for(state.source()).arrow_schema(meta)))
+
+    def streamReader(self, schema) -> "BinlogStreamReader":
+        return BinlogStreamReader(*self._context(), int(self.options.get("maxEventsPerTrigger", 0)))
+
+
+class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, state, plan, offsets, dialect, max_events: int):
+        self.meta = plan.meta
+        self.offsets = offsets
+        self.dialect = dialect
+        self.max_events = max_events
+        self.target: dict | None = None
+        self._boundary_sort_keys = None
+
+    # ---- driver side ----
+    def initialOffset(self) -> dict:
+        start = self.offsets.min_hw
+        self.dialect.ensure_available(start)
+        return start.to_dict()
+
+    def _now(self) -> dict:
+        return self.dialect.current_position().to_dict()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self._now()
+
+    def getDefaultReadLimit(self):
+        return ReadMaxRows(self.max_events) if self.max_events > 0 else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        start_pos = BinlogPosition.from_dict(start)
+        self.dialect.ensure_available(start_pos)
+        latest = BinlogPosition.from_dict(self.target or self._now())
+        if isinstance(limit, ReadMaxRows) and latest > start_pos:
+            capped = self.dialect.commit_after(start_pos, limit.max_rows)
+            if capped is not None and capped < latest:
+                latest = capped
+        return (latest if latest > start_pos else start_pos).to_dict()
+
+    def reportLatestOffset(self):
+        return self._now()
+
+    def partitions(self, start: dict, end: dict):
+        return [BinlogRange(start, end)]
+
+    def commit(self, end: dict) -> None:
+        self.dialect.close()
+
+    def stop(self) -> None:
+        self.dialect.close()
+
+    # ---- executor side ----
+    def _chunk_of(self, keys: list[tuple]) -> list[int]:
+        if self._boundary_sort_keys is None:
+            self._boundary_sort_keys = self.dialect.sort_keys(self.meta, list(self.offsets.boundaries))
+        return [locate(sk, self._boundary_sort_keys) for sk in self.dialect.sort_keys(self.meta, keys)]
+
+    def _emit(self, events: list) -> list:
+        undecided = [e for e in events if self.offsets.needs_key(e.pos)]
+        chunks = dict(zip((id(e) for e in undecided), self._chunk_of([e.key for e in undecided]))) if undecided else {}
+        return [e for e in events if self.offsets.should_emit(e.pos, chunks.get(id(e)))]
+
+    def read(self, partition: BinlogRange) -> Iterator[pa.RecordBatch]:
+        start, end = BinlogPosition.from_dict(partition.start), BinlogPosition.from_dict(partition.end)
+        schema = self.dialect.arrow_schema(self.meta)
+        pending: list = []
+        try:
+            for event in self.dialect.read_changes(start, end, [self.meta]):
+                pending.append(event)
+                if len(pending) >= LOOKUP_BATCH:
+                    yield from event_rows(self._emit(pending), schema).to_batches()
+                    pending = []
+            if pending:
+                yield from event_rows(self._emit(pending), schema).to_batches()
+        finally:
+            self.dialect.close()

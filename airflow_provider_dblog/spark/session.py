@@ -1,0 +1,31 @@
+"""The SparkSession every dblog Spark application uses: UTC, Arrow on, quiet logs."""
+from __future__ import annotations
+
+import os
+import sys
+
+DEFAULT_MASTER = "local[2]"
+
+
+def local_session(app_name: str, master: str | None = None):
+    """The running session under spark-submit; otherwise a local one (``$DBLOG_SPARK_MASTER`` or local[2])."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(app_name)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit, which sets --master itself
+        builder = builder.master(master or os.environ.get("DBLOG_SPARK_MASTER", DEFAULT_MASTER))
+    session = (builder
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.ui.enabled", os.environ.get("DBLOG_SPARK_UI", "false"))
+               .config("spark.driver.memory", os.environ.get("DBLOG_SPARK_DRIVER_MEMORY", "2g"))
+               .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+               .getOrCreate())
+    session.sparkContext.setLogLevel(os.environ.get("DBLOG_SPARK_LOG_LEVEL", "WARN"))
+    return session

@@ -1,0 +1,159 @@
+"""The streaming tail (one Structured Streaming query per planned table) and the mirror.
+
+The tail appends to ``SINK/DB.TABLE/stream`` with Spark's file sink, whose ``_spark_metadata`` log
+and the checkpoint in ``STATE/checkpoints/DB.TABLE`` give an exactly-once effect across restarts:
+a micro-batch interrupted by a crash is re-read from the same offsets and only one copy commits.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.errors import DblogError
+from airflow_provider_dblog.lake import stream_dir, table_dir
+from airflow_provider_dblog.state import StateDir
+
+log = logging.getLogger("dblog")
+
+
+def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seconds: float = 1.0,
+             max_events: int = 0, tables: list[str] | None = None, spark=None,
+             stop_event: threading.Event | None = None, progress_seconds: float = 10.0) -> dict:
+    """Run the tail until caught up (``available_now``) or until ``stop_event`` is set / the process ends."""
+    from airflow_provider_dblog.pipeline import dialect_for, load_offsets
+    from airflow_provider_dblog.spark.binlog_source import SOURCE_NAME, BinlogDataSource
+    from airflow_provider_dblog.spark.session import local_session
+
+    state = StateDir(state_dir)
+    offsets = load_offsets(state)
+    names = tables or sorted(offsets)
+    unknown = [t for t in names if t not in offsets]
+    if unknown:
+        raise DblogError(f"{', '.join(unknown)} not in the offset map of {state_dir}: plan, snapshot and report it first")
+    dialect = dialect_for(state.source(), state.options())
+    for name in names:  # a clear error before Spark starts, if the binlog to resume from is gone
+        dialect.ensure_available(_resume_position(state, name, offsets[name].min_hw))
+    spark = spark or local_session("dblog-tail")
+    spark.dataSource.register(BinlogDataSource)
+    queries = {}
+    for name in names:
+        reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("table", name))
+        if max_events:
+            reader = reader.option("maxEventsPerTrigger", str(max_events))
+        writer = (reader.load().writeStream.format("parquet").queryName(f"dblog_tail_{name}")
+                  .option("path", str(stream_dir(sink, name)))
+                  .option("checkpointLocation", str(state.checkpoint_dir(name))))
+        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
+            processingTime=f"{trigger_seconds} seconds")
+        queries[name] = writer.start()
+    summary = _watch(queries, dialect, stop_event, progress_seconds)
+    dialect.close()
+    return summary
+
+
+def _resume_position(state: StateDir, table: str, default: BinlogPosition) -> BinlogPosition:
+    """Where the checkpoint says the tail resumes (the latest committed offset), else the min HW."""
+    offsets_dir = state.checkpoint_dir(table) / "offsets"
+    if not offsets_dir.exists():
+        return default
+    import json
+
+    files = sorted((p for p in offsets_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    if not files:
+        return default
+    last_line = files[-1].read_text().strip().splitlines()[-1]
+    return BinlogPosition.from_dict(json.loads(last_line))
+
+
+def _lag(dialect, queries) -> dict:
+    now = dialect.current_position()
+    out = {}
+    for name, query in queries.items():
+        progress = query.lastProgress
+        if not progress or not progress.get("sources"):
+            continue
+        end = progress["sources"][0].get("endOffset")
+        if isinstance(end, str):
+            import json
+
+            end = json.loads(end)
+        if not end:
+            continue
+        pos = BinlogPosition.from_dict(end)
+        out[name] = {"offset": str(pos), "bytes_behind": now.offset - pos.offset if now.seq == pos.seq else None,
+                     "files_behind": now.seq - pos.seq}
+    return out
+
+
+def _watch(queries: dict, dialect, stop_event, progress_seconds: float) -> dict:
+    started = time.time()
+    rows = {name: 0 for name in queries}
+    last_log = 0.0
+    seen_batches: dict[str, int] = {name: -1 for name in queries}
+    try:
+        while True:
+            active = [q for q in queries.values() if q.isActive]
+            for name, q in queries.items():
+                for progress in q.recentProgress:
+                    if progress["batchId"] > seen_batches[name]:
+                        seen_batches[name] = progress["batchId"]
+                        rows[name] += progress["numInputRows"]
+                if q.exception() is not None:
+                    raise DblogError(f"tail of {name} failed: {str(q.exception()).splitlines()[0]}")
+            if not active or (stop_event is not None and stop_event.is_set()):
+                break
+            if time.time() - last_log >= progress_seconds:
+                last_log = time.time()
+                log.info("tail: %s rows so far; lag %s", rows, _lag(dialect, queries))
+            time.sleep(0.5)
+    finally:
+        for q in queries.values():
+            if q.isActive:
+                q.stop()
+    for name, q in queries.items():
+        if q.exception() is not None:
+            raise DblogError(f"tail of {name} failed: {str(q.exception()).splitlines()[0]}")
+    lag = _lag(dialect, queries)
+    log.info("tail: %s rows in %.1fs; lag %s", rows, time.time() - started, lag)
+    return {"rows": rows, "lag": lag, "seconds": round(time.time() - started, 1)}
+
+
+def changelog(spark, sink: str, table: str):
+    """Every changelog row of ``table``: snapshot chunks and committed stream output."""
+    frames = []
+    snap = table_dir(sink, table) / "snapshot"
+    if snap.exists() and any(snap.glob("chunk-*.parquet")):
+        frames.append(spark.read.parquet(str(snap)))
+    stream = stream_dir(sink, table)
+    if (stream / "_spark_metadata").exists():
+        frames.append(spark.read.parquet(str(stream)))
+    if not frames:
+        raise DblogError(f"no changelog for {table} under {sink}: run the snapshot first")
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame, allowMissingColumns=True)
+    return result
+
+
+def write_mirror(state_dir: str, sink: str, table: str, out: str, spark=None) -> dict:
+    """The table's current state: per key the row with the greatest ``_pos``; deletes drop the key."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from airflow_provider_dblog.spark.session import local_session
+
+    meta = StateDir(state_dir).table(table).meta
+    spark = spark or local_session("dblog-mirror")
+    rows = changelog(spark, sink, table)
+    latest = Window.partitionBy(*[F.col(f"`{k}`") for k in meta.key_columns]).orderBy(F.col("_pos").desc())
+    current = (rows.withColumn("_rank", F.row_number().over(latest)).where("_rank = 1")
+               .where(F.col("_op") != "d"))
+    columns = [F.col(f"`{c}`") for c in meta.column_names] + [F.col("_pos"), F.col("_op"), F.col("_ts_ms")]
+    current.select(*columns).write.mode("overwrite").parquet(str(out))
+    count = spark.read.parquet(str(out)).count()
+    log.info("mirror of %s: %d rows in %s", table, count, out)
+    return {"table": table, "rows": count, "out": str(Path(out))}
+
