@@ -1,0 +1,140 @@
+"""Property tests of the pure algorithm: positions, chunk math, the window merge, the emit rule."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_dblog.core.chunks import (
+    ChunkRange, batches, chunks_from_boundaries, decode_key, encode_key, even_boundaries, even_step, locate,
+)
+from airflow_provider_dblog.core.events import row_change
+from airflow_provider_dblog.core.normalize import last_images, merge_window
+from airflow_provider_dblog.core.offsets import TableOffsets, is_after
+from airflow_provider_dblog.core.positions import SNAPSHOT_ROW, BinlogPosition
+
+positions = st.builds(BinlogPosition, st.integers(1, 999_999), st.integers(4, 10**11), st.integers(0, 10**6))
+
+
+@given(positions, positions)
+def test_encoded_positions_sort_like_positions(a, b):
+    assert (a < b) == (a.encode() < b.encode())
+    assert BinlogPosition.decode(a.encode()) == a
+
+
+def test_snapshot_position_sits_between_included_and_later_events():
+    hw = BinlogPosition.at("mysql-bin.000003", 1000)
+    assert BinlogPosition.at("mysql-bin.000003", 1000, 7) < hw.as_snapshot()  # event ending at HW: included
+    assert hw.as_snapshot() < BinlogPosition.at("mysql-bin.000003", 1001)     # next event: after
+    assert hw.as_snapshot() < BinlogPosition.at("mysql-bin.000004", 4)        # rotation keeps the order
+    assert hw.as_snapshot().row == SNAPSHOT_ROW
+
+
+@given(st.lists(st.integers(-10**12, 10**12), unique=True, max_size=30), st.lists(st.integers(-10**12, 10**12)))
+def test_chunks_cover_every_key_exactly_once(bounds, keys):
+    chunks = chunks_from_boundaries([(b,) for b in sorted(bounds)])
+    assert chunks[0].lo is None and chunks[-1].hi is None
+    for key in keys:
+        holders = [c for c in chunks if (c.lo is None or (key,) >= c.lo) and (c.hi is None or (key,) < c.hi)]
+        assert len(holders) == 1
+        assert locate((key,), [(b,) for b in sorted(bounds)]) == holders[0].id
+
+
+@given(st.integers(-10**9, 10**9), st.integers(0, 10**7), st.integers(1, 10**6), st.integers(1, 10**5))
+def test_even_split_is_strictly_increasing_inside_the_key_range(lo, width, rows, chunk_size):
+    hi = lo + width
+    step = even_step(lo, hi, rows, chunk_size)
+    if step is None:
+        factor = (hi - lo + 1) / rows
+        assert factor < 0.05 or factor > 100
+        return
+    bounds = [b for (b,) in even_boundaries(lo, hi, step)]
+    assert bounds == sorted(set(bounds))
+    assert all(lo < b <= hi for b in bounds)
+
+
+@given(st.lists(st.integers(), max_size=50), st.integers(1, 9))
+def test_batches_keep_order_and_cover_all(ids, size):
+    groups = batches(ids, size)
+    assert [i for g in groups for i in g] == ids
+    assert all(1 <= len(g) <= size for g in groups)
+
+
+def test_key_values_round_trip_through_json():
+    import datetime as dt
+    from decimal import Decimal
+
+    key = (1, "Abc", Decimal("18446744073709551615"), dt.datetime(2024, 1, 2, 3, 4, 5, 6), dt.date(2024, 1, 2),
+           b"\x00\xff")
+    assert decode_key(encode_key(key)) == key
+
+
+def test_primary_key_change_is_delete_plus_insert_with_distinct_positions():
+    pos = BinlogPosition.at("b.000001", 500, 3)
+    events = row_change("d.t", pos, ("id",), {"id": 1, "v": "a"}, {"id": 2, "v": "a"})
+    assert [(e.op, e.key) for e in events] == [("d", (1,)), ("c", (2,))]
+    assert events[0].pos < events[1].pos
+    # a change of case only is a key change too: the stored value differs
+    assert [e.op for e in row_change("d.t", pos, ("k",), {"k": "abc"}, {"k": "ABC"})] == ["d", "c"]
+    assert [e.op for e in row_change("d.t", pos, ("id",), {"id": 1, "v": "a"}, {"id": 1, "v": "b"})] == ["u"]
+
+
+# --- the window merge, checked against a model of the database -------------------------------
+ops = st.lists(st.tuples(st.sampled_from("iudk"), st.integers(0, 30), st.integers(0, 30), st.integers()),
+               max_size=40)
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(st.integers(0, 30), st.integers(), max_size=25), ops, st.data(),
+       st.integers(0, 30), st.integers(0, 30))
+def test_merge_yields_the_chunk_state_at_high_watermark(initial, operations, data, lo, width):
+    """Whatever moment of the window the SELECT saw, merged rows == the chunk's rows at HW."""
+    state = dict(initial)
+    history = [dict(state)]
+    events = []
+    for n, (op, k1, k2, value) in enumerate(operations):
+        pos = BinlogPosition(1, 1000 + n, 0, "b.000001")
+        if op == "i" and k1 not in state:
+            state[k1] = value
+            events += row_change("t", pos, ("id",), None, {"id": k1, "v": value})
+        elif op == "u" and k1 in state:
+            before = {"id": k1, "v": state[k1]}
+            state[k1] = value
+            events += row_change("t", pos, ("id",), before, {"id": k1, "v": value})
+        elif op == "d" and k1 in state:
+            events += row_change("t", pos, ("id",), {"id": k1, "v": state.pop(k1)}, None)
+        elif op == "k" and k1 in state and k2 not in state:
+            before = {"id": k1, "v": state.pop(k1)}
+            state[k2] = before["v"]
+            events += row_change("t", pos, ("id",), before, {"id": k2, "v": before["v"]})
+        history.append(dict(state))
+    hi = lo + width
+    in_chunk = lambda key: lo <= key[0] < hi  # noqa: E731
+    seen = data.draw(st.sampled_from(history))  # the SELECT's read view: any point in the window
+    selected = [((k,), {"id": k, "v": v}) for k, v in seen.items() if lo <= k < hi]
+    merged = merge_window(selected, last_images(events, in_chunk))
+    assert sorted((r["id"], r["v"]) for r in merged) == sorted((k, v) for k, v in state.items() if lo <= k < hi)
+
+
+# --- the emit rule ---------------------------------------------------------------------------
+@given(st.lists(st.integers(100, 10_000), min_size=1, max_size=8), st.integers(0, 20_000), st.integers(0, 3),
+       st.integers(0, 7))
+def test_should_emit_only_after_the_chunk_high_watermark(hw_offsets, event_offset, row, pick):
+    hws = tuple(BinlogPosition.at("b.000002", o) for o in hw_offsets)
+    offsets = TableOffsets("d.t", tuple((i * 10,) for i in range(1, len(hws))), hws)
+    chunk = pick % len(hws)
+    pos = BinlogPosition.at("b.000002", event_offset, row)
+    expected = pos > hws[chunk].as_snapshot()
+    decided_without_key = not offsets.needs_key(pos)
+    assert offsets.should_emit(pos, chunk) == expected
+    if decided_without_key:
+        assert offsets.should_emit(pos) == expected
+    assert is_after(pos, hws[chunk]) == expected
+
+
+def test_offset_map_round_trips():
+    chunks = chunks_from_boundaries([("a", 1), ("m", 2)])
+    hws = {c.id: BinlogPosition.at("b.000001", 100 + c.id) for c in chunks}
+    offsets = TableOffsets.from_chunks("d.t", chunks, hws)
+    assert TableOffsets.from_dict(offsets.to_dict()) == offsets
+    assert offsets.min_hw.offset == 100 and offsets.max_hw.offset == 102
+    assert isinstance(chunks[1], ChunkRange) and chunks[1].lo == ("a", 1)
