@@ -113,7 +113,7 @@ class MySqlDialect:
 
     # ---- server checks -----------------------------------------------------------------------
     def check_source(self) -> None:
-        log_bin, fmt, image = self.query("SELECT @@log_bin, @@binlog_format, @@binlog_row_image")[0]
+        log_bin, fmt, image = self.query("SELECT @@GLOBAL.log_bin, @@GLOBAL.binlog_format, @@GLOBAL.binlog_row_image")[0]
         where = f"on {self.config.address}"
         if str(log_bin) not in ("1", "ON"):
             raise DblogError(f"binary logging is off {where} (log_bin=OFF): {SERVER_CONFIG_FIX}")
@@ -122,7 +122,7 @@ class MySqlDialect:
         if str(image).upper() != "FULL":
             raise DblogError(f"binlog_row_image is {image} {where}, CDC needs FULL: {SERVER_CONFIG_FIX}")
         try:
-            metadata = self.scalar("SELECT @@binlog_row_metadata")
+            metadata = self.scalar("SELECT @@GLOBAL.binlog_row_metadata")
         except pymysql.MySQLError:
             metadata = None  # older than MySQL 8.0.1 / MariaDB 10.5
         if str(metadata).upper() != "FULL":
@@ -384,7 +384,7 @@ class MySqlDialect:
                      tables: Sequence[TableMeta], extra_tables: Sequence[str] = ()
                      ) -> Iterator[tuple[str, BinlogPosition, object]]:
         """("row", pos, (table, before, after, ts)) and ("commit", pos, None), for ``start < pos <= end``."""
-        from pymysqlreplication.event import QueryEvent, XidEvent
+        from pymysqlreplication.event import QueryEvent, RotateEvent, XidEvent
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
         wanted = {m.qualified for m in tables} | set(extra_tables)
@@ -392,8 +392,8 @@ class MySqlDialect:
         try:
             for event in stream:
                 log_pos = event.packet.log_pos
-                if not log_pos:
-                    continue  # artificial events (fake rotate) carry no position
+                if not log_pos or isinstance(event, RotateEvent):
+                    continue  # a rotate's log_pos belongs to the file it closes, log_file is already the next
                 pos = BinlogPosition.at(stream.log_file, log_pos)
                 if end is not None and pos > end.as_snapshot():
                     return
