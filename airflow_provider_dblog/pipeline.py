@@ -33,6 +33,8 @@ def plan_table(source: SourceConfig, table: str, state_dir: str, chunk_size: int
         raise DblogError(f"unknown --watermark {watermark!r}: use one of {', '.join(STRATEGIES)}")
     if batch_size <= 0:
         raise DblogError("--batch-size must be a positive number of chunks")
+    if chunk_size <= 0:
+        raise DblogError("--chunk-size must be a positive number of rows")
     state = StateDir(state_dir)
     options = {"watermark_table": watermark_table} if watermark_table else {}
     dialect = dialect_for(source, options)

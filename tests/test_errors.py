@@ -1,0 +1,117 @@
+"""Bad input: one clear line on stderr, a non-zero exit, and nothing already written is lost."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_dblog.local_mariadb import LocalMariaDB
+
+DBLOG = str(Path(sys.executable).parent / "dblog")
+
+
+def dblog(*args, env=None):
+    result = subprocess.run([DBLOG, *args], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, **(env or {})})
+    return result.returncode, result.stdout, result.stderr
+
+
+def one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith("dblog: error:")]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def misconfigured(tmp_path_factory):
+    """A second server whose binlog settings the tests change; the shared one stays correct."""
+    server = LocalMariaDB(tmp_path_factory.mktemp("bad"), server_id=2).start()
+    server.sql("CREATE DATABASE s", "CREATE TABLE s.t (id INT PRIMARY KEY)", "INSERT INTO s.t VALUES (1)")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def no_binlog(tmp_path_factory):
+    server = LocalMariaDB(tmp_path_factory.mktemp("nobinlog"), server_id=3, binlog=False).start()
+    server.sql("CREATE DATABASE s", "CREATE TABLE s.t (id INT PRIMARY KEY)")
+    yield server
+    server.stop()
+
+
+def plan(uri, table, state, *extra):
+    return dblog("plan", "--source", uri, "--table", table, "--state", str(state), *extra)
+
+
+def test_binlog_off(no_binlog, tmp_path):
+    code, _, err = plan(no_binlog.uri(), "s.t", tmp_path)
+    assert code != 0
+    assert "binary logging is off" in one_error_line(err) and "--log-bin" in err
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("binlog_format", "STATEMENT", "binlog_format is STATEMENT"),
+    ("binlog_row_image", "MINIMAL", "binlog_row_image is MINIMAL"),
+    ("binlog_row_metadata", "MINIMAL", "binlog_row_metadata is MINIMAL"),
+])
+def test_wrong_binlog_settings(misconfigured, tmp_path, setting, value, message):
+    misconfigured.sql(f"SET GLOBAL {setting} = '{value}'")
+    try:
+        code, _, err = plan(misconfigured.uri(), "s.t", tmp_path)
+    finally:
+        misconfigured.sql(f"SET GLOBAL {setting} = DEFAULT",
+                          "SET GLOBAL binlog_format = 'ROW'", "SET GLOBAL binlog_row_image = 'FULL'",
+                          "SET GLOBAL binlog_row_metadata = 'FULL'")
+    assert code != 0
+    line = one_error_line(err)
+    assert message in line and "--binlog-format=ROW" in line
+
+
+def test_missing_replication_privileges(misconfigured, tmp_path):
+    misconfigured.sql("CREATE USER IF NOT EXISTS 'reader'@'%' IDENTIFIED BY 'pw'", "GRANT SELECT ON s.* TO 'reader'@'%'")
+    code, _, err = plan(misconfigured.uri("reader", "pw"), "s.t", tmp_path)
+    assert code != 0
+    line = one_error_line(err)
+    assert "lacks REPLICATION SLAVE" in line and "GRANT" in line and "pw" not in line.replace("pwd", "")
+
+
+def test_wrong_password_is_named_but_not_echoed(misconfigured, tmp_path):
+    code, _, err = plan(misconfigured.uri("root", "Not-The-Password"), "s.t", tmp_path)
+    assert code != 0
+    line = one_error_line(err)
+    assert "access denied" in line and "Not-The-Password" not in err
+
+
+def test_unknown_table_and_no_primary_key(mariadb, db, tmp_path):
+    code, _, err = plan(mariadb.uri(), f"{db}.missing", tmp_path)
+    assert code != 0 and f"unknown table {db}.missing" in one_error_line(err)
+    mariadb.sql(f"CREATE TABLE {db}.nopk (a INT, b INT)", f"INSERT INTO {db}.nopk VALUES (1, 2), (3, 4)")
+    code, _, err = plan(mariadb.uri(), f"{db}.nopk", tmp_path)
+    assert code != 0 and "--chunk-key" in one_error_line(err)
+    code, out, err = plan(mariadb.uri(), f"{db}.nopk", tmp_path, "--chunk-key", "a")
+    assert code == 0, err
+    assert json.loads(out)["tables"][f"{db}.nopk"]["key"] == ["a"]
+
+
+def test_bad_arguments(mariadb, db, tmp_path):
+    assert "expected mysql://" in one_error_line(plan("postgres://x@y:1", f"{db}.t", tmp_path)[2])
+    assert "positive" in one_error_line(plan(mariadb.uri(), f"{db}.t", tmp_path, "--chunk-size", "0")[2])
+    assert "unknown --watermark" in one_error_line(plan(mariadb.uri(), f"{db}.t", tmp_path, "--watermark", "x")[2])
+    code, _, err = dblog("snapshot", "--state", str(tmp_path / "nothing"), "--batch", "0", "--sink", str(tmp_path))
+    assert code != 0 and "no plan in" in one_error_line(err)
+
+
+def test_failed_plan_keeps_the_existing_plan(mariadb, db, tmp_path):
+    mariadb.sql(f"CREATE TABLE {db}.ok (id INT PRIMARY KEY)", f"INSERT INTO {db}.ok VALUES (1), (2), (3)")
+    code, _, err = plan(mariadb.uri(), f"{db}.ok", tmp_path)
+    assert code == 0, err
+    before = (tmp_path / "plan.json").read_text()
+    code, _, err = plan(mariadb.uri(), f"{db}.missing", tmp_path)
+    assert code != 0
+    assert (tmp_path / "plan.json").read_text() == before
+    code, _, err = dblog("snapshot", "--state", str(tmp_path), "--batch", "9", "--sink", str(tmp_path / "k"))
+    assert code != 0 and "batch 9 does not exist" in one_error_line(err)
