@@ -22,12 +22,14 @@ DEFAULT_BATCH_SIZE = 8
 
 def dialect_for(config: SourceConfig, options: dict | None = None) -> MySqlDialect:
     options = options or {}
-    return MySqlDialect(config, watermark_table=options.get("watermark_table"))
+    extra = {"server_id_range": tuple(options["server_id_range"])} if options.get("server_id_range") else {}
+    return MySqlDialect(config, watermark_table=options.get("watermark_table"), **extra)
 
 
 def plan_table(source: SourceConfig, table: str, state_dir: str, chunk_size: int = DEFAULT_CHUNK_SIZE,
                batch_size: int = DEFAULT_BATCH_SIZE, chunk_key: Sequence[str] | None = None,
-               watermark: str = "auto", watermark_table: str | None = None, save_password: bool = True) -> dict:
+               watermark: str = "auto", watermark_table: str | None = None, save_password: bool = True,
+               options: dict | None = None) -> dict:
     """Check the source, split the table into chunks, persist the plan; returns the batches."""
     if watermark not in STRATEGIES:
         raise DblogError(f"unknown --watermark {watermark!r}: use one of {', '.join(STRATEGIES)}")
@@ -36,7 +38,7 @@ def plan_table(source: SourceConfig, table: str, state_dir: str, chunk_size: int
     if chunk_size <= 0:
         raise DblogError("--chunk-size must be a positive number of rows")
     state = StateDir(state_dir)
-    options = {"watermark_table": watermark_table} if watermark_table else {}
+    options = {**(options or {}), **({"watermark_table": watermark_table} if watermark_table else {})}
     dialect = dialect_for(source, options)
     try:
         dialect.check_source()

@@ -1,0 +1,65 @@
+"""Where the example DAGs get their configuration, most specific first:
+
+1. the DAG run's params (trigger form / ``conf`` of ``POST /api/v2/dags/{dag_id}/dagRuns``);
+2. Airflow Variables ``dblog_conn_id``, ``dblog_state``, ``dblog_sink``, ``dblog_tables``, ... (also
+   settable as ``AIRFLOW_VAR_DBLOG_STATE`` etc.);
+3. environment variables of the DAG processor ``DBLOG_CONN_ID``, ``DBLOG_STATE``, ``DBLOG_SINK``,
+   ``DBLOG_TABLES``, ... (read when the DAG file is parsed);
+4. built-in defaults (below).
+
+The resolution happens in Jinja at run time, e.g. ``{{ params.state or var.value.get('dblog_state', '/x') }}``,
+so parsing a DAG file never queries Variables.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from airflow.sdk import Param
+
+# name -> (environment variable, built-in default, param JSON type, description)
+SETTINGS = {
+    "conn_id": ("DBLOG_CONN_ID", "dblog_source", "string", "Airflow connection (type mysql) of the source"),
+    "state": ("DBLOG_STATE", "/var/lib/dblog/state", "string", "state directory (plan, reports, offsets, checkpoints)"),
+    "sink": ("DBLOG_SINK", "/var/lib/dblog/lake", "string", "lake directory (snapshot and stream Parquet)"),
+    "tables": ("DBLOG_TABLES", "", "string", "DB.TABLE[,DB.TABLE...] to load"),
+    "chunk_size": ("DBLOG_CHUNK_SIZE", "100000", "integer", "rows per chunk"),
+    "batch_size": ("DBLOG_BATCH_SIZE", "8", "integer", "chunks per Spark application (mapped task)"),
+    "max_stall_seconds": ("DBLOG_MAX_STALL_SECONDS", "1800", "integer",
+                          "health check: fail when the source moved but the tail made no progress for this long"),
+}
+SPARK_CONN_ID = os.environ.get("DBLOG_SPARK_CONN_ID", "spark_default")
+
+
+def spark_conf() -> dict | None:
+    """Extra Spark properties for every dblog application: ``$DBLOG_SPARK_CONF`` as a JSON object, e.g.
+    ``{"spark.executor.memory": "4g"}`` (read when the DAG file is parsed)."""
+    raw = os.environ.get("DBLOG_SPARK_CONF", "").strip()
+    if not raw:
+        return None
+    conf = json.loads(raw)
+    if not isinstance(conf, dict):
+        raise ValueError("$DBLOG_SPARK_CONF must be a JSON object of Spark properties")
+    return {str(k): str(v) for k, v in conf.items()}
+
+
+def default(name: str) -> str:
+    env, fallback, _, _ = SETTINGS[name]
+    return os.environ.get(env, fallback)
+
+
+def template(name: str) -> str:
+    """A Jinja template resolving setting ``name``: param, then Variable ``dblog_<name>``, then env/default."""
+    return "{{ params.get(%s) or var.value.get(%s, %s) }}" % (
+        json.dumps(name), json.dumps(f"dblog_{name}"), json.dumps(default(name)))
+
+
+def params(*names: str) -> dict[str, Param]:
+    """Optional params (None: use the Variable or the default) for the trigger form."""
+    out = {}
+    for name in names:
+        env, _, kind, description = SETTINGS[name]
+        out[name] = Param(None, type=["null", kind], title=name,
+                          description=f"{description}. Empty: Variable dblog_{name}, else ${env} "
+                                      f"(here: {default(name)!r})")
+    return out

@@ -1,0 +1,357 @@
+"""Operators: thin wrappers over ``airflow_provider_dblog.pipeline`` (the same steps as the CLI).
+
+::
+
+    plan = ChunkPlannerOperator(task_id="plan", dblog_conn_id=..., tables="db.orders", state_dir=..., sink=...)
+    snapshot = DblogSparkSubmitOperator.partial(task_id="snapshot", dblog_conn_id=...,
+                                                map_index_template="{{ task.batch_label }}").expand_kwargs(plan.output)
+    report = DblogReportOperator(task_id="report", state_dir=...)
+    tail = DblogSparkSubmitOperator(task_id="tail", dblog_conn_id=..., **tail_kwargs(state, sink))
+    plan >> snapshot >> report >> tail
+
+Credentials: the planner and the re-snapshot selector read the password from the Airflow connection
+in-process; ``DblogSparkSubmitOperator`` hands it to its spark-submit child as
+``$DBLOG_SOURCE_PASSWORD`` in the child's environment, set in ``execute()`` -- after template
+rendering, so it is not among the rendered fields either. XComs hold batch indexes, labels, paths
+and counts only; the state directory holds the URI without the password.
+
+Reruns: a mapped snapshot instance that runs again (a retry, or cleared in the UI / through
+``POST /api/v2/dags/{dag_id}/clearTaskInstances``) has ``try_number > 1`` and re-reads its batch's
+chunks with ``--force``; a first try skips chunks that already reported. See docs/airflow.md.
+"""
+from __future__ import annotations
+
+import math
+import re
+import sys
+from typing import Any, Sequence
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider_dblog.airflow.hooks import DblogHook
+from airflow_provider_dblog.errors import DblogError
+from airflow_provider_dblog.spark.submit import APPLICATION as SUBMIT_APPLICATION
+
+DEFAULT_CONN_ID = DblogHook.default_conn_name
+
+
+def _fail(exc: DblogError):
+    """Configuration and data errors: fail without retrying (a retry cannot fix them)."""
+    return AirflowFailException(f"dblog: {exc}")
+
+
+def parse_tables(value: Any) -> list[str]:
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else re.split(r"[,\s]+", str(value).strip())
+    tables = [str(t).strip() for t in items if str(t).strip()]
+    for table in tables:
+        if table.count(".") < 1:
+            raise DblogError(f"bad table name {table!r}: use DB.TABLE")
+    return tables
+
+
+def _int(value: Any, name: str) -> int:
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise DblogError(f"{name} must be a whole number, got {value!r}") from None
+    if number <= 0:
+        raise DblogError(f"{name} must be positive, got {number}")
+    return number
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on") if isinstance(value, str) else bool(value)
+
+
+def snapshot_args(state_dir: str, sink: str, batch: int, force: bool = False,
+                  chunks: Sequence[int] | None = None) -> list[str]:
+    args = ["snapshot", "--state", str(state_dir), "--batch", str(batch), "--sink", str(sink)]
+    if force:
+        args.append("--force")
+    if chunks:
+        args += ["--chunks", ",".join(str(c) for c in chunks)]
+    return args
+
+
+def tail_kwargs(state_dir: str, sink: str, continuous: bool = False, table: str | None = None,
+                max_events: int = 0) -> dict:
+    """Kwargs for a ``DblogSparkSubmitOperator`` running the tail (``--available-now`` by default)."""
+    args = ["tail", "--state", str(state_dir), "--sink", str(sink), "--continuous" if continuous else "--available-now"]
+    if table:
+        args += ["--table", table]
+    if max_events:
+        args += ["--max-events", str(int(max_events))]
+    return {"application": SUBMIT_APPLICATION, "application_args": args, "name": "dblog-tail",
+            "batch_label": "tail " + ("continuous" if continuous else "available-now")}
+
+
+def check_map_length(count: int, what: str, chunks: int | None = None) -> None:
+    from airflow.sdk import conf
+
+    limit = conf.getint("core", "max_map_length", fallback=1024)
+    if count > limit:
+        hint = (f"plan fewer, larger batches (batch_size >= {math.ceil(chunks / limit)} chunks, or a larger "
+                f"chunk_size)" if chunks else "plan fewer, larger batches")
+        raise DblogError(f"{count} {what} exceed Airflow's [core] max_map_length = {limit}: {hint}, or raise "
+                         f"max_map_length (AIRFLOW__CORE__MAX_MAP_LENGTH)")
+
+
+def _key_span(plan, chunk_ids: Sequence[int]) -> str:
+    first, last = plan.chunk(chunk_ids[0]), plan.chunk(chunk_ids[-1])
+    lo = "-∞" if first.lo is None else ",".join(map(str, first.lo))
+    hi = "∞" if last.hi is None else ",".join(map(str, last.hi))
+    return f"[{lo}, {hi})"
+
+
+class ChunkPlannerOperator(BaseOperator):
+    """Plans one or more tables; returns one kwargs dict per chunk batch for
+    ``DblogSparkSubmitOperator.partial(...).expand_kwargs(...)`` (or a plain ``SparkSubmitOperator``
+    with ``env_vars`` that carry ``$DBLOG_SOURCE_PASSWORD`` some other way).
+
+    Each dict: ``application`` (the package's ``spark/submit.py``), ``application_args``
+    (``snapshot --state DIR --batch I --sink DIR [--force]``), ``name`` (the Spark app name) and
+    ``batch_label`` (table, chunk ids and key range: use ``map_index_template="{{ task.batch_label }}"``).
+    """
+
+    template_fields: Sequence[str] = ("dblog_conn_id", "tables", "state_dir", "sink", "chunk_size", "batch_size",
+                                      "chunk_key", "watermark", "force")
+    ui_color = "#e8f4e8"
+
+    def __init__(self, *, tables: str | Sequence[str], state_dir: str, sink: str,
+                 dblog_conn_id: str = DEFAULT_CONN_ID, chunk_size: int | str = 100_000, batch_size: int | str = 8,
+                 chunk_key: str | None = None, watermark: str | None = None, force: bool | str = False,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.dblog_conn_id = dblog_conn_id
+        self.tables = tables
+        self.state_dir = state_dir
+        self.sink = sink
+        self.chunk_size = chunk_size
+        self.batch_size = batch_size
+        self.chunk_key = chunk_key
+        self.watermark = watermark
+        self.force = force
+
+    def execute(self, context) -> list[dict]:
+        from airflow_provider_dblog.pipeline import plan_summary, plan_table
+        from airflow_provider_dblog.state import StateDir
+
+        try:
+            tables = parse_tables(self.tables)
+            if not tables:
+                raise DblogError("no tables to plan: set the tables param, the Variable dblog_tables or $DBLOG_TABLES "
+                                 "(DB.TABLE[,DB.TABLE...])")
+            chunk_size, batch_size = _int(self.chunk_size, "chunk_size"), _int(self.batch_size, "batch_size")
+            hook = DblogHook(self.dblog_conn_id)
+            source, options = hook.source_config(), hook.options()
+            watermark = str(self.watermark or "") or hook.watermark()
+            chunk_key = [c.strip() for c in str(self.chunk_key).split(",") if c.strip()] if self.chunk_key else None
+            state = StateDir(self.state_dir)
+            tailed = [t for t in tables if state.checkpoint_dir(t).exists()]
+            if tailed:
+                raise DblogError(f"{', '.join(tailed)} already loaded and tailed from {self.state_dir}: re-planning "
+                                 f"would move the offset map under the running tail. Re-read chunks or key ranges "
+                                 f"with dblog_resnapshot, or start over with new state and sink directories")
+            for table in tables:
+                plan_table(source, table, self.state_dir, chunk_size, batch_size, chunk_key, watermark,
+                           options.get("watermark_table"), save_password=False, options=options)
+            summary = plan_summary(StateDir(self.state_dir))
+            batches = [b for b in summary["batches"] if b["table"] in tables]
+            check_map_length(len(batches), "snapshot batches",
+                             sum(summary["tables"][t]["chunks"] for t in tables))
+        except DblogError as exc:
+            raise _fail(exc) from None
+        for name in tables:
+            info = summary["tables"][name]
+            self.log.info("planned %s: %d chunks, key %s, %s watermarks", name, info["chunks"], ",".join(info["key"]),
+                          info["watermark"])
+        force = _truthy(self.force)
+        return [{"application": SUBMIT_APPLICATION,
+                 "application_args": snapshot_args(self.state_dir, self.sink, b["batch"], force),
+                 "name": f"dblog-snapshot-{b['batch']}",
+                 "batch_label": f"batch {b['batch']}: {b['label']}"} for b in batches]
+
+
+class DblogSparkSubmitOperator(SparkSubmitOperator):
+    """``SparkSubmitOperator`` for the dblog application: adds the source password and the venv's
+    Python to the child's environment (never to its arguments), and turns a rerun of a snapshot
+    batch into a ``--force`` re-read.
+
+    :param dblog_conn_id: the source connection whose password the application needs (None: the
+        application finds ``$DBLOG_SOURCE_PASSWORD`` or the credentials file itself).
+    :param batch_label: free text for ``map_index_template="{{ task.batch_label }}"``.
+    :param force_on_rerun: a snapshot that runs for the 2nd+ time (retry, or a cleared instance)
+        re-reads its chunks even if they reported (``--force``). Default True.
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "dblog_conn_id", "batch_label")
+
+    def __init__(self, *, dblog_conn_id: str | None = DEFAULT_CONN_ID, batch_label: str | None = None,
+                 force_on_rerun: bool = True, application: str = SUBMIT_APPLICATION, **kwargs) -> None:
+        kwargs.setdefault("name", "dblog")
+        super().__init__(application=application, **kwargs)
+        self.dblog_conn_id = dblog_conn_id
+        self.batch_label = batch_label
+        self.force_on_rerun = force_on_rerun
+
+    def _remote_master(self) -> bool:
+        """YARN / Kubernetes: the Spark provider turns env_vars into --conf arguments there."""
+        from airflow.sdk import BaseHook
+
+        try:
+            conn = BaseHook.get_connection(self._conn_id)
+            master = f"{conn.host}:{conn.port}" if conn.port else (conn.host or "")
+        except Exception:  # the provider falls back to yarn for an unknown connection
+            master = "yarn"
+        return "yarn" in master or "k8s" in master
+
+    def execute(self, context) -> Any:
+        args = [str(a) for a in (self.application_args or [])]
+        try_number = getattr(context.get("ti"), "try_number", 1) or 1
+        if self.force_on_rerun and args[:1] == ["snapshot"] and try_number > 1 and "--force" not in args:
+            self.log.info("try %d of this batch: re-reading its chunks (--force)", try_number)
+            args.append("--force")
+        self.application_args = args
+        env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **(self.env_vars or {})}
+        if self.dblog_conn_id:
+            try:
+                secret_env = DblogHook(self.dblog_conn_id).spark_env()
+            except DblogError as exc:
+                raise _fail(exc) from None
+            if secret_env and self._remote_master():
+                self.log.warning("not passing the source password to a YARN/Kubernetes application (it would be a "
+                                 "--conf argument): provide $DBLOG_SOURCE_PASSWORD to the driver and executors as a "
+                                 "cluster secret")
+            else:
+                env.update(secret_env)
+        self.env_vars = env
+        self._hook = None  # built from the attributes above
+        return super().execute(context)
+
+
+class DblogReportOperator(BaseOperator):
+    """Checks every planned chunk reported, builds the offset map; fails listing missing chunks.
+
+    Returns (XCom) a small summary: chunks, rows, HW range per table and overall.
+    """
+
+    template_fields: Sequence[str] = ("state_dir",)
+    ui_color = "#fdf3e0"
+
+    def __init__(self, *, state_dir: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.state_dir = state_dir
+
+    def execute(self, context) -> dict:
+        from airflow_provider_dblog.pipeline import build_offsets
+
+        try:
+            summary = build_offsets(self.state_dir)
+        except DblogError as exc:
+            raise _fail(exc) from None
+        tables = summary["tables"]
+        result = {"chunks": summary["chunks"], "rows": summary["rows"],
+                  "min_hw": min((t["min_hw"] for t in tables.values()), default=None),
+                  "max_hw": max((t["max_hw"] for t in tables.values()), default=None),
+                  "tables": tables}
+        self.log.info("report: %d chunks, %d rows, HW %s .. %s", result["chunks"], result["rows"], result["min_hw"],
+                      result["max_hw"])
+        return result
+
+
+class ResnapshotPlannerOperator(BaseOperator):
+    """Chooses the chunks a re-snapshot re-reads; returns kwargs for the mapped ``DblogSparkSubmitOperator``
+    (``snapshot --force --chunks ...``, one per batch that holds a chosen chunk).
+
+    Selection (each optional, combined with AND): ``chunk_ids`` (``[3, 5]`` or ``"3,5-7"``), a key range
+    ``key_lo`` .. ``key_hi`` (inclusive; a JSON list for composite keys), and ``filter`` (see
+    ``airflow_provider_dblog.airflow.selection``). Arguments left None are read from the DAG run's
+    params of the same name, so trigger-form values keep their JSON types.
+    """
+
+    template_fields: Sequence[str] = ("dblog_conn_id", "state_dir", "sink", "table")
+    ui_color = "#e8eef8"
+    PARAM_NAMES = ("table", "key_lo", "key_hi", "chunk_ids", "filter")
+
+    def __init__(self, *, state_dir: str, sink: str, dblog_conn_id: str = DEFAULT_CONN_ID, table: str | None = None,
+                 key_lo: Any = None, key_hi: Any = None, chunk_ids: Any = None, filter: str | None = None,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.dblog_conn_id = dblog_conn_id
+        self.state_dir = state_dir
+        self.sink = sink
+        self.table = table
+        self.key_lo = key_lo
+        self.key_hi = key_hi
+        self.chunk_ids = chunk_ids
+        self.filter = filter
+
+    def _value(self, name: str, context) -> Any:
+        value = getattr(self, name)
+        if value is None:
+            value = (context.get("params") or {}).get(name)
+        return value
+
+    def execute(self, context) -> list[dict]:
+        try:
+            return self._select(**{n: self._value(n, context) for n in self.PARAM_NAMES})
+        except DblogError as exc:
+            raise _fail(exc) from None
+
+    def _select(self, table, key_lo, key_hi, chunk_ids, filter) -> list[dict]:
+        from airflow_provider_dblog.airflow import selection
+        from airflow_provider_dblog.pipeline import compress, dialect_for
+        from airflow_provider_dblog.state import StateDir
+
+        if not table or not str(table).strip():
+            raise DblogError("say which table to re-snapshot (param table = DB.TABLE)")
+        table = str(table).strip()
+        state = StateDir(self.state_dir)
+        plan = state.table(table)
+        meta = plan.meta
+        condition = selection.filter_sql(filter, meta.column_names) if filter not in (None, "") else None
+        wanted = selection.parse_chunk_ids(chunk_ids)
+        all_ids = [c.id for c in plan.chunks]
+        if wanted is not None:
+            unknown = sorted(set(wanted) - set(all_ids))
+            if unknown:
+                raise DblogError(f"{table} has chunks 0-{len(all_ids) - 1}; no chunk {compress(unknown)}")
+        ids = wanted if wanted is not None else all_ids
+        lo, hi = selection.parse_key(key_lo, meta), selection.parse_key(key_hi, meta)
+        if lo is not None or hi is not None or condition:
+            config = DblogHook(self.dblog_conn_id).check_state_source(state.load_raw()["source"])
+            dialect = dialect_for(config, state.options())
+            try:
+                if lo is not None or hi is not None:
+                    in_range = set(selection.chunks_in_range(dialect, meta, plan.chunks, lo, hi))
+                    ids = [c for c in ids if c in in_range]
+                if condition and ids:
+                    ids = selection.chunks_matching(dialect, meta, plan.chunks, ids, condition, lo, hi)
+            finally:
+                dialect.close()
+        chosen = set(ids)
+        what = " and ".join(filter_ for filter_ in (
+            f"chunks {compress(wanted)}" if wanted else "",
+            f"keys {key_lo if lo is not None else '-∞'} .. {key_hi if hi is not None else '∞'}"
+            if lo is not None or hi is not None else "",
+            f"rows where {condition}" if condition else "") if filter_) or "the whole table"
+        if not chosen:
+            self.log.info("re-snapshot of %s (%s): no chunk selected, nothing to re-read", table, what)
+            return []
+        self.log.info("re-snapshot of %s (%s): chunks %s", table, what, compress(sorted(chosen)))
+        out = []
+        for batch in state.batches():
+            if batch.table != table:
+                continue
+            mine = [c for c in batch.chunk_ids if c in chosen]
+            if mine:
+                out.append({"application": SUBMIT_APPLICATION,
+                            "application_args": snapshot_args(self.state_dir, self.sink, batch.index, True, mine),
+                            "name": f"dblog-resnapshot-{batch.index}",
+                            "batch_label": f"re-snapshot {table} chunks {compress(mine)} {_key_span(plan, mine)}"})
+        check_map_length(len(out), "re-snapshot batches")
+        return out

@@ -1,0 +1,62 @@
+"""dblog_initial_load: plan -> one mapped Spark application per chunk batch -> report -> tail.
+
+* ``plan`` (ChunkPlannerOperator) splits the tables into primary-key chunks and returns one kwargs
+  dict per batch of chunks;
+* ``snapshot`` (DblogSparkSubmitOperator mapped with ``expand_kwargs``) reads each batch's chunks in
+  watermark windows on Spark executors; the UI names each mapped instance by table, chunk ids and
+  key range;
+* ``report`` checks every chunk reported and builds the binlog-split offset map (XCom: a summary);
+* ``tail`` catches the lake up to the source's current binlog position (``--available-now``); the
+  ``dblog_tail`` DAG keeps it current afterwards (or run a detached ``--continuous`` tail, see
+  docs/airflow.md).
+
+Repair: clear one mapped ``snapshot`` instance (UI, or ``POST /api/v2/dags/dblog_initial_load/
+clearTaskInstances`` with ``"task_ids": [["snapshot", MAP_INDEX]], "dry_run": false,
+"only_failed": false``): its next try re-reads exactly that batch's chunks with ``--force``. Clear
+the instance only, not its downstream tasks: the offset map must not move after the tail started.
+
+Configuration: params, else Variables ``dblog_*``, else ``$DBLOG_*`` (see dag_config).
+"""
+from __future__ import annotations
+
+from airflow.sdk import DAG
+
+from airflow_provider_dblog.airflow.dag_config import SPARK_CONN_ID, params, spark_conf, template
+from airflow_provider_dblog.airflow.operators import (
+    ChunkPlannerOperator, DblogReportOperator, DblogSparkSubmitOperator, tail_kwargs,
+)
+
+with DAG(
+    dag_id="dblog_initial_load",
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    tags=["dblog", "cdc"],
+    doc_md=__doc__,
+    params=params("conn_id", "state", "sink", "tables", "chunk_size", "batch_size"),
+) as dag:
+    plan = ChunkPlannerOperator(
+        task_id="plan",
+        dblog_conn_id=template("conn_id"),
+        tables=template("tables"),
+        state_dir=template("state"),
+        sink=template("sink"),
+        chunk_size=template("chunk_size"),
+        batch_size=template("batch_size"),
+    )
+    snapshot = DblogSparkSubmitOperator.partial(
+        task_id="snapshot",
+        conn_id=SPARK_CONN_ID,
+        conf=spark_conf(),
+        dblog_conn_id=template("conn_id"),
+        map_index_template="{{ task.batch_label }}",
+    ).expand_kwargs(plan.output)
+    report = DblogReportOperator(task_id="report", state_dir=template("state"))
+    tail = DblogSparkSubmitOperator(
+        task_id="tail",
+        conn_id=SPARK_CONN_ID,
+        conf=spark_conf(),
+        dblog_conn_id=template("conn_id"),
+        **tail_kwargs(template("state"), template("sink")),
+    )
+    plan >> snapshot >> report >> tail

@@ -1,0 +1,49 @@
+"""dblog_tail: scheduled catch-up of the lake from the binlog, plus DBLog's health check.
+
+* ``tail`` runs the Structured Streaming tail with ``--available-now``: it reads from its checkpoint
+  to the source's current position and stops. ``max_active_runs=1`` (and a lock on the state
+  directory taken by the application) keep a single writer appending at any time.
+* ``health_check`` fails the run when the source moved but no tail micro-batch committed for
+  ``max_stall_seconds`` (default 30 min; keep it a few schedule intervals long). It runs beside the
+  tail and judges the progress made up to now, so a tail that keeps failing or hangs is reported.
+
+For a detached ``--continuous`` tail (lower latency) see docs/airflow.md; keep this DAG's
+``health_check`` running then (pause nothing but the ``tail`` task, e.g. by removing it).
+"""
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG
+
+from airflow_provider_dblog.airflow.dag_config import SPARK_CONN_ID, params, spark_conf, template
+from airflow_provider_dblog.airflow.operators import DblogSparkSubmitOperator, tail_kwargs
+from airflow_provider_dblog.airflow.sensors import DblogTailHealthSensor
+
+with DAG(
+    dag_id="dblog_tail",
+    schedule=timedelta(minutes=int(os.environ.get("DBLOG_TAIL_EVERY_MINUTES", "10"))),
+    start_date=datetime(2024, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["dblog", "cdc"],
+    doc_md=__doc__,
+    params=params("conn_id", "state", "sink", "max_stall_seconds"),
+) as dag:
+    tail = DblogSparkSubmitOperator(
+        task_id="tail",
+        conn_id=SPARK_CONN_ID,
+        conf=spark_conf(),
+        dblog_conn_id=template("conn_id"),
+        execution_timeout=timedelta(hours=1),
+        **tail_kwargs(template("state"), template("sink")),
+    )
+    health_check = DblogTailHealthSensor(
+        task_id="health_check",
+        dblog_conn_id=template("conn_id"),
+        state_dir=template("state"),
+        max_stall_seconds=template("max_stall_seconds"),
+        poke_interval=30,
+        timeout=600,
+    )
