@@ -117,16 +117,21 @@ def test_tail_survives_sigkill_mid_batch(mariadb, db, spark, tmp_path):
     writer = Writer(mariadb.port, table, 24_000, typed_row, typed_mutation, seed=11, pause=0.001)
     writer.start()
     rnd = random.Random(5)
+    commits = StateDir(state).checkpoint_dir(table) / "commits"
+    committed = lambda: len(list(commits.glob("[0-9]*"))) if commits.exists() else 0  # noqa: E731
     try:
         for _ in range(3):
+            before = committed()
             tail = _start_tail(state, sink)
-            time.sleep(rnd.uniform(9, 14))  # JVM start, then a few micro-batches; die mid-batch
+            deadline = time.time() + 120
+            while committed() < before + 2 and time.time() < deadline and tail.poll() is None:
+                time.sleep(0.1)
+            assert committed() >= before + 2, tail.stderr.read().decode()[-2000:] if tail.poll() is not None else ""
+            time.sleep(rnd.uniform(0.05, 0.6))  # micro-batches of 200 events follow each other: die mid-batch
             os.killpg(tail.pid, signal.SIGKILL)
             tail.wait()
     finally:
         writer.stop()
-    checkpoint = StateDir(state).checkpoint_dir(table)
-    assert (checkpoint / "commits").exists(), "the tail never committed a batch before being killed"
     run_tail(state, sink, available_now=True, spark=spark)
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
     assert_unique_stream_positions(spark, sink, table)
@@ -158,16 +163,21 @@ def test_forced_chunk_reruns_while_the_tail_runs(mariadb, db, spark, tmp_path):
 
 def test_purged_binlog_asks_for_a_resnapshot(tmp_path, spark):
     with LocalMariaDB(tmp_path / "db", server_id=4) as server:
-        server.sql("CREATE DATABASE p", "CREATE TABLE p.t (id INT PRIMARY KEY, v INT)",
-                   "INSERT INTO p.t SELECT seq, seq FROM seq_1_to_1000")
+        server.sql("CREATE DATABASE p", "CREATE TABLE p.t (id INT PRIMARY KEY, v INT)")
+        server.sql("INSERT INTO p.t SELECT seq, seq FROM seq_1_to_1000", db="p")
         state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
         plan_table(SourceConfig.parse(server.uri()), "p.t", state, chunk_size=400)
         for batch in StateDir(state).batches():
             snapshot_batch(state, batch.index, sink, spark=spark)
         build_offsets(state)
-        server.sql("UPDATE p.t SET v = v + 1", "FLUSH BINARY LOGS", "FLUSH BINARY LOGS")
-        last = server.sql("SHOW MASTER STATUS")[0][0]
-        server.sql(f"PURGE BINARY LOGS TO '{last}'")
+        server.sql("UPDATE p.t SET v = v + 1")
+        first = server.sql("SHOW BINARY LOGS")[0][0]
+        deadline = time.time() + 60  # MariaDB keeps a file until InnoDB's binlog checkpoint passes it
+        while server.sql("SHOW BINARY LOGS")[0][0] == first and time.time() < deadline:
+            server.sql("FLUSH BINARY LOGS")
+            server.sql(f"PURGE BINARY LOGS TO '{server.sql('SHOW MASTER STATUS')[0][0]}'")
+            time.sleep(0.5)
+        assert server.sql("SHOW BINARY LOGS")[0][0] != first
         result = subprocess.run([DBLOG, "tail", "--state", state, "--sink", sink, "--available-now"],
                                 capture_output=True, text=True, timeout=300)
         assert result.returncode != 0
