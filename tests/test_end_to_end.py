@@ -183,3 +183,29 @@ def test_purged_binlog_asks_for_a_resnapshot(tmp_path, spark):
         assert result.returncode != 0
         errors = [line for line in result.stderr.splitlines() if line.startswith("dblog: error:")]
         assert len(errors) == 1 and "purged" in errors[0] and "re-snapshot" in errors[0], result.stderr[-2000:]
+
+
+def test_case_insensitive_keys_are_located_in_database_order(mariadb, db, spark, tmp_path):
+    """In utf8mb4_general_ci 'a' and 'c' sort before 'D' (Python: after). With the boundary 'D', chunk 0
+    [-∞, 'D') is read first, then 'a' and 'c' change, then chunk 1 ['D', ∞) is read: those changes are
+    after chunk 0's HW and must be emitted; locating the keys in Python's order would put them in
+    chunk 1, whose later HW would drop them."""
+    mariadb.sql(f"CREATE TABLE {db}.ci (k VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)",
+                f"INSERT INTO {db}.ci VALUES ('a', 0), ('B', 0), ('c', 0), ('D', 0), ('e', 0), ('F', 0)")
+    table = f"{db}.ci"
+    state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
+    plan_table(SourceConfig.parse(mariadb.uri()), table, state, chunk_size=3, batch_size=1)
+    assert [c.hi for c in StateDir(state).table(table).chunks] == [("D",), None]
+    snapshot_batch(state, 0, sink, spark=spark)
+    mariadb.sql(f"UPDATE {table} SET v = 1 WHERE k = 'a'", f"UPDATE {table} SET k = 'zz' WHERE k = 'c'")
+    snapshot_batch(state, 1, sink, spark=spark)
+    build_offsets(state)
+    mariadb.sql(f"UPDATE {table} SET v = 2 WHERE k = 'B'")
+    run_tail(state, sink, available_now=True, spark=spark)
+    out = tmp_path / "mirror"
+    write_mirror(state, sink, table, str(out), spark=spark)
+    import pyarrow.parquet as pq
+
+    rows = sorted((r["k"], r["v"]) for r in pq.read_table(out).to_pylist())
+    assert rows == sorted(mariadb.sql(f"SELECT k, v FROM {table}")) == [
+        ("B", 2), ("D", 0), ("F", 0), ("a", 1), ("e", 0), ("zz", 0)]
