@@ -31,6 +31,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_dblog.airflow.hooks import DblogHook
+from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.errors import DblogError
 from airflow_provider_dblog.spark.submit import APPLICATION as SUBMIT_APPLICATION
 
@@ -254,9 +255,14 @@ class DblogReportOperator(BaseOperator):
         except DblogError as exc:
             raise _fail(exc) from None
         tables = summary["tables"]
+
+        def position(text: str) -> BinlogPosition:  # "mysql-bin.000003:1234"
+            file, pos = text.rsplit(":", 1)
+            return BinlogPosition.at(file, int(pos))
+
         result = {"chunks": summary["chunks"], "rows": summary["rows"],
-                  "min_hw": min((t["min_hw"] for t in tables.values()), default=None),
-                  "max_hw": max((t["max_hw"] for t in tables.values()), default=None),
+                  "min_hw": min((t["min_hw"] for t in tables.values()), key=position, default=None),
+                  "max_hw": max((t["max_hw"] for t in tables.values()), key=position, default=None),
                   "tables": tables}
         self.log.info("report: %d chunks, %d rows, HW %s .. %s", result["chunks"], result["rows"], result["min_hw"],
                       result["max_hw"])

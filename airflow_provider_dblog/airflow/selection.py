@@ -63,10 +63,13 @@ def filter_sql(text: str, columns: Sequence[str]) -> str:
     depth = 0
     pos = 0
     tokens = []
+    unexpected = None  # reported after the tokens before it, so the first problem is the one named
     while pos < len(text):
         match = _TOKEN.match(text, pos)
         if not match:
-            raise DblogError(f"filter rejected: unexpected {text[pos:pos + 10]!r} at character {pos + 1}; {FILTER_HELP}")
+            unexpected = DblogError(f"filter rejected: unexpected {text[pos:pos + 10]!r} at character {pos + 1}; "
+                                    f"{FILTER_HELP}")
+            break
         pos = match.end()
         if match.lastgroup != "ws":
             tokens.append((match.lastgroup, match.group()))
@@ -94,6 +97,8 @@ def filter_sql(text: str, columns: Sequence[str]) -> str:
             out.append(")")
         else:
             out.append(value)
+    if unexpected is not None:
+        raise unexpected
     if depth:
         raise DblogError("filter rejected: unbalanced '('")
     return " ".join(out)

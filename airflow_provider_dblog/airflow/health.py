@@ -1,0 +1,68 @@
+"""DBLog's health check: fail when the source moved but the tail made no progress for too long.
+
+The tail's progress is its Structured Streaming checkpoint (``STATE/checkpoints/DB.TABLE``): the end
+offset of the last *committed* micro-batch (``offsets/N`` for the greatest ``commits/N``) and the time
+that commit was written. The tail's offsets are binlog positions that advance with every binlog write
+(events of other tables included), so "caught up" means: committed offset >= the source's current
+position. Before the first micro-batch the offset map (``offsets.json``: smallest HW, build time)
+stands in for the checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Sequence
+
+from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.errors import DblogError
+
+
+def _numbered(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+
+
+def tail_progress(state_dir: str, table: str) -> tuple[BinlogPosition, float, str]:
+    """(committed position, when it was committed (epoch s), where that came from) for ``table``."""
+    from airflow_provider_dblog.pipeline import load_offsets
+    from airflow_provider_dblog.state import StateDir, read_json
+
+    state = StateDir(state_dir)
+    checkpoint = state.checkpoint_dir(table)
+    commits = _numbered(checkpoint / "commits")
+    for commit in reversed(commits):
+        offsets = checkpoint / "offsets" / commit.name
+        if offsets.exists():
+            last = offsets.read_text().strip().splitlines()[-1]
+            return BinlogPosition.from_dict(json.loads(last)), commit.stat().st_mtime, f"tail batch {commit.name}"
+    offsets = load_offsets(state)
+    if table not in offsets:
+        raise DblogError(f"{table} is not in the offset map of {state_dir}: run the initial load first")
+    built_at = float(read_json(state.offsets_file).get("built_at") or state.offsets_file.stat().st_mtime)
+    return offsets[table].min_hw, built_at, "offset map (no tail batch yet)"
+
+
+def check_tail_health(state_dir: str, source_position: BinlogPosition, max_stall_seconds: float,
+                      tables: Sequence[str] | None = None, now: float | None = None) -> dict:
+    """Per table: lag and stall; raises ``DblogError`` naming every stalled table."""
+    from airflow_provider_dblog.pipeline import load_offsets
+    from airflow_provider_dblog.state import StateDir
+
+    now = time.time() if now is None else now
+    names = list(tables or sorted(load_offsets(StateDir(state_dir))))
+    report, stalled = {}, []
+    for name in names:
+        position, progressed_at, origin = tail_progress(state_dir, name)
+        behind = source_position > position
+        idle = max(0.0, now - progressed_at)
+        report[name] = {"tail": str(position), "source": str(source_position), "behind": behind,
+                        "seconds_since_progress": round(idle, 1), "from": origin}
+        if behind and idle > max_stall_seconds:
+            stalled.append(f"{name}: source at {source_position}, tail at {position} ({origin}), no progress for "
+                           f"{idle:.0f}s (> {max_stall_seconds:.0f}s)")
+    if stalled:
+        raise DblogError("tail stalled: " + "; ".join(stalled) + ". Check the tail job (its logs, the binlog "
+                         "retention, the source connection).")
+    return report

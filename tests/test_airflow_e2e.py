@@ -1,0 +1,471 @@
+"""The Airflow layer end to end, against the test MariaDB and Spark local[2]:
+
+* ``airflow providers list`` shows the provider; the DAG files import cleanly; the trigger form
+  rejects an injected filter;
+* ``dblog_initial_load`` runs with ``airflow dags test`` (``dag.test()``) while a writer changes rows,
+  then ``dblog_tail``; the mirror equals the source;
+* with the API server, scheduler and DAG processor running (LocalExecutor, SQLite), a key-range
+  ``dblog_resnapshot`` is triggered and one mapped snapshot instance of the initial load is cleared
+  through the REST API while a writer and a ``--continuous`` tail run; exactly the expected chunks
+  are re-read and the mirror still equals the source;
+* the password never shows up in task logs, XComs, rendered fields, the metadata DB or state files.
+
+Airflow always runs in subprocesses with its own AIRFLOW_HOME, so this test process never imports it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pymysql
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+AIRFLOW = str(BIN / "airflow")
+PASSWORD = "s3cret-Pa55"
+CONN_ID = "dblog_test_source"
+ROWS = 3000
+FAST_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class AirflowHome:
+    home: Path
+    env: dict
+    state: str
+    sink: str
+    table: str
+    mariadb: object
+    outputs: list[str] = field(default_factory=list)
+    port: int = 0
+
+    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        proc = subprocess.run([AIRFLOW, *args], env=self.env, cwd=self.home, capture_output=True, text=True,
+                              timeout=timeout)
+        self.outputs.append(proc.stdout + proc.stderr)
+        return proc
+
+    def db(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.home / "airflow.db", timeout=30)
+
+    def last_run_state(self, dag_id: str) -> str | None:
+        with self.db() as conn:
+            row = conn.execute("SELECT state FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1",
+                               (dag_id,)).fetchone()
+        return row[0] if row else None
+
+    def task_states(self, dag_id: str) -> dict:
+        with self.db() as conn:
+            rows = conn.execute("SELECT task_id, map_index, state, try_number, rendered_map_index FROM task_instance "
+                                "WHERE dag_id = ?", (dag_id,)).fetchall()
+        return {(r[0], r[1]): {"state": r[2], "try": r[3], "label": r[4]} for r in rows}
+
+    def xcom(self, dag_id: str, task_id: str):
+        with self.db() as conn:
+            row = conn.execute("SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = 'return_value' "
+                               "ORDER BY dag_run_id DESC LIMIT 1", (dag_id, task_id)).fetchone()
+        value = json.loads(row[0]) if row else None
+        return json.loads(value) if isinstance(value, str) else value
+
+
+@pytest.fixture(scope="module")
+def airflow(mariadb, tmp_path_factory) -> AirflowHome:
+    base = tmp_path_factory.mktemp("airflow")
+    home = base / "home"
+    home.mkdir()
+    database = f"af{os.getpid()}"
+    mariadb.sql(f"DROP DATABASE IF EXISTS {database}", f"CREATE DATABASE {database}")
+    table = f"{database}.orders"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AIRFLOW", "PYSPARK", "DBLOG_", "SPARK_"))}
+    env.update({
+        "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "test-jwt-secret-" + os.urandom(8).hex(),
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps({
+            "conn_type": "mysql", "host": "127.0.0.1", "port": mariadb.port, "login": "dblog",
+            "password": PASSWORD, "extra": {"watermark": "auto", "server_id_range": [3000000, 3999999]}}),
+        "DBLOG_CONN_ID": CONN_ID,
+        "DBLOG_STATE": str(base / "state"),
+        "DBLOG_SINK": str(base / "lake"),
+        "DBLOG_TABLES": table,
+        "DBLOG_CHUNK_SIZE": "500",
+        "DBLOG_BATCH_SIZE": "2",
+        "DBLOG_MAX_STALL_SECONDS": "600",
+        "DBLOG_SPARK_CONF": json.dumps(FAST_JVM),
+        # no password anywhere but the Airflow connection: no credentials file, no $DBLOG_SOURCE_PASSWORD
+        "DBLOG_CREDENTIALS": str(base / "no-credentials.json"),
+    })
+    af = AirflowHome(home, env, str(base / "state"), str(base / "lake"), table, mariadb, port=port)
+    proc = af.run("db", "migrate", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return af
+
+
+# ---- a writer changing rows while snapshots and re-snapshots run ------------------------------
+class Writer(threading.Thread):
+    def __init__(self, mariadb, table: str, seed: int):
+        super().__init__(daemon=True)
+        self.mariadb, self.table, self.rng = mariadb, table, random.Random(seed)
+        self.stop_event = threading.Event()
+        self.ops = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        """Updates, deletes, inserts and primary key changes, keys kept in 1..ROWS (so the plan's chunk
+        count does not depend on timing), in small multi-row transactions."""
+        conn = pymysql.connect(host="127.0.0.1", port=self.mariadb.port, user="root", autocommit=False)
+        try:
+            with conn.cursor() as cur:
+                while not self.stop_event.is_set():
+                    for _ in range(self.rng.randint(1, 3)):
+                        op, key, other = self.rng.random(), self.rng.randint(1, ROWS), self.rng.randint(1, ROWS)
+                        if op < 0.55:
+                            cur.execute(f"UPDATE {self.table} SET amount = amount + 1.25, status = %s, "
+                                        f"updated = NOW(6) WHERE id = %s", (self.rng.choice(["paid", "late", "new"]), key))
+                        elif op < 0.75:
+                            cur.execute(f"INSERT IGNORE INTO {self.table} VALUES (%s, 'new', %s, %s, NOW(6))",
+                                        (key, key / 3, f"w{key}"))
+                        elif op < 0.93:
+                            cur.execute(f"DELETE FROM {self.table} WHERE id = %s", (key,))
+                        else:  # a primary key change: a delete plus an insert downstream
+                            cur.execute(f"UPDATE IGNORE {self.table} SET id = %s WHERE id = %s", (other, key))
+                        self.ops += 1
+                    conn.commit()
+                    time.sleep(0.08)
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            self.error = exc
+        finally:
+            conn.close()
+
+    def stop(self) -> int:
+        self.stop_event.set()
+        self.join(30)
+        assert self.error is None, f"writer failed: {self.error!r}"
+        return self.ops
+
+
+def create_table(mariadb, table: str) -> None:
+    db = table.split(".")[0]
+    mariadb.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, status VARCHAR(16) NOT NULL, amount DECIMAL(12,2), "
+                f"note TEXT, updated DATETIME(6))",
+                f"INSERT INTO {table} SELECT seq, IF(seq % 7 = 0, 'late', 'new'), seq / 4, CONCAT('n', seq), "
+                f"'2024-01-01 00:00:00.000001' FROM seq_1_to_{ROWS}", db=db)
+
+
+def source_position(mariadb):
+    from airflow_provider_dblog.core.positions import BinlogPosition
+
+    file, pos = mariadb.sql("SHOW MASTER STATUS")[0][:2]
+    return BinlogPosition.at(file, pos)
+
+
+def assert_mirror_equals_source(af: AirflowHome, spark, tmp_path, monkeypatch) -> dict:
+    from airflow_provider_dblog.dialects.base import PASSWORD_ENV
+    from airflow_provider_dblog.pipeline import verify_mirror
+    from airflow_provider_dblog.spark.tail_job import write_mirror
+
+    monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
+    out = str(tmp_path / "mirror")
+    write_mirror(af.state, af.sink, af.table, out, spark=spark)
+    result = verify_mirror(af.state, out, af.table)
+    assert result["equal"], result
+    return result
+
+
+def assert_no_password_anywhere(af: AirflowHome) -> None:
+    needle = PASSWORD.encode()
+    for i, output in enumerate(af.outputs):
+        assert PASSWORD not in output, f"password in the output of airflow command #{i}"
+    for folder in (af.home, Path(af.state)):
+        for path in folder.rglob("*"):
+            if path.is_file() and path.suffix not in (".parquet",):
+                assert needle not in path.read_bytes(), f"password in {path}"  # logs, airflow.db (XCom, rendered
+                #                                                              fields, serialized DAGs), state files
+
+
+@pytest.fixture(scope="module")
+def initial_load(airflow: AirflowHome):
+    """``dblog_initial_load`` through ``airflow dags test`` (dag.test()) while a writer changes rows."""
+    create_table(airflow.mariadb, airflow.table)
+    writer = Writer(airflow.mariadb, airflow.table, seed=1)
+    writer.start()
+    try:
+        proc = airflow.run("dags", "test", "dblog_initial_load", timeout=900)
+    finally:
+        ops = writer.stop()
+    assert proc.returncode == 0 and airflow.last_run_state("dblog_initial_load") == "success", (
+        proc.stdout[-6000:] + proc.stderr[-3000:])
+    return {"writer_ops": ops}
+
+
+# ---- quick checks ----------------------------------------------------------------------------
+def test_providers_list_shows_the_provider(airflow):
+    proc = airflow.run("providers", "list", "-o", "json", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    providers = {p["package_name"]: p for p in json.loads(proc.stdout[proc.stdout.index("["):])}
+    assert "airflow-provider-dblog" in providers
+    hooks = airflow.run("providers", "hooks", "-o", "json", timeout=120)
+    assert "airflow_provider_dblog.airflow.hooks.DblogHook" in hooks.stdout
+
+
+DAGBAG_CHECK = r"""
+import copy, json, sys
+from airflow.dag_processing.dagbag import DagBag
+from airflow.sdk.exceptions import ParamValidationError
+bag = DagBag(sys.argv[1])
+out = {"errors": {k: v[-500:] for k, v in bag.import_errors.items()}, "dags": sorted(bag.dag_ids)}
+dag = bag.get_dag("dblog_resnapshot")
+params = copy.deepcopy(dag.params)
+params["table"] = "shop.orders"
+params["filter"] = "status = 'late' AND id > 3"
+try:
+    params["filter"] = "1=1; DROP TABLE x"
+    out["injection"] = "accepted"
+except ParamValidationError as exc:
+    out["injection"] = str(exc)
+tail = bag.get_dag("dblog_tail")
+out["tail_max_active_runs"] = tail.max_active_runs
+load = bag.get_dag("dblog_initial_load")
+out["load_tasks"] = sorted(load.task_ids)
+print("RESULT" + json.dumps(out))
+"""
+
+
+def test_dags_import_cleanly_and_the_form_rejects_an_injected_filter(airflow):
+    proc = subprocess.run([sys.executable, "-c", DAGBAG_CHECK, str(ROOT / "dags")], env=airflow.env,
+                          cwd=airflow.home, capture_output=True, text=True, timeout=120)
+    assert "RESULT" in proc.stdout, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.split("RESULT", 1)[1])
+    assert out["errors"] == {}
+    assert {"dblog_initial_load", "dblog_tail", "dblog_resnapshot"} <= set(out["dags"])
+    assert out["injection"].startswith("Invalid input for param filter"), out["injection"]
+    assert out["tail_max_active_runs"] == 1
+    assert out["load_tasks"] == ["plan", "report", "snapshot", "tail"]
+
+
+# ---- end to end ------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_initial_load_then_scheduled_tail_converge(airflow, initial_load, spark, tmp_path, monkeypatch):
+    assert initial_load["writer_ops"] > 20  # the source really changed during the load
+    tasks = airflow.task_states("dblog_initial_load")
+    snapshots = {k[1]: v for k, v in tasks.items() if k[0] == "snapshot"}
+    assert len(snapshots) == 3 and all(v["state"] == "success" for v in snapshots.values()), snapshots
+    assert all(v["label"].startswith(f"batch {i}: {airflow.table} chunks ") for i, v in snapshots.items()), snapshots
+    report = airflow.xcom("dblog_initial_load", "report")
+    assert report["chunks"] == 6 and report["rows"] > 0 and report["min_hw"] and report["max_hw"]
+    plan = airflow.xcom("dblog_initial_load", "plan")
+    assert [kw["application_args"][:5] for kw in plan] == [
+        ["snapshot", "--state", airflow.state, "--batch", str(i)] for i in range(3)]
+
+    writer = Writer(airflow.mariadb, airflow.table, seed=2)  # changes after the load's tail
+    writer.start()
+    time.sleep(3)
+    writer.stop()
+    proc = airflow.run("dags", "test", "dblog_tail", timeout=600)
+    assert proc.returncode == 0 and airflow.last_run_state("dblog_tail") == "success", proc.stdout[-6000:]
+    assert airflow.task_states("dblog_tail")[("health_check", -1)]["state"] == "success"
+    assert_mirror_equals_source(airflow, spark, tmp_path, monkeypatch)
+    assert_no_password_anywhere(airflow)
+
+
+class Servers:
+    """API server, scheduler and DAG processor of one AIRFLOW_HOME, on loopback."""
+
+    def __init__(self, af: AirflowHome):
+        self.af = af
+        self.base = f"http://127.0.0.1:{af.port}"
+        self.procs: list[subprocess.Popen] = []
+        self.token = None
+
+    def start(self) -> "Servers":
+        for name, args in (("api-server", ["api-server", "-H", "127.0.0.1", "-p", str(self.af.port), "-w", "1"]),
+                           ("scheduler", ["scheduler"]), ("dag-processor", ["dag-processor"])):
+            log = open(self.af.home / f"{name}.out", "w")
+            self.procs.append(subprocess.Popen([AIRFLOW, *args], env=self.af.env, cwd=self.af.home, stdout=log,
+                                               stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                health = json.load(urllib.request.urlopen(self.base + "/api/v2/monitor/health", timeout=5))
+                if health["scheduler"]["status"] == "healthy" and health["dag_processor"]["status"] == "healthy":
+                    break
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            for p in self.procs:
+                assert p.poll() is None, f"an Airflow process exited: {self.tail_logs()}"
+            time.sleep(1)
+        else:
+            raise AssertionError(f"Airflow did not become healthy: {self.tail_logs()}")
+        # simple auth manager with all-admins: a token without credentials (GET /auth/token)
+        self.token = json.load(urllib.request.urlopen(self.base + "/auth/token", timeout=10))["access_token"]
+        return self
+
+    def tail_logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-2500:]
+                         for p in sorted(self.af.home.glob("*.out")))
+
+    def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
+        request = urllib.request.Request(
+            self.base + path, method=method, data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
+
+    def ok(self, method: str, path: str, body: dict | None = None):
+        status, data = self.call(method, path, body)
+        assert status == 200, (method, path, status, data)
+        return data
+
+    def wait_dag(self, dag_id: str, timeout: float = 120) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.call("GET", f"/api/v2/dags/{dag_id}")[0] == 200:
+                return
+            time.sleep(1)
+        raise AssertionError(f"{dag_id} not parsed: {self.tail_logs()}")
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float) -> str:
+        deadline = time.time() + timeout
+        state = None
+        while time.time() < deadline:
+            state = self.ok("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            if state in ("success", "failed"):
+                return state
+            time.sleep(2)
+        raise AssertionError(f"{dag_id} run {run_id} still {state} after {timeout}s: {self.tail_logs()}")
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+
+
+def continuous_tail(af: AirflowHome) -> subprocess.Popen:
+    """The detached ``--continuous`` tail of docs/airflow.md (here the CLI, without spark-submit)."""
+    env = {**af.env, "DBLOG_SOURCE_PASSWORD": PASSWORD, "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    log = open(af.home / "continuous-tail.out", "w")
+    return subprocess.Popen([str(BIN / "dblog"), "tail", "--state", af.state, "--sink", af.sink, "--continuous",
+                             "--trigger-seconds", "2"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def wait_tail_caught_up(af: AirflowHome, tail: subprocess.Popen, timeout: float = 150) -> None:
+    from airflow_provider_dblog.airflow.health import tail_progress
+
+    target = source_position(af.mariadb)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert tail.poll() is None, (af.home / "continuous-tail.out").read_text()[-3000:]
+        if tail_progress(af.state, af.table)[0] >= target:
+            return
+        time.sleep(1)
+    raise AssertionError("the continuous tail did not catch up: "
+                         + (af.home / "continuous-tail.out").read_text()[-3000:])
+
+
+@pytest.mark.slow
+def test_api_resnapshot_and_cleared_instance_converge_while_the_tail_runs(airflow, initial_load, spark, tmp_path,
+                                                                         monkeypatch):
+    from airflow_provider_dblog.state import StateDir
+
+    state = StateDir(airflow.state)
+    plan = state.table(airflow.table)
+    lo, hi = 1600, 1900
+    in_range = [c.id for c in plan.chunks
+                if (c.lo is None or c.lo[0] <= hi) and (c.hi is None or lo < c.hi[0])]
+    cleared_batch = state.batch(0)
+    assert not set(in_range) & set(cleared_batch.chunk_ids), (in_range, cleared_batch)
+    expected_rereads = set(in_range) | set(cleared_batch.chunk_ids)
+
+    servers = Servers(airflow).start()
+    tail = writer = None
+    try:
+        for dag_id in ("dblog_initial_load", "dblog_resnapshot"):
+            servers.wait_dag(dag_id)
+            servers.ok("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        # the trigger API refuses an injected filter before any task runs
+        status, detail = servers.call("POST", "/api/v2/dags/dblog_resnapshot/dagRuns", {
+            "logical_date": None, "conf": {"table": airflow.table, "filter": "1=1; DROP TABLE x"}})
+        assert status == 400 and "Invalid input for param filter" in str(detail), (status, detail)
+
+        tail = continuous_tail(airflow)
+        writer = Writer(airflow.mariadb, airflow.table, seed=3)
+        writer.start()
+        started = time.time()
+        run = servers.ok("POST", "/api/v2/dags/dblog_resnapshot/dagRuns", {
+            "logical_date": None, "conf": {"table": airflow.table, "key_lo": lo, "key_hi": hi}})
+        load_run = servers.ok("GET", "/api/v2/dags/dblog_initial_load/dagRuns")["dag_runs"][0]["dag_run_id"]
+        cleared = servers.ok("POST", "/api/v2/dags/dblog_initial_load/clearTaskInstances", {
+            "dry_run": False, "only_failed": False, "dag_run_id": load_run, "task_ids": [["snapshot", 0]]})
+        assert [(t["task_id"], t["map_index"]) for t in cleared["task_instances"]] == [("snapshot", 0)]
+
+        assert servers.wait_run("dblog_resnapshot", run["dag_run_id"], 300) == "success", servers.tail_logs()
+        assert servers.wait_run("dblog_initial_load", load_run, 300) == "success", servers.tail_logs()
+        writer.stop()
+        wait_tail_caught_up(airflow, tail)
+    finally:
+        if writer is not None and writer.is_alive():
+            writer.stop_event.set()
+        if tail is not None and tail.poll() is None:
+            os.killpg(tail.pid, signal.SIGTERM)
+            try:
+                tail.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(tail.pid, signal.SIGKILL)
+        servers.stop()
+
+    # the mapped instance's second try re-read its own chunks with --force; the re-snapshot the range's
+    resnap = airflow.task_states("dblog_resnapshot")
+    assert [k for k in resnap if k[0] == "resnapshot"], resnap
+    assert all(v["state"] == "success" for v in resnap.values()), resnap
+    snap0 = airflow.task_states("dblog_initial_load")[("snapshot", 0)]
+    assert snap0["state"] == "success" and snap0["try"] == 2, snap0
+    reports = state.reports(airflow.table)
+    reread = {cid for cid, rep in reports.items() if rep["finished_at"] >= started}
+    assert reread == expected_rereads, (reread, expected_rereads)
+    logs = "\n".join(p.read_text(errors="replace") for p in (airflow.home / "logs").rglob("*.log"))
+    assert "re-reading its chunks (--force)" in logs
+    assert f"--batch 0 --sink {airflow.sink} --force" in logs
+
+    assert_mirror_equals_source(airflow, spark, tmp_path, monkeypatch)
+    assert_no_password_anywhere(airflow)
