@@ -7,8 +7,9 @@
   ``max_stall_seconds`` (default 30 min; keep it a few schedule intervals long). It runs beside the
   tail and judges the progress made up to now, so a tail that keeps failing or hangs is reported.
 
-For a detached ``--continuous`` tail (lower latency) see docs/airflow.md; keep this DAG's
-``health_check`` running then (pause nothing but the ``tail`` task, e.g. by removing it).
+With a detached ``--continuous`` tail instead (lower latency, see docs/airflow.md) set
+``$DBLOG_TAIL_MODE=continuous`` for the DAG processor: this DAG then keeps only ``health_check``,
+which watches the detached job.
 """
 from __future__ import annotations
 
@@ -31,15 +32,16 @@ with DAG(
     doc_md=__doc__,
     params=params("conn_id", "state", "sink", "max_stall_seconds"),
 ) as dag:
-    tail = DblogSparkSubmitOperator(
-        task_id="tail",
-        conn_id=SPARK_CONN_ID,
-        conf=spark_conf(),
-        dblog_conn_id=template("conn_id"),
-        execution_timeout=timedelta(hours=1),
-        **tail_kwargs(template("state"), template("sink")),
-    )
-    health_check = DblogTailHealthSensor(
+    if os.environ.get("DBLOG_TAIL_MODE", "available_now") != "continuous":
+        DblogSparkSubmitOperator(
+            task_id="tail",
+            conn_id=SPARK_CONN_ID,
+            conf=spark_conf(),
+            dblog_conn_id=template("conn_id"),
+            execution_timeout=timedelta(hours=1),
+            **tail_kwargs(template("state"), template("sink")),
+        )
+    DblogTailHealthSensor(
         task_id="health_check",
         dblog_conn_id=template("conn_id"),
         state_dir=template("state"),
