@@ -168,8 +168,51 @@ def binlog_position(server) -> tuple[str, int]:
 
 
 # ---- timed whole processes ------------------------------------------------------------------
+# Byte-compiled modules, as after any normal `pip install`: this venv was installed without .pyc files and
+# the environment may set PYTHONDONTWRITEBYTECODE=1, which makes every Python process (the dblog driver,
+# each Spark Python worker and data source worker) compile pandas, pyspark, ... from source again
+# (~3 s of CPU each on this machine). The cache lives under .bench/, the venv is not touched.
+BYTECODE = {"enabled": True}
+# With --code-rev the package is exported from that git revision and put first on PYTHONPATH, so the
+# figures belong to one commit even while the working tree changes under a long run.
+CODE = {"pythonpath": None}
+
+
+def export_revision(rev: str) -> tuple[str, Path]:
+    """``git archive REV airflow_provider_dblog`` under .bench/src-COMMIT; returns (commit, dir)."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", rev], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    target = BENCH_DIR / f"src-{commit[:12]}"
+    if not (target / "airflow_provider_dblog").exists():
+        target.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "airflow_provider_dblog"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    CODE["pythonpath"] = str(target)
+    sys.path.insert(0, str(target))
+    return commit, target
+
+
+def code_version() -> dict:
+    def git(*a):
+        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout.strip()
+
+    if CODE["pythonpath"]:
+        return {"commit": Path(CODE["pythonpath"]).name.removeprefix("src-"), "source": "git archive (--code-rev)"}
+    dirty = bool(git("status", "--porcelain", "--", "airflow_provider_dblog"))
+    return {"commit": git("rev-parse", "--short=12", "HEAD"), "source": "working tree" + (" (modified)" if dirty else "")}
+
+
 def bench_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
+    if BYTECODE["enabled"]:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(BENCH_DIR / "pycache")
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.pop("PYTHONPYCACHEPREFIX", None)
+    if CODE["pythonpath"]:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (CODE["pythonpath"], env.get("PYTHONPATH")) if p)
     env.update({"PYSPARK_PYTHON": PYTHON, "PYSPARK_DRIVER_PYTHON": PYTHON, "DBLOG_SPARK_MASTER": SPARK_MASTER,
                 "DBLOG_CREDENTIALS": str(BENCH_DIR / "credentials.json"), "PYTHONUNBUFFERED": "1"})
     env.update(extra or {})
@@ -185,6 +228,7 @@ class Timed:
     load_before: float = 0.0
     load_after: float = 0.0
     extra: dict = field(default_factory=dict)
+    started_at: float = 0.0  # epoch seconds at fork
 
     def json(self):
         """The last JSON object printed on stdout (our helper scripts and dblog print one)."""
@@ -196,19 +240,23 @@ class Timed:
 def run_timed(cmd: list[str] | str, log_path: Path | None = None, stdout_devnull: bool = False,
               env: dict | None = None, shell: bool = False, check: bool = True, timeout: float | None = None) -> Timed:
     """Run one whole process; wall-clock seconds from fork to exit."""
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
     if log_path:
         log_path.parent.mkdir(parents=True, exist_ok=True)
     err = open(log_path, "w") if log_path else subprocess.DEVNULL
     load_before = os.getloadavg()[0]
     try:
-        started = time.perf_counter()
-        proc = subprocess.run(cmd, shell=shell, env=env or bench_env(), stderr=err, timeout=timeout,
+        started, started_at = time.perf_counter(), time.time()
+        # cwd outside the repo: `python -m pyspark.daemon` puts its cwd first on sys.path, which would
+        # shadow --code-rev with the working tree
+        proc = subprocess.run(cmd, shell=shell, env=env or bench_env(), stderr=err, timeout=timeout, cwd=BENCH_DIR,
                               stdout=subprocess.DEVNULL if stdout_devnull else subprocess.PIPE, text=True)
         seconds = time.perf_counter() - started
     finally:
         if log_path:
             err.close()
-    result = Timed(seconds, proc.returncode, proc.stdout or "", log_path, load_before, os.getloadavg()[0])
+    result = Timed(seconds, proc.returncode, proc.stdout or "", log_path, load_before, os.getloadavg()[0],
+                   started_at=started_at)
     if check and proc.returncode != 0:
         tail = log_path.read_text(errors="replace")[-3000:] if log_path else ""
         raise RuntimeError(f"{cmd if isinstance(cmd, str) else ' '.join(map(str, cmd))} failed with "
@@ -264,13 +312,35 @@ def dblog_run(server, table: str, state: Path, sink: Path, chunk_size: int, wate
     cmd = [DBLOG, "run", "--source", server.uri(), "--table", table, "--state", str(state), "--sink", str(sink),
            "--chunk-size", str(chunk_size), "--batch-size", str(batch_size), "--watermark", watermark]
     result = run_timed(cmd, log_path)
-    result.extra = parse_dblog_log(log_path.read_text(errors="replace")) if log_path else {}
+    if log_path:
+        result.extra = parse_dblog_log(log_path.read_text(errors="replace"), result.started_at,
+                                       result.started_at + result.seconds)
     return result
 
 
-def parse_dblog_log(text: str) -> dict:
-    """Phase timings from dblog's own log lines: planning, the Spark snapshot job, chunk reads."""
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) dblog INFO (.*)$", re.M)
+
+
+def parse_dblog_log(text: str, started_at: float = 0.0, ended_at: float = 0.0) -> dict:
+    """Phase timings from dblog's own log lines: planning, the Spark snapshot job, chunk reads; with
+    the process's start/end, the wall-clock phases of `dblog run` (log times are local time)."""
     out: dict = {}
+    stamps = []
+    for stamp, message in _STAMP.findall(text):
+        epoch = time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + int(stamp[20:]) / 1000
+        stamps.append((epoch, message))
+
+    def first(prefix: str):
+        return next((t for t, m in stamps if m.startswith(prefix)), None)
+
+    if started_at and stamps:
+        planned, batch = first("planned "), first("run: batch 1/")
+        snap_end, report = first("snapshot "), first("report: ")
+        tail_end = next((t for t, m in stamps if m.startswith("tail: ") and " rows in " in m), None)
+        marks = [("start_and_plan_s", started_at, planned), ("spark_start_s", planned, batch),
+                 ("snapshot_job_s", batch, snap_end), ("report_s", snap_end, report),
+                 ("tail_s_total", report, tail_end), ("exit_s", tail_end, ended_at)]
+        out["phases"] = {name: round(b - a, 2) for name, a, b in marks if a and b}
     m = re.search(r"planned \S+: (\d+) chunks .* in ([\d.]+)s", text)
     if m:
         out["chunks"], out["plan_s"] = int(m.group(1)), float(m.group(2))

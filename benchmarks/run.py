@@ -115,6 +115,24 @@ def bench_snapshot(server, table: str, rows: int, work: Path, args, results: dic
         # the default we recommend is the race-free strategy; the others are reported beside it
         out["c_dblog"] = max((e for e in runs if e["details"]["watermark"] == args.watermark),
                              key=lambda e: e["rows_per_s"])
+        if args.bytecode and args.compare_bytecode and table == args.tables[0]:
+            best = out["c_dblog"]["details"]
+            common.BYTECODE["enabled"] = False
+            try:
+                e = run_dblog(f"c-{best['chunk_size']}-nopyc", best["chunk_size"], best["watermark"])
+            finally:
+                common.BYTECODE["enabled"] = True
+            out["c_no_bytecode"] = e
+            log(f"{table}: (c) again without .pyc files (PYTHONDONTWRITEBYTECODE=1, this venv as installed): "
+                f"{e['seconds']}s = {e['rows_per_s']:,.0f} rows/s")
+        if args.profile:
+            best = out["c_dblog"]["details"]
+            t = common.run_timed([common.PYTHON, str(common.HERE / "profile_snapshot.py"), "--source", server.uri(),
+                                  "--table", name, "--chunk-size", str(best["chunk_size"]), "--watermark",
+                                  best["watermark"], "--out", str(fresh(f"profile-{table}"))],
+                                 logs / f"{table}-profile.log")
+            out["profile"] = t.json()
+            log(f"{table}: profile {out['profile']}")
 
     if "d" in args.parts and "c_dblog" in out:
         best = out["c_dblog"]["details"]
@@ -248,6 +266,11 @@ def bench_tail(server, work: Path, args, results: dict) -> None:
                          "query_rows_per_s": round(got / summary["seconds"], 1) if summary["seconds"] else None}
     log(f"tail: dblog tail --available-now {got} rows: whole process {t.seconds:.1f}s = {got / t.seconds:,.0f} "
         f"rows/s; streaming query {summary['seconds']}s")
+    if args.profile:
+        t = common.run_timed([common.PYTHON, str(common.HERE / "profile_tail.py"), "--state", str(state),
+                              "--table", table, "--start", f"{file}:{pos}"], logs / "tail-profile.log")
+        out["profile"] = t.json()
+        log(f"tail: profile {out['profile']}")
     if args.verify:
         out["verify"] = verify(server, table, state, sink, logs / "tail-verify.log", work)
         log(f"tail: verify {out['verify']}")
@@ -273,7 +296,8 @@ def bench_latency(server, work: Path, args, results: dict) -> None:
     tail_log = open(logs / "lat-tail.log", "w")
     tail = subprocess.Popen([common.DBLOG, "tail", "--state", str(state), "--sink", str(sink), "--continuous",
                              "--table", table, "--trigger-seconds", str(args.trigger_seconds)],
-                            env=common.bench_env(), stdout=tail_log, stderr=subprocess.STDOUT, start_new_session=True)
+                            env=common.bench_env(), stdout=tail_log, stderr=subprocess.STDOUT, start_new_session=True,
+                            cwd=BENCH_DIR)
     watcher = common.LakeWatcher(sink / table / "stream")
     watcher.start()
     token = 1
@@ -361,6 +385,8 @@ def parse_args(argv=None):
     p.add_argument("--writer-rate", type=float, default=500)
     p.add_argument("--no-verify", dest="verify", action="store_false",
                    help="skip comparing the lake's mirror with the source after (d) and the tail")
+    p.add_argument("--no-profile", dest="profile", action="store_false",
+                   help="skip the per-step profiles of the snapshot and the tail (benchmarks/profile_*.py)")
     p.add_argument("--tail-changes", type=int, default=200_000)
     p.add_argument("--tail-tx-rows", type=int, default=1000)
     p.add_argument("--latency-rates", type=lambda s: [int(x) for x in s.split(",")], default=[500, 2000])
@@ -368,6 +394,12 @@ def parse_args(argv=None):
     p.add_argument("--latency-rows", type=int, default=100_000)
     p.add_argument("--trigger-seconds", type=float, default=1.0)
     p.add_argument("--tick", type=float, default=0.01, help="writer transaction interval (s)")
+    p.add_argument("--no-bytecode-cache", dest="bytecode", action="store_false",
+                   help="run the processes with the environment's PYTHONDONTWRITEBYTECODE as is (see common.py)")
+    p.add_argument("--no-compare-bytecode", dest="compare_bytecode", action="store_false",
+                   help="skip the extra (c) run of the first table without byte-compiled modules")
+    p.add_argument("--code-rev", help="measure this git revision of airflow_provider_dblog (exported under .bench/) "
+                                      "instead of the working tree")
     p.add_argument("--doc", action="store_true", help="write docs/benchmarks.md and .png (default at scale >= 1)")
     p.add_argument("--report-only", action="store_true", help="render the docs from the saved results")
     p.add_argument("--note", default="", help="a note for the doc (e.g. other load on the machine)")
@@ -395,6 +427,9 @@ def main(argv=None) -> int:
         return 0
 
     subprocess.run(["bash", str(ROOT / "scripts" / "bench-deps.sh")], check=True)
+    common.BYTECODE["enabled"] = args.bytecode
+    if args.code_rev:
+        common.export_revision(args.code_rev)
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     work = BENCH_DIR / "runs" / tag
     shutil.rmtree(work, ignore_errors=True)
@@ -405,7 +440,8 @@ def main(argv=None) -> int:
         "command": "make bench" if os.environ.get("MAKELEVEL") else shlex.join(
             [".venv/bin/python", "benchmarks/run.py", *(argv if argv is not None else sys.argv[1:])]),
         "scale": args.scale, "machine": common.machine_info(), "spark_master": common.SPARK_MASTER,
-        "note": args.note, "load1_start": round(os.getloadavg()[0], 2)}, "snapshot": {}}
+        "note": args.note, "code": common.code_version(), "bytecode_cache": args.bytecode,
+        "pythondontwritebytecode_in_env": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")), "load1_start": round(os.getloadavg()[0], 2)}, "snapshot": {}}
 
     files = common.generate(args.scale, tables=tuple(args.tables) if args.tables else ("orders",))
     if "orders" not in files:

@@ -1,0 +1,71 @@
+"""Where the binlog tail spends its time, step by step, in one process without Spark.
+
+    python benchmarks/profile_tail.py --state STATE --table bench.tail --start mysql-bin.000001:1234
+
+Runs, over the same binlog range [start, current end):
+1. python-mysql-replication alone with dblog's stream settings (``MySqlDialect.binlog_items``);
+2. + dblog's value conversion and change events (``read_changes``);
+3. the streaming source's whole ``read()`` of one partition (2 + chunk lookup for keys whose
+   position is at or before their chunk's HW, the emit rule, and ``event_rows``: Python dicts
+   -> Arrow), which is what one Spark task runs before Spark converts and writes the Arrow batches.
+Prints one JSON object with rows and seconds per step.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--state", required=True)
+    parser.add_argument("--table", required=True)
+    parser.add_argument("--start", required=True, help="FILE:POS")
+    args = parser.parse_args()
+
+    from airflow_provider_dblog.core.positions import BinlogPosition
+    from airflow_provider_dblog.pipeline import dialect_for, load_offsets
+    from airflow_provider_dblog.spark.binlog_source import BinlogRange, BinlogStreamReader
+    from airflow_provider_dblog.state import StateDir
+
+    state = StateDir(args.state)
+    plan = state.table(args.table)
+    offsets = load_offsets(state)[args.table]
+    dialect = dialect_for(state.source(), state.options())
+    file, pos = args.start.rsplit(":", 1)
+    start = BinlogPosition.at(file, int(pos))
+    end = dialect.current_position()
+    out = {"start": str(start), "end": str(end)}
+
+    t = time.perf_counter()
+    n = sum(1 for kind, _, _ in dialect.binlog_items(start, end, [plan.meta]) if kind == "row")
+    out["1_binlog_items"] = {"rows": n, "seconds": round(time.perf_counter() - t, 3)}
+
+    t = time.perf_counter()
+    events = list(dialect.read_changes(start, end, [plan.meta]))
+    out["2_read_changes"] = {"rows": len(events), "seconds": round(time.perf_counter() - t, 3)}
+
+    reader = BinlogStreamReader(state, plan, offsets, dialect, 0)
+    t = time.perf_counter()
+    emitted = reader._emit(events)
+    out["emit_rule_only"] = {"rows": len(emitted), "seconds": round(time.perf_counter() - t, 3)}
+
+    from airflow_provider_dblog.lake import event_rows
+
+    t = time.perf_counter()
+    event_rows(emitted, dialect.arrow_schema(plan.meta))
+    out["event_rows_only"] = {"rows": len(emitted), "seconds": round(time.perf_counter() - t, 3)}
+
+    t = time.perf_counter()
+    rows = sum(b.num_rows for b in reader.read(BinlogRange(start.to_dict(), end.to_dict())))
+    out["3_source_read"] = {"rows": rows, "seconds": round(time.perf_counter() - t, 3)}
+    for key in ("1_binlog_items", "2_read_changes", "3_source_read"):
+        step = out[key]
+        step["rows_per_s"] = round(step["rows"] / step["seconds"], 1) if step["seconds"] else None
+    dialect.close()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
