@@ -13,7 +13,13 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("DBLOG_CREDENTIALS", str(ROOT / ".pytest-credentials.json"))
 
+from hypothesis import settings  # noqa: E402
+
 from airflow_provider_dblog.local_mariadb import LocalMariaDB  # noqa: E402
+
+# timings on this machine are noisy: no per-example deadline, a fixed seed for reproducible CI
+settings.register_profile("dblog", deadline=None, derandomize=True, database=None)
+settings.load_profile("dblog")
 
 _names = itertools.count()
 

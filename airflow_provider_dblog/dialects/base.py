@@ -130,8 +130,9 @@ class DataSourceDialect(Protocol):
     def watermark(self, strategy: str, meta: TableMeta) -> "Watermark": ...
 
     def read_changes(self, start: BinlogPosition, end: BinlogPosition | None,
-                     tables: Sequence[TableMeta]) -> Iterator[ChangeEvent]:
-        """Row changes of ``tables`` with ``start < pos <= end`` (end None: up to now)."""
+                     tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1)) -> Iterator[ChangeEvent]:
+        """Row changes of ``tables`` with ``start < pos <= end`` (end None: up to now); with
+        ``share=(k, n)`` only the k-th of n interleaved shares, for parallel decoding."""
 
     def sort_keys(self, meta: TableMeta, keys: Sequence[Key]) -> list[tuple]:
         """Values whose Python order (and equality) is the database's order of ``keys``."""

@@ -35,13 +35,16 @@ def spark_schema(arrow_schema: pa.Schema):
 
 
 class BinlogRange(InputPartition):
-    def __init__(self, start: dict, end: dict):
-        super().__init__((start, end))
-        self.start, self.end = start, end
+    """One decoding share ``part`` of ``parts`` over the micro-batch ``[start, end)``."""
+
+    def __init__(self, start: dict, end: dict, part: int = 0, parts: int = 1):
+        super().__init__((start, end, part, parts))
+        self.start, self.end, self.part, self.parts = start, end, part, parts
 
 
 class BinlogDataSource(DataSource):
-    """Options: ``state`` (state directory), ``table`` (DB.TABLE), ``maxEventsPerTrigger``."""
+    """Options: ``state`` (state directory), ``table`` (DB.TABLE), ``maxEventsPerTrigger``,
+    ``decodeParallelism`` (Spark tasks that share the decoding of each micro-batch)."""
 
     @classmethod
     def name(cls) -> str:
@@ -65,12 +68,14 @@ class BinlogDataSource(DataSource):
         return spark_schema(changelog_schema(dialect_for(state.source()).arrow_schema(meta)))
 
     def streamReader(self, schema) -> "BinlogStreamReader":
-        return BinlogStreamReader(*self._context(), int(self.options.get("maxEventsPerTrigger", 0)))
+        return BinlogStreamReader(*self._context(), int(self.options.get("maxEventsPerTrigger", 0)),
+                                  int(self.options.get("decodeParallelism", 1)))
 
 
 class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, state, plan, offsets, dialect, max_events: int):
+    def __init__(self, state, plan, offsets, dialect, max_events: int, parallelism: int = 1):
         self.meta = plan.meta
+        self.parallelism = max(1, parallelism)
         self.offsets = offsets
         self.dialect = dialect
         self.max_events = max_events
@@ -106,7 +111,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._now()
 
     def partitions(self, start: dict, end: dict):
-        return [BinlogRange(start, end)]
+        return [BinlogRange(start, end, k, self.parallelism) for k in range(self.parallelism)]
 
     def commit(self, end: dict) -> None:
         self.dialect.close()
@@ -130,7 +135,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         schema = self.dialect.arrow_schema(self.meta)
         pending: list = []
         try:
-            for event in self.dialect.read_changes(start, end, [self.meta]):
+            for event in self.dialect.read_changes(start, end, [self.meta], share=(partition.part, partition.parts)):
                 pending.append(event)
                 if len(pending) >= LOOKUP_BATCH:
                     yield from event_rows(self._emit(pending), schema).to_batches()

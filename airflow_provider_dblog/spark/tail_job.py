@@ -21,7 +21,8 @@ log = logging.getLogger("dblog")
 
 def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seconds: float = 1.0,
              max_events: int = 0, tables: list[str] | None = None, spark=None,
-             stop_event: threading.Event | None = None, progress_seconds: float = 10.0) -> dict:
+             stop_event: threading.Event | None = None, progress_seconds: float = 10.0,
+             decode_parallelism: int = 0) -> dict:
     """Run the tail until caught up (``available_now``) or until ``stop_event`` is set / the process ends."""
     from airflow_provider_dblog.pipeline import dialect_for, load_offsets
     from airflow_provider_dblog.spark.binlog_source import SOURCE_NAME, BinlogDataSource
@@ -40,7 +41,8 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
     spark.dataSource.register(BinlogDataSource)
     queries = {}
     for name in names:
-        reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("table", name))
+        reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("table", name)
+                  .option("decodeParallelism", str(decode_parallelism or spark.sparkContext.defaultParallelism)))
         if max_events:
             reader = reader.option("maxEventsPerTrigger", str(max_events))
         writer = (reader.load().writeStream.format("parquet").queryName(f"dblog_tail_{name}")
