@@ -40,6 +40,14 @@ def _naive_utc(value):
     return value
 
 
+def binlog_status_sql(version: str) -> str:
+    """MySQL 8.2 renamed SHOW MASTER STATUS (removed in 8.4); MariaDB keeps it."""
+    if "mariadb" in version.lower():
+        return "SHOW MASTER STATUS"
+    major_minor = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
+    return "SHOW BINARY LOG STATUS" if major_minor >= (8, 2) else "SHOW MASTER STATUS"
+
+
 def _is_int_key(meta: TableMeta) -> bool:
     return len(meta.key_columns) == 1 and meta.column(meta.key_columns[0]).data_type in INTEGER_TYPES
 
@@ -104,12 +112,6 @@ class MySqlDialect:
     @property
     def is_mariadb(self) -> bool:
         return "mariadb" in self.version.lower()
-
-    def _mysql_at_least(self, major: int, minor: int) -> bool:
-        if self.is_mariadb:
-            return False
-        nums = [int(x) for x in re.findall(r"\d+", self.version)[:2]]
-        return tuple(nums) >= (major, minor)
 
     # ---- server checks -----------------------------------------------------------------------
     def check_source(self) -> None:
@@ -281,8 +283,7 @@ class MySqlDialect:
 
     # ---- binlog positions --------------------------------------------------------------------
     def current_position(self) -> BinlogPosition:
-        sql = "SHOW BINARY LOG STATUS" if self._mysql_at_least(8, 2) else "SHOW MASTER STATUS"
-        rows = self.query(sql)
+        rows = self.query(binlog_status_sql(self.version))
         if not rows:
             raise DblogError(f"binary logging is off on {self.config.address}: {SERVER_CONFIG_FIX}")
         return BinlogPosition.at(rows[0][0], rows[0][1])

@@ -6,9 +6,11 @@ a micro-batch interrupted by a crash is re-read from the same offsets and only o
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from airflow_provider_dblog.core.positions import BinlogPosition
@@ -61,8 +63,6 @@ def _resume_position(state: StateDir, table: str, default: BinlogPosition) -> Bi
     offsets_dir = state.checkpoint_dir(table) / "offsets"
     if not offsets_dir.exists():
         return default
-    import json
-
     files = sorted((p for p in offsets_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     if not files:
         return default
@@ -70,24 +70,39 @@ def _resume_position(state: StateDir, table: str, default: BinlogPosition) -> Bi
     return BinlogPosition.from_dict(json.loads(last_line))
 
 
-def _lag(dialect, queries) -> dict:
-    now = dialect.current_position()
-    out = {}
-    for name, query in queries.items():
-        progress = query.lastProgress
-        if not progress or not progress.get("sources"):
-            continue
-        end = progress["sources"][0].get("endOffset")
-        if isinstance(end, str):
-            import json
+class LagTracker:
+    """How far the tail is behind the source, in bytes and in seconds.
 
-            end = json.loads(end)
-        if not end:
-            continue
-        pos = BinlogPosition.from_dict(end)
-        out[name] = {"offset": str(pos), "bytes_behind": now.offset - pos.offset if now.seq == pos.seq else None,
-                     "files_behind": now.seq - pos.seq}
-    return out
+    The server's position is sampled while the tail runs; "seconds behind" is how long ago the server
+    was where the tail is now (0 when caught up), so it needs no clock in the binlog events.
+    """
+
+    def __init__(self, dialect):
+        self.dialect = dialect
+        self.samples: deque[tuple[float, BinlogPosition]] = deque(maxlen=50_000)
+
+    def sample(self) -> None:
+        self.samples.append((time.time(), self.dialect.current_position()))
+
+    def lag(self, queries: dict) -> dict:
+        if not self.samples:
+            self.sample()
+        now_t, now = self.samples[-1]
+        out = {}
+        for name, query in queries.items():
+            progress = query.lastProgress
+            end = (progress or {}).get("sources", [{}])[0].get("endOffset") if progress else None
+            if isinstance(end, str):
+                end = json.loads(end)
+            if not end:
+                continue
+            pos = BinlogPosition.from_dict(end)
+            later = [t for t, p in self.samples if p > pos]
+            seconds = 0.0 if pos >= now else now_t - (later[0] if later else self.samples[0][0])
+            out[name] = {"offset": str(pos), "seconds_behind": round(seconds, 1),
+                         "bytes_behind": now.offset - pos.offset if now.seq == pos.seq else None,
+                         "files_behind": now.seq - pos.seq}
+        return out
 
 
 def _watch(queries: dict, dialect, stop_event, progress_seconds: float) -> dict:
@@ -95,8 +110,10 @@ def _watch(queries: dict, dialect, stop_event, progress_seconds: float) -> dict:
     rows = {name: 0 for name in queries}
     last_log = 0.0
     seen_batches: dict[str, int] = {name: -1 for name in queries}
+    tracker = LagTracker(dialect)
     try:
         while True:
+            tracker.sample()
             active = [q for q in queries.values() if q.isActive]
             for name, q in queries.items():
                 for progress in q.recentProgress:
@@ -109,7 +126,7 @@ def _watch(queries: dict, dialect, stop_event, progress_seconds: float) -> dict:
                 break
             if time.time() - last_log >= progress_seconds:
                 last_log = time.time()
-                log.info("tail: %s rows so far; lag %s", rows, _lag(dialect, queries))
+                log.info("tail: %s rows so far; lag %s", rows, tracker.lag(queries))
             time.sleep(0.5)
     finally:
         for q in queries.values():
@@ -118,7 +135,7 @@ def _watch(queries: dict, dialect, stop_event, progress_seconds: float) -> dict:
     for name, q in queries.items():
         if q.exception() is not None:
             raise DblogError(f"tail of {name} failed: {str(q.exception()).splitlines()[0]}")
-    lag = _lag(dialect, queries)
+    lag = tracker.lag(queries)
     log.info("tail: %s rows in %.1fs; lag %s", rows, time.time() - started, lag)
     return {"rows": rows, "lag": lag, "seconds": round(time.time() - started, 1)}
 
