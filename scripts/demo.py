@@ -190,6 +190,7 @@ class Airflow:
     def __init__(self, home: Path, env: dict, logs: Path):
         self.home, self.env, self.logs = home, env, logs
         self.proc: subprocess.Popen | None = None
+        self.killed = False  # stopped by us (interrupt or timeout), with its spark-submits
 
     def run(self, name: str, *args: str, timeout: float = 1800, watch_dag: str | None = None) -> Path:
         log_path = self.logs / f"{name}.log"
@@ -218,6 +219,7 @@ class Airflow:
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
+        self.killed = True
         for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
             try:
                 os.killpg(proc.pid, sig)
@@ -365,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C, even if started with SIGINT ignored
     base = Path(args.dir).resolve()
     parts: dict = {}  # what this run started, for cleanup()
     try:
@@ -387,9 +390,10 @@ def cleanup(parts: dict) -> None:
         writer.join(30)
         stopped.append("writer")
     airflow = parts.get("airflow")
-    if airflow is not None and airflow.proc is not None and airflow.proc.poll() is None:
+    if airflow is not None:
         airflow.stop()
-        stopped.append("Airflow")
+        if airflow.killed:
+            stopped.append("Airflow and its Spark applications")
     spark = parts.get("spark")
     if spark is not None:
         try:
