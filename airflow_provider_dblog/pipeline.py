@@ -38,6 +38,14 @@ def plan_table(source: SourceConfig, table: str, state_dir: str, chunk_size: int
     if chunk_size <= 0:
         raise DblogError("--chunk-size must be a positive number of rows")
     state = StateDir(state_dir)
+    if state.has_plan() and table in state.tables():
+        # Idempotent: a second plan (or `dblog run`) resumes the first one. Re-reading the table is a
+        # forced rerun of its chunks; a different split needs a new state and sink.
+        log.info("%s is already planned in %s: keeping that plan (re-read chunks with `dblog snapshot "
+                 "--force`; a new split needs a new --state and --sink)", table, state_dir)
+        if save_password:
+            remember(source)
+        return plan_summary(state)
     options = {**(options or {}), **({"watermark_table": watermark_table} if watermark_table else {})}
     dialect = dialect_for(source, options)
     try:
@@ -51,7 +59,6 @@ def plan_table(source: SourceConfig, table: str, state_dir: str, chunk_size: int
         dialect.close()
     if save_password:
         remember(source)
-    state.drop_reports(meta.qualified)
     batches = state.save_plan(source, TablePlan(meta, tuple(chunks), strategy, planned_at), batch_size, options)
     log.info("planned %s: %d chunks in %d batches (key %s, %s watermarks) in %.1fs", meta.qualified, len(chunks),
              sum(b.table == meta.qualified for b in batches), ",".join(meta.key_columns), strategy,
@@ -87,7 +94,7 @@ def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = Fa
         log.info("batch %d (%s): every chunk already reported; nothing to read (--force re-reads)", batch_index, table)
         return []
     dialect = dialect_for(state.source(), state.options())
-    dialect.ensure_available(dialect.current_position())  # fail fast on a bad password or binlog
+    dialect.check_source()  # fail fast, before Spark starts, on a bad password, settings or privileges
     dialect.close()
     log.info("batch %d (%s): reading %d chunks", batch_index, table, len(todo))
     return run_chunks(state_dir, sink, table, todo, dialect, spark)

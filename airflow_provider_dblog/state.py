@@ -143,11 +143,6 @@ class StateDir:
             return {}
         return {int(p.stem.split("-")[1]): read_json(p) for p in sorted(folder.glob("chunk-*.json"))}
 
-    def drop_reports(self, table: str) -> None:
-        folder = self.path / "reports" / table
-        for p in folder.glob("chunk-*.json") if folder.exists() else ():
-            p.unlink()
-
     # ---- offsets & checkpoints ----
     @property
     def offsets_file(self) -> Path:

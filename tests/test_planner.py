@@ -109,3 +109,21 @@ def test_planning_a_large_sparse_table_is_fast(mariadb, db):
     elapsed = time.time() - started
     assert len(chunks) == 15
     print(f"planned 300k sparse rows into {len(chunks)} chunks in {elapsed:.2f}s")
+
+
+def test_planning_again_keeps_the_first_plan(mariadb, db, tmp_path):
+    """A second `dblog plan` / `dblog run` on the same state resumes: same chunks, reports kept."""
+    from airflow_provider_dblog.pipeline import plan_table
+    from airflow_provider_dblog.state import StateDir
+
+    _load(mariadb, db, "again", "id INT PRIMARY KEY", ["SELECT seq FROM seq_1_to_1000"])
+    source = SourceConfig.parse(mariadb.uri())
+    first = plan_table(source, f"{db}.again", str(tmp_path), chunk_size=100, batch_size=4)
+    StateDir(tmp_path).write_report(f"{db}.again", 0, {"chunk": 0})
+    _load(mariadb, db, "other", "id INT PRIMARY KEY", ["SELECT seq FROM seq_1_to_10"])
+    mariadb.sql(f"INSERT INTO {db}.again SELECT seq + 1000 FROM seq_1_to_5000", db=db)
+    second = plan_table(source, f"{db}.again", str(tmp_path), chunk_size=10, batch_size=1)
+    assert second == first
+    assert StateDir(tmp_path).reports(f"{db}.again") == {0: {"chunk": 0}}
+    both = plan_table(source, f"{db}.other", str(tmp_path), chunk_size=5, batch_size=1)
+    assert [b["table"] for b in both["batches"]] == [f"{db}.again"] * 3 + [f"{db}.other"] * 2
