@@ -3,8 +3,10 @@
     SINK/DB.TABLE/snapshot/chunk-N.parquet   one file per chunk read, replaced by a rerun
     SINK/DB.TABLE/stream/                    the tail's Structured Streaming output (exactly once)
 
-Every row carries ``_pos``, its position (snapshot rows: their chunk's HW); for each key the row
-with the greatest ``_pos`` is the current state, and ``_op = 'd'`` means deleted.
+Every row carries ``_pos``, its position (snapshot rows: their chunk's HW), and ``_chunk``, the plan's
+chunk of its key. The current state: drop stream rows at or before the HW of their chunk's latest
+snapshot (that snapshot already holds their effect: this makes a chunk rerun a repair), then per key
+the row with the greatest ``_pos`` wins, and ``_op = 'd'`` means deleted.
 """
 from __future__ import annotations
 
@@ -50,15 +52,16 @@ def snapshot_rows(rows: pa.Table, pos: str, chunk_id: int, ts_ms: int, source: p
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def event_rows(events: Sequence[ChangeEvent], source: pa.Schema) -> pa.Table:
-    """Stream rows: a delete keeps its key columns (and the rest of its before image) in place."""
+def event_rows(events: Sequence[ChangeEvent], chunks: Sequence[int], source: pa.Schema) -> pa.Table:
+    """Stream rows: a delete keeps its key columns (and the rest of its before image) in place;
+    ``chunks`` is each event's key's chunk in the plan."""
     schema = changelog_schema(source)
     names = [f.name for f in source]
     records = []
-    for e in events:
+    for e, chunk in zip(events, chunks):
         image = e.after if e.after is not None else e.before
         records.append({**{n: image.get(n) for n in names}, "_op": e.op, "_pos": e.pos.encode(),
-                        "_ts_ms": e.ts_ms, "_kind": e.kind, "_chunk": None, "_before": e.before})
+                        "_ts_ms": e.ts_ms, "_kind": e.kind, "_chunk": chunk, "_before": e.before})
     return pa.Table.from_pylist(records, schema=schema)
 
 

@@ -125,10 +125,12 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._boundary_sort_keys = self.dialect.sort_keys(self.meta, list(self.offsets.boundaries))
         return [locate(sk, self._boundary_sort_keys) for sk in self.dialect.sort_keys(self.meta, keys)]
 
-    def _emit(self, events: list) -> list:
-        undecided = [e for e in events if self.offsets.needs_key(e.pos)]
-        chunks = dict(zip((id(e) for e in undecided), self._chunk_of([e.key for e in undecided]))) if undecided else {}
-        return [e for e in events if self.offsets.should_emit(e.pos, chunks.get(id(e)))]
+    def _emit(self, events: list) -> tuple[list, list[int]]:
+        """The events to write and each one's chunk (every stream row carries its key's chunk, so that
+        a later rerun of that chunk supersedes it in the mirror)."""
+        chunks = self._chunk_of([e.key for e in events])
+        kept = [(e, c) for e, c in zip(events, chunks) if self.offsets.should_emit(e.pos, c)]
+        return [e for e, _ in kept], [c for _, c in kept]
 
     def read(self, partition: BinlogRange) -> Iterator[pa.RecordBatch]:
         start, end = BinlogPosition.from_dict(partition.start), BinlogPosition.from_dict(partition.end)
@@ -138,9 +140,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for event in self.dialect.read_changes(start, end, [self.meta], share=(partition.part, partition.parts)):
                 pending.append(event)
                 if len(pending) >= LOOKUP_BATCH:
-                    yield from event_rows(self._emit(pending), schema).to_batches()
+                    yield from event_rows(*self._emit(pending), schema).to_batches()
                     pending = []
             if pending:
-                yield from event_rows(self._emit(pending), schema).to_batches()
+                yield from event_rows(*self._emit(pending), schema).to_batches()
         finally:
             self.dialect.close()

@@ -158,15 +158,20 @@ def changelog(spark, sink: str, table: str):
 
 
 def write_mirror(state_dir: str, sink: str, table: str, out: str, spark=None) -> dict:
-    """The table's current state: per key the row with the greatest ``_pos``; deletes drop the key."""
+    """The table's current state (see ``lake``): stream rows a later chunk snapshot supersedes are
+    dropped, then per key the row with the greatest ``_pos`` wins; deletes drop the key."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from airflow_provider_dblog.spark.session import local_session
 
-    meta = StateDir(state_dir).table(table).meta
+    state = StateDir(state_dir)
+    meta = state.table(table).meta
     spark = spark or local_session("dblog-mirror")
-    rows = changelog(spark, sink, table)
+    hws = spark.createDataFrame([(int(c), r["hw_encoded"]) for c, r in state.reports(table).items()],
+                                "_chunk int, _snapshot_hw string")
+    rows = (changelog(spark, sink, table).join(F.broadcast(hws), "_chunk", "left")
+            .where((F.col("_op") == "r") | F.col("_snapshot_hw").isNull() | (F.col("_pos") > F.col("_snapshot_hw"))))
     latest = Window.partitionBy(*[F.col(f"`{k}`") for k in meta.key_columns]).orderBy(F.col("_pos").desc())
     current = (rows.withColumn("_rank", F.row_number().over(latest)).where("_rank = 1")
                .where(F.col("_op") != "d"))
