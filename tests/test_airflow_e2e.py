@@ -257,13 +257,35 @@ tail = bag.get_dag("dblog_tail")
 out["tail_max_active_runs"] = tail.max_active_runs
 load = bag.get_dag("dblog_initial_load")
 out["load_tasks"] = sorted(load.task_ids)
+
+# the operator itself refuses the filter, with the reason, before touching the state or the source
+from airflow.sdk.exceptions import AirflowFailException
+from airflow_provider_dblog.airflow.operators import ResnapshotPlannerOperator, check_map_length
+op = ResnapshotPlannerOperator(task_id="t", state_dir="/nonexistent", sink="/nonexistent")
+try:
+    op.execute({"params": {"table": "shop.orders", "filter": "1=1; DROP TABLE x"}})
+except AirflowFailException as exc:
+    out["operator_injection"] = str(exc)
+
+from airflow_provider_dblog.errors import DblogError
+try:
+    check_map_length(3, "snapshot batches", 30)
+except DblogError as exc:
+    out["max_map_length"] = str(exc)
+
+from airflow_provider_dblog.airflow.hooks import DblogHook
+hook = DblogHook(sys.argv[2])
+out["hook"] = {"uri": hook.source_config().public_uri, "options": hook.options(), "watermark": hook.watermark(),
+               "env": sorted(hook.spark_env())}
 print("RESULT" + json.dumps(out))
 """
 
 
 def test_dags_import_cleanly_and_the_form_rejects_an_injected_filter(airflow):
-    proc = subprocess.run([sys.executable, "-c", DAGBAG_CHECK, str(ROOT / "dags")], env=airflow.env,
+    env = {**airflow.env, "AIRFLOW__CORE__MAX_MAP_LENGTH": "2"}
+    proc = subprocess.run([sys.executable, "-c", DAGBAG_CHECK, str(ROOT / "dags"), CONN_ID], env=env,
                           cwd=airflow.home, capture_output=True, text=True, timeout=120)
+    airflow.outputs.append(proc.stdout + proc.stderr)
     assert "RESULT" in proc.stdout, proc.stderr[-3000:]
     out = json.loads(proc.stdout.split("RESULT", 1)[1])
     assert out["errors"] == {}
@@ -271,6 +293,15 @@ def test_dags_import_cleanly_and_the_form_rejects_an_injected_filter(airflow):
     assert out["injection"].startswith("Invalid input for param filter"), out["injection"]
     assert out["tail_max_active_runs"] == 1
     assert out["load_tasks"] == ["plan", "report", "snapshot", "tail"]
+    assert out["operator_injection"].startswith(
+        "dblog: filter rejected: ';' (a second statement) is not allowed in a filter"), out["operator_injection"]
+    assert out["max_map_length"] == (
+        "3 snapshot batches exceed Airflow's [core] max_map_length = 2: plan fewer, larger batches (batch_size >= "
+        "15 chunks, or a larger chunk_size), or raise max_map_length (AIRFLOW__CORE__MAX_MAP_LENGTH)")
+    assert out["hook"] == {"uri": f"mysql://dblog@127.0.0.1:{airflow.mariadb.port}",
+                           "options": {"server_id_range": [3000000, 3999999]}, "watermark": "auto",
+                           "env": ["DBLOG_SOURCE_PASSWORD"]}
+    assert PASSWORD not in proc.stdout + proc.stderr
 
 
 # ---- end to end ------------------------------------------------------------------------------

@@ -313,6 +313,8 @@ class ResnapshotPlannerOperator(BaseOperator):
         from airflow_provider_dblog.pipeline import compress, dialect_for
         from airflow_provider_dblog.state import StateDir
 
+        if filter not in (None, ""):
+            selection.reject_unsafe(filter)  # before anything else touches the input
         if not table or not str(table).strip():
             raise DblogError("say which table to re-snapshot (param table = DB.TABLE)")
         table = str(table).strip()

@@ -45,10 +45,8 @@ _TOKEN = re.compile(r"""
 """, re.VERBOSE)
 
 
-def filter_sql(text: str, columns: Sequence[str]) -> str:
-    """The filter rebuilt from validated tokens, identifiers quoted; raises ``DblogError`` otherwise."""
-    from airflow_provider_dblog.dialects.mysql_types import quote_ident
-
+def reject_unsafe(text) -> str:
+    """The checks that need no table: empty, too long, statement separators, comments, backslashes."""
     if text is None or not str(text).strip():
         raise DblogError("filter rejected: it is empty; " + FILTER_HELP)
     text = str(text)
@@ -58,6 +56,14 @@ def filter_sql(text: str, columns: Sequence[str]) -> str:
                      ("/*", "'/*' (a comment)"), ("*/", "'*/' (a comment)"), ("\\", "a backslash")):
         if bad in text:
             raise DblogError(f"filter rejected: {why} is not allowed in a filter; {FILTER_HELP}")
+    return text
+
+
+def filter_sql(text: str, columns: Sequence[str]) -> str:
+    """The filter rebuilt from validated tokens, identifiers quoted; raises ``DblogError`` otherwise."""
+    from airflow_provider_dblog.dialects.mysql_types import quote_ident
+
+    text = reject_unsafe(text)
     by_lower = {c.lower(): c for c in columns}
     out: list[str] = []
     depth = 0

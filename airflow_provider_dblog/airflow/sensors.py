@@ -16,7 +16,8 @@ class DblogTailHealthSensor(BaseSensorOperator):
     committed for ``max_stall_seconds`` -- DBLog's health check. Works for the scheduled
     ``--available-now`` tail and for a detached ``--continuous`` one.
 
-    It never waits for the tail to catch up: a check that passes returns at once (``poke`` True). Use
+    It never waits for the tail to catch up (only for the initial load's offset map to exist): a check
+    that passes returns at once. Use
     ``soft_fail=True`` to turn a stall into a skip instead of a failure.
     """
 
