@@ -12,8 +12,8 @@
 
 Repair: clear one mapped ``snapshot`` instance (UI, or ``POST /api/v2/dags/dblog_initial_load/
 clearTaskInstances`` with ``"task_ids": [["snapshot", MAP_INDEX]], "dry_run": false,
-"only_failed": false``): its next try re-reads exactly that batch's chunks with ``--force``. Clear
-the instance only, not its downstream tasks: the offset map must not move after the tail started.
+"only_failed": false``): its next try re-reads exactly that batch's chunks with ``--force``.
+Clearing the instance alone is enough; report and tail need not run again.
 
 Configuration: params, else Variables ``dblog_*``, else ``$DBLOG_*`` (see dag_config).
 """

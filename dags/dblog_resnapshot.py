@@ -14,8 +14,9 @@ Params (all but ``table`` optional; they combine with AND):
   identifiers; statement separators, comments, functions and sub-queries are rejected.
 
 Chunks are always re-read whole, with ``--force``: their rows carry the new high watermark, so they
-replace the older snapshot rows and lose to later binlog events the tail appends. The offset map
-is left alone on purpose (moving a chunk's HW after the tail started could drop a delete).
+replace the older snapshot rows, supersede the chunks' older stream rows in the mirror, and lose to
+later binlog events the tail appends. The offset map is left alone: the tail carries on from its
+checkpoint.
 """
 from __future__ import annotations
 

@@ -155,7 +155,7 @@ class ChunkPlannerOperator(BaseOperator):
             tailed = [t for t in tables if state.checkpoint_dir(t).exists()]
             if tailed:
                 raise DblogError(f"{', '.join(tailed)} already loaded and tailed from {self.state_dir}: re-planning "
-                                 f"would move the offset map under the running tail. Re-read chunks or key ranges "
+                                 f"would change the chunks the tail's output is keyed by. Re-read chunks or key ranges "
                                  f"with dblog_resnapshot, or start over with new state and sink directories")
             for table in tables:
                 plan_table(source, table, self.state_dir, chunk_size, batch_size, chunk_key, watermark,
