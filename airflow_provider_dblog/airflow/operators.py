@@ -151,12 +151,6 @@ class ChunkPlannerOperator(BaseOperator):
             source, options = hook.source_config(), hook.options()
             watermark = str(self.watermark or "") or hook.watermark()
             chunk_key = [c.strip() for c in str(self.chunk_key).split(",") if c.strip()] if self.chunk_key else None
-            state = StateDir(self.state_dir)
-            tailed = [t for t in tables if state.checkpoint_dir(t).exists()]
-            if tailed:
-                raise DblogError(f"{', '.join(tailed)} already loaded and tailed from {self.state_dir}: re-planning "
-                                 f"would change the chunks the tail's output is keyed by. Re-read chunks or key ranges "
-                                 f"with dblog_resnapshot, or start over with new state and sink directories")
             for table in tables:
                 plan_table(source, table, self.state_dir, chunk_size, batch_size, chunk_key, watermark,
                            options.get("watermark_table"), save_password=False, options=options)

@@ -6,7 +6,7 @@ from typing import Sequence
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_dblog.airflow.health import check_tail_health, tail_progress  # noqa: F401
+from airflow_provider_dblog.airflow.health import check_tail_health
 from airflow_provider_dblog.airflow.hooks import DblogHook
 from airflow_provider_dblog.errors import DblogError
 

@@ -12,7 +12,6 @@ import signal
 import sys
 import tempfile
 import threading
-from pathlib import Path
 
 from airflow_provider_dblog.errors import DblogError
 
