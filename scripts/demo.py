@@ -245,6 +245,8 @@ class Airflow:
         for task_id, map_index, state, label in rows:
             if state in (None, "scheduled", "queued", "none") or seen.get((task_id, map_index)) == state:
                 continue
+            if map_index >= 0 and not label and state == "running":
+                continue  # its label (batch, chunks, key range) is rendered a moment later
             seen[(task_id, map_index)] = state
             name = task_id if map_index < 0 else f"{task_id}[{map_index}] {label or ''}".rstrip()
             step(f"  airflow {dag_id}: {name}: {state}")
@@ -522,9 +524,10 @@ def summarize(args, base, version, server, airflow, counts, ops, load_seconds, t
     ]
     for table in TABLES:
         a, b = after_load[table], after_tail[table]
-        lines.append(f"tail       {table}: {stream_rows[table]:,} change rows in the lake; after the load "
-                     f"(writer running) {behind(a['source'], a['tail'])}; after dblog_tail ({tail_seconds:.0f}s) "
-                     f"at {b['tail']}, source at {b['source']}: {behind(b['source'], b['tail'])}")
+        lines += [f"tail       {table}: {stream_rows[table]:,} change rows in the lake",
+                  f"             after dblog_initial_load (writer still running): {behind(a['source'], a['tail'])}",
+                  f"             after dblog_tail ({tail_seconds:.0f}s): tail at {b['tail']}, source at {b['source']}: "
+                  f"{behind(b['source'], b['tail'])}"]
     for table, r in results.items():
         verdict = "EQUAL" if r["equal"] else "DIFFERENT"
         lines.append(f"verify     {table}: mirror {r['mirror_rows']:,} rows vs source {r['source_rows']:,} rows: "
@@ -533,7 +536,7 @@ def summarize(args, base, version, server, airflow, counts, ops, load_seconds, t
             lines.append(f"           examples: {r['examples']}")
     lines += [
         f"lake       {rel(sink)}/DB.TABLE/snapshot/chunk-N.parquet and {rel(sink)}/DB.TABLE/stream/ "
-        f"(greatest _pos per key wins)",
+        f"(changelog rows with _pos)",
         f"mirror     " + ", ".join(rel(mirror / t) for t in TABLES),
         f"state      {rel(base / 'state')} (plan, chunk reports, offsets.json, tail checkpoints)",
         f"airflow    {rel(base / 'airflow')} (AIRFLOW_HOME: metadata DB and task logs); demo logs in "
