@@ -159,9 +159,16 @@ def write_chart(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+PHASE_NAMES = {"start_and_plan_s": "start+plan", "spark_start_s": "Spark session", "snapshot_job_s": "snapshot job",
+               "report_s": "report", "tail_s_total": "available-now tail", "exit_s": "exit"}
+
+
 def _details(e: dict, keys: tuple[str, ...]) -> str:
     d = e.get("details", {})
-    return ", ".join(f"{k} {d[k]}" for k in keys if k in d)
+    text = ", ".join(f"{k} {d[k]}" for k in keys if k in d)
+    if "phases" in d:
+        text += "; phases: " + ", ".join(f"{PHASE_NAMES.get(k, k)} {v} s" for k, v in d["phases"].items())
+    return text
 
 
 def markdown(results: dict) -> str:
@@ -202,6 +209,7 @@ def markdown(results: dict) -> str:
                 out.append(f"| {label} | {e['seconds']} | {e['rows_per_s']:,.0f} | {e['load1_before']} | "
                            f"{_details(e, keys)} |")
 
+        c_keys = ("chunk_size", "watermark", "chunks", "snapshot_s", "chunk_s_sum", "chunk_s_max")
         row("(a) `mariadb --quick -e 'SELECT *' > /dev/null`", t.get("a_mariadb_quick"))
         row("(a) connectorx → Arrow → pyarrow Parquet, 1 thread", t.get("a_cx_parquet_1"), ("read_s", "write_s"))
         row("(a) connectorx → Arrow → pyarrow Parquet, 2 partitions", t.get("a_cx_parquet_2"), ("read_s", "write_s"))
@@ -209,12 +217,12 @@ def markdown(results: dict) -> str:
             row("(b) Spark JDBC source (partitionColumn) → Spark Parquet", e, ("partitions", "fetchsize", "job_s"))
         for e in t.get("c_runs", []):
             mark = " **(c)**" if e is t.get("c_dblog") or e == t.get("c_dblog") else ""
-            row(f"(c) `dblog run`{mark}", e, ("chunk_size", "watermark", "chunks", "plan_s", "snapshot_s",
-                                               "chunk_s_sum", "chunk_s_max", "tail_s"))
+            row(f"(c) `dblog run`{mark}", e, c_keys)
+        row("(c) `dblog run`, modules not byte-compiled (this venv as installed)", t.get("c_no_bytecode"),
+            ("chunk_size", "watermark", "chunks", "snapshot_s"))
         d = t.get("d_dblog_writer")
         if d:
-            row("(d) `dblog run` + writer", d, ("chunk_size", "watermark", "chunks", "snapshot_s", "window_events",
-                                                "tail_s"))
+            row("(d) `dblog run` + writer", d, c_keys + ("window_events",))
             w = d["details"].get("writer", {})
             v = d["details"].get("verify")
             out += ["", f"(d) writer: {w.get('rows', 0):,} rows changed in {w.get('transactions', 0):,} transactions "
@@ -222,6 +230,22 @@ def markdown(results: dict) -> str:
                     + (f" After the writer stopped, an available-now tail and `dblog mirror`: the mirror "
                        f"{'equals' if v.get('equal') else 'DIFFERS FROM'} the live table "
                        f"({v.get('lake_rows'):,} vs {v.get('source_rows'):,} rows)." if v else "")]
+        prof = t.get("profile")
+        if prof:
+            ph = prof["phases_s"]
+            out += ["", f"Profile (`benchmarks/profile_snapshot.py`, the same chunk steps in one process without "
+                        f"Spark, chunk after chunk, {prof['chunks']} chunks of {prof.get('rows', 0):,} rows, "
+                        f"{prof['watermark']}): {prof['sequential_s']} s in total = "
+                        f"{prof['sequential_rows_per_s']:,.0f} rows/s on one core.", "",
+                    "| step | seconds | share |", "|---|---:|---:|"]
+            for k, v in ph.items():
+                if k.startswith("reference"):
+                    continue
+                out.append(f"| {k} | {v} | {100 * v / prof['sequential_s']:.0f}% |")
+            out += [f"| (reference: connectorx plain `SELECT *` of the same ranges, no exactness casts) | "
+                    f"{ph.get('reference_connectorx_plain_select')} | |",
+                    f"| (once per Python worker: import of the task's modules / of pandas) | "
+                    f"{prof.get('worker_import_s')} / {prof.get('pandas_import_s', 'n/a')} | |"]
         out.append("")
 
     tail = results.get("tail")
@@ -240,6 +264,21 @@ def markdown(results: dict) -> str:
                 f"{tail['decode_mariadb_binlog']['seconds']} | {r['mariadb_binlog']:,.0f} | whole process |",
                 f"| `dblog tail --available-now` | {ours['rows']:,} | {ours['seconds']} | {r['tail']:,.0f} | whole "
                 f"process; the streaming query alone {ours['query_s']} s = {_fmt(r['tail_query'])} rows/s |", ""]
+        prof = tail.get("profile")
+        if prof:
+            out += ["Profile (`benchmarks/profile_tail.py`, one process, no Spark, same binlog range):", "",
+                    "| step | rows | seconds | rows/s |", "|---|---:|---:|---:|"]
+            labels = {"1_binlog_items": "python-mysql-replication with dblog's stream settings (binlog_items)",
+                      "2_read_changes": "+ value conversion and change events (read_changes)",
+                      "emit_rule_only": "emit rule (chunk lookup, should_emit) alone",
+                      "event_rows_only": "change events → Arrow (event_rows) alone",
+                      "3_source_read": "the streaming source's read() of each planned partition, one after another"}
+            for k, label in labels.items():
+                step = prof.get(k)
+                if step:
+                    rate = step.get("rows_per_s") or (round(step["rows"] / step["seconds"]) if step["seconds"] else 0)
+                    out.append(f"| {label} | {step['rows']:,} | {step['seconds']} | {rate:,.0f} |")
+            out.append("")
         if tail.get("verify"):
             v = tail["verify"]
             out += [f"After the tail, `dblog mirror` {'equals' if v['equal'] else 'DIFFERS FROM'} the live table "
