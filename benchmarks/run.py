@@ -421,6 +421,7 @@ def parse_args(argv=None):
     p.add_argument("--code-rev", help="measure this git revision of airflow_provider_dblog (exported under .bench/) "
                                       "instead of the working tree")
     p.add_argument("--doc", action="store_true", help="write docs/benchmarks.md and .png (default at scale >= 1)")
+    p.add_argument("--prepare-only", action="store_true", help="generate and load the data, then stop")
     p.add_argument("--report-only", action="store_true", help="render the docs from the saved results")
     p.add_argument("--note", default="", help="a note for the doc (e.g. other load on the machine)")
     args = p.parse_args(argv)
@@ -471,6 +472,9 @@ def main(argv=None) -> int:
         results["meta"]["load"] = common.load_tpch(server, files)
         results["meta"]["server"] = common.server_info(server)
         server.sql("RESET MASTER")  # each run starts from a fresh binlog
+        if args.prepare_only:
+            log(f"prepared: {results['meta']['load']}")
+            return 0
         if not args.skip_snapshot:
             for table in args.tables:
                 rows = results["meta"]["load"][table]["rows"]
