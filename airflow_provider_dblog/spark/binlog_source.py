@@ -7,8 +7,9 @@ emitted only if it is after its chunk's HW (Flink CDC's binlog split rule), and 
 HW everything is emitted. Keys are located among chunk boundaries in the database's own order
 (``DataSourceDialect.sort_keys``), so case-insensitive and composite keys land in the right chunk.
 
-The password never passes through Spark options (they appear in plans and logs): the reader
-resolves it where it runs, from ``$DBLOG_SOURCE_PASSWORD`` or the credentials file.
+The password never passes through Spark options (they appear in plans and logs): the driver resolves
+it from ``$DBLOG_SOURCE_PASSWORD`` or the credentials file, and it reaches executors only inside the
+serialized reader (Spark's task data), so executors need neither.
 """
 from __future__ import annotations
 

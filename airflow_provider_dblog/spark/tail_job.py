@@ -6,11 +6,13 @@ a micro-batch interrupted by a crash is re-read from the same offsets and only o
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from pathlib import Path
 
 from airflow_provider_dblog.core.positions import BinlogPosition
@@ -26,16 +28,38 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
              stop_event: threading.Event | None = None, progress_seconds: float = 10.0,
              decode_parallelism: int = 0) -> dict:
     """Run the tail until caught up (``available_now``) or until ``stop_event`` is set / the process ends."""
+    state = StateDir(state_dir)
+    with tail_lock(state):
+        return _run_tail(state, sink, available_now, trigger_seconds, max_events, tables, spark, stop_event,
+                         progress_seconds, decode_parallelism)
+
+
+@contextmanager
+def tail_lock(state: StateDir):
+    """One tail per state directory at a time (Spark only guards a checkpoint within one JVM): a second
+    tail, e.g. a scheduled catch-up beside a running one, waits, then resumes from the checkpoint."""
+    state.path.mkdir(parents=True, exist_ok=True)
+    with open(state.path / "tail.lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("another tail of %s is running; waiting for it to finish", state.path)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _run_tail(state: StateDir, sink: str, available_now: bool, trigger_seconds: float, max_events: int,
+              tables: list[str] | None, spark, stop_event: threading.Event | None, progress_seconds: float,
+              decode_parallelism: int) -> dict:
     from airflow_provider_dblog.pipeline import dialect_for, load_offsets
     from airflow_provider_dblog.spark.binlog_source import SOURCE_NAME, BinlogDataSource
     from airflow_provider_dblog.spark.session import local_session
 
-    state = StateDir(state_dir)
     offsets = load_offsets(state)
     names = tables or sorted(offsets)
     unknown = [t for t in names if t not in offsets]
     if unknown:
-        raise DblogError(f"{', '.join(unknown)} not in the offset map of {state_dir}: plan, snapshot and report it first")
+        raise DblogError(f"{', '.join(unknown)} not in the offset map of {state.path}: plan, snapshot and report it first")
     dialect = dialect_for(state.source(), state.options())
     for name in names:  # a clear error before Spark starts, if the binlog to resume from is gone
         dialect.ensure_available(_resume_position(state, name, offsets[name].min_hw))
