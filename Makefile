@@ -12,9 +12,12 @@ $(BIN)/dblog: pyproject.toml
 	$(MAKE) system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip uv
-	$(BIN)/uv pip install --python $(BIN)/python -e '.[dev,bench]'
+	$(BIN)/uv pip install --python $(BIN)/python --compile-bytecode -e '.[dev,bench]'
 	@# the Spark provider pulls pyspark-client 4.2, which shares pyspark's files: make 4.3's win
-	$(BIN)/uv pip install --python $(BIN)/python --reinstall-package pyspark 'pyspark>=4.3.0,<4.4'
+	$(BIN)/uv pip install --python $(BIN)/python --compile-bytecode --reinstall-package pyspark 'pyspark>=4.3.0,<4.4'
+	@# bytecode up front: every Spark Python worker imports pyspark/pyarrow, and PYTHONDONTWRITEBYTECODE
+	@# (set in some environments) would make each one compile them from source again
+	$(BIN)/python -m compileall -q -j 0 airflow_provider_dblog dags
 	touch $@
 
 install: $(BIN)/dblog

@@ -45,10 +45,10 @@ def stream_dir(sink: str | os.PathLike, table: str) -> Path:
 def snapshot_rows(rows: pa.Table, pos: str, chunk_id: int, ts_ms: int, source: pa.Schema) -> pa.Table:
     n = rows.num_rows
     schema = changelog_schema(source)
+    constant = lambda value, type_: pa.repeat(pa.scalar(value, type_), n)  # noqa: E731 (no Python lists)
     columns = [rows.column(f.name) for f in source] + [
-        pa.array(["r"] * n, pa.string()), pa.array([pos] * n, pa.string()), pa.array([ts_ms] * n, pa.int64()),
-        pa.array(["+I"] * n, pa.string()), pa.array([chunk_id] * n, pa.int32()),
-        pa.nulls(n, schema.field("_before").type)]
+        constant("r", pa.string()), constant(pos, pa.string()), constant(ts_ms, pa.int64()),
+        constant("+I", pa.string()), constant(chunk_id, pa.int32()), pa.nulls(n, schema.field("_before").type)]
     return pa.Table.from_arrays(columns, schema=schema)
 
 

@@ -30,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from airflow_provider_dblog.airflow.local_metadata import LocalAirflowMetadata  # noqa: E402
+
 BIN = Path(sys.executable).parent
 AIRFLOW = str(BIN / "airflow")
 TPCHGEN = str(BIN / "tpchgen-cli")
@@ -189,6 +191,7 @@ class Airflow:
 
     def __init__(self, home: Path, env: dict, logs: Path):
         self.home, self.env, self.logs = home, env, logs
+        self.metadata = LocalAirflowMetadata(home)
         self.proc: subprocess.Popen | None = None
         self.killed = False  # stopped by us (interrupt or timeout), with its spark-submits
 
@@ -231,18 +234,13 @@ class Airflow:
             except subprocess.TimeoutExpired:
                 continue
 
-    def db(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.home / "airflow.db", timeout=10)
-
     def _report_tasks(self, dag_id: str, seen: dict) -> None:
         try:
-            with self.db() as conn:
-                rows = conn.execute("SELECT task_id, map_index, state, rendered_map_index FROM task_instance "
-                                    "WHERE dag_id = ? ORDER BY start_date IS NULL, start_date, map_index",
-                                    (dag_id,)).fetchall()
+            tasks = self.metadata.task_states(dag_id)
         except sqlite3.Error:
             return
-        for task_id, map_index, state, label in rows:
+        for (task_id, map_index), info in tasks.items():
+            state, label = info["state"], info["label"]
             if state in (None, "scheduled", "queued", "none") or seen.get((task_id, map_index)) == state:
                 continue
             if map_index >= 0 and not label and state == "running":
@@ -250,25 +248,6 @@ class Airflow:
             seen[(task_id, map_index)] = state
             name = task_id if map_index < 0 else f"{task_id}[{map_index}] {label or ''}".rstrip()
             step(f"  airflow {dag_id}: {name}: {state}")
-
-    def run_state(self, dag_id: str) -> str | None:
-        with self.db() as conn:
-            row = conn.execute("SELECT state FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1",
-                               (dag_id,)).fetchone()
-        return row[0] if row else None
-
-    def tasks(self, dag_id: str) -> dict:
-        with self.db() as conn:
-            rows = conn.execute("SELECT task_id, map_index, state, rendered_map_index FROM task_instance "
-                                "WHERE dag_id = ?", (dag_id,)).fetchall()
-        return {(r[0], r[1]): {"state": r[2], "label": r[3]} for r in rows}
-
-    def xcom(self, dag_id: str, task_id: str):
-        with self.db() as conn:
-            row = conn.execute("SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = 'return_value' "
-                               "ORDER BY dag_run_id DESC LIMIT 1", (dag_id, task_id)).fetchone()
-        value = json.loads(row[0]) if row else None
-        return json.loads(value) if isinstance(value, str) else value
 
 
 @contextlib.contextmanager
@@ -451,8 +430,8 @@ def run(args, base: Path, parts: dict) -> int:
     started = time.time()
     airflow.run("dblog_initial_load", "dags", "test", "dblog_initial_load", watch_dag="dblog_initial_load")
     load_seconds = time.time() - started
-    if airflow.run_state("dblog_initial_load") != "success":
-        raise DemoError(f"dblog_initial_load ended {airflow.run_state('dblog_initial_load')}; see "
+    if airflow.metadata.run_state("dblog_initial_load") != "success":
+        raise DemoError(f"dblog_initial_load ended {airflow.metadata.run_state('dblog_initial_load')}; see "
                         f"{rel(logs / 'dblog_initial_load.log')}:\n" + tail(logs / "dblog_initial_load.log"))
     after_load = tail_status(state, server)
     time.sleep(2)  # a few more changes after the load's tail, for the scheduled tail to pick up
@@ -465,8 +444,8 @@ def run(args, base: Path, parts: dict) -> int:
     started = time.time()
     airflow.run("dblog_tail", "dags", "test", "dblog_tail", watch_dag="dblog_tail")
     tail_seconds = time.time() - started
-    if airflow.run_state("dblog_tail") != "success":
-        raise DemoError(f"dblog_tail ended {airflow.run_state('dblog_tail')}; see {rel(logs / 'dblog_tail.log')}:\n"
+    if airflow.metadata.run_state("dblog_tail") != "success":
+        raise DemoError(f"dblog_tail ended {airflow.metadata.run_state('dblog_tail')}; see {rel(logs / 'dblog_tail.log')}:\n"
                         + tail(logs / "dblog_tail.log"))
     after_tail = tail_status(state, server)
     step(f"dblog_tail succeeded in {tail_seconds:.0f}s")
@@ -503,8 +482,8 @@ def summarize(args, base, version, server, airflow, counts, ops, load_seconds, t
     from airflow_provider_dblog.state import StateDir
 
     plan = StateDir(base / "state").tables()
-    report = airflow.xcom("dblog_initial_load", "report") or {}
-    snapshots = {k: v for k, v in airflow.tasks("dblog_initial_load").items() if k[0] == "snapshot"}
+    report = airflow.metadata.xcom("dblog_initial_load", "report") or {}
+    snapshots = {k: v for k, v in airflow.metadata.task_states("dblog_initial_load").items() if k[0] == "snapshot"}
     sink, mirror = base / "lake", base / "mirror"
     elapsed = int(time.time() - STARTED)
     lines = ["", "=" * 78, "dblog demo: summary", "=" * 78,
@@ -537,7 +516,7 @@ def summarize(args, base, version, server, airflow, counts, ops, load_seconds, t
     lines += [
         f"lake       {rel(sink)}/DB.TABLE/snapshot/chunk-N.parquet and {rel(sink)}/DB.TABLE/stream/ "
         f"(changelog rows with _pos)",
-        f"mirror     " + ", ".join(rel(mirror / t) for t in TABLES),
+        "mirror     " + ", ".join(rel(mirror / t) for t in TABLES),
         f"state      {rel(base / 'state')} (plan, chunk reports, offsets.json, tail checkpoints)",
         f"airflow    {rel(base / 'airflow')} (AIRFLOW_HOME: metadata DB and task logs); demo logs in "
         f"{rel(base / 'logs')}",

@@ -55,3 +55,11 @@ def spark():
     session = local_session("dblog-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quiet_py4j_shutdown():
+    """py4j logs at INFO while the interpreter tears down (after pytest closed its streams)."""
+    import logging
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -18,8 +18,6 @@ import json
 import os
 import random
 import signal
-import socket
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -32,6 +30,9 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from airflow_provider_dblog.airflow.local_metadata import LocalAirflowMetadata
+from airflow_provider_dblog.local_mariadb import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 AIRFLOW = str(BIN / "airflow")
@@ -39,12 +40,6 @@ PASSWORD = "s3cret-Pa55"
 CONN_ID = "dblog_test_source"
 ROWS = 3000
 FAST_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -64,27 +59,9 @@ class AirflowHome:
         self.outputs.append(proc.stdout + proc.stderr)
         return proc
 
-    def db(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.home / "airflow.db", timeout=30)
-
-    def last_run_state(self, dag_id: str) -> str | None:
-        with self.db() as conn:
-            row = conn.execute("SELECT state FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1",
-                               (dag_id,)).fetchone()
-        return row[0] if row else None
-
-    def task_states(self, dag_id: str) -> dict:
-        with self.db() as conn:
-            rows = conn.execute("SELECT task_id, map_index, state, try_number, rendered_map_index FROM task_instance "
-                                "WHERE dag_id = ?", (dag_id,)).fetchall()
-        return {(r[0], r[1]): {"state": r[2], "try": r[3], "label": r[4]} for r in rows}
-
-    def xcom(self, dag_id: str, task_id: str):
-        with self.db() as conn:
-            row = conn.execute("SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = 'return_value' "
-                               "ORDER BY dag_run_id DESC LIMIT 1", (dag_id, task_id)).fetchone()
-        value = json.loads(row[0]) if row else None
-        return json.loads(value) if isinstance(value, str) else value
+    @property
+    def metadata(self) -> LocalAirflowMetadata:
+        return LocalAirflowMetadata(self.home)
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +200,7 @@ def initial_load(airflow: AirflowHome):
         proc = airflow.run("dags", "test", "dblog_initial_load", timeout=900)
     finally:
         ops = writer.stop()
-    assert proc.returncode == 0 and airflow.last_run_state("dblog_initial_load") == "success", (
+    assert proc.returncode == 0 and airflow.metadata.run_state("dblog_initial_load") == "success", (
         proc.stdout[-6000:] + proc.stderr[-3000:])
     return {"writer_ops": ops}
 
@@ -308,13 +285,13 @@ def test_dags_import_cleanly_and_the_form_rejects_an_injected_filter(airflow):
 @pytest.mark.slow
 def test_initial_load_then_scheduled_tail_converge(airflow, initial_load, spark, tmp_path, monkeypatch):
     assert initial_load["writer_ops"] > 20  # the source really changed during the load
-    tasks = airflow.task_states("dblog_initial_load")
+    tasks = airflow.metadata.task_states("dblog_initial_load")
     snapshots = {k[1]: v for k, v in tasks.items() if k[0] == "snapshot"}
     assert len(snapshots) == 3 and all(v["state"] == "success" for v in snapshots.values()), snapshots
     assert all(v["label"].startswith(f"batch {i}: {airflow.table} chunks ") for i, v in snapshots.items()), snapshots
-    report = airflow.xcom("dblog_initial_load", "report")
+    report = airflow.metadata.xcom("dblog_initial_load", "report")
     assert report["chunks"] == 6 and report["rows"] > 0 and report["min_hw"] and report["max_hw"]
-    plan = airflow.xcom("dblog_initial_load", "plan")
+    plan = airflow.metadata.xcom("dblog_initial_load", "plan")
     assert [kw["application_args"][:5] for kw in plan] == [
         ["snapshot", "--state", airflow.state, "--batch", str(i)] for i in range(3)]
 
@@ -323,8 +300,8 @@ def test_initial_load_then_scheduled_tail_converge(airflow, initial_load, spark,
     time.sleep(3)
     writer.stop()
     proc = airflow.run("dags", "test", "dblog_tail", timeout=600)
-    assert proc.returncode == 0 and airflow.last_run_state("dblog_tail") == "success", proc.stdout[-6000:]
-    assert airflow.task_states("dblog_tail")[("health_check", -1)]["state"] == "success"
+    assert proc.returncode == 0 and airflow.metadata.run_state("dblog_tail") == "success", proc.stdout[-6000:]
+    assert airflow.metadata.task_states("dblog_tail")[("health_check", -1)]["state"] == "success"
     assert_mirror_equals_source(airflow, spark, tmp_path, monkeypatch)
     assert_no_password_anywhere(airflow)
 
@@ -376,7 +353,12 @@ class Servers:
             return exc.code, exc.read().decode(errors="replace")
 
     def ok(self, method: str, path: str, body: dict | None = None):
-        status, data = self.call(method, path, body)
+        for attempt in range(5):
+            status, data = self.call(method, path, body)
+            # SQLite under a busy scheduler answers "database is locked" as a 500: the write is retried
+            if not (status == 500 and "Database error" in str(data)):
+                break
+            time.sleep(2 + attempt * 2)
         assert status == 200, (method, path, status, data)
         return data
 
@@ -486,10 +468,10 @@ def test_api_resnapshot_and_cleared_instance_converge_while_the_tail_runs(airflo
         servers.stop()
 
     # the mapped instance's second try re-read its own chunks with --force; the re-snapshot the range's
-    resnap = airflow.task_states("dblog_resnapshot")
+    resnap = airflow.metadata.task_states("dblog_resnapshot")
     assert [k for k in resnap if k[0] == "resnapshot"], resnap
     assert all(v["state"] == "success" for v in resnap.values()), resnap
-    snap0 = airflow.task_states("dblog_initial_load")[("snapshot", 0)]
+    snap0 = airflow.metadata.task_states("dblog_initial_load")[("snapshot", 0)]
     assert snap0["state"] == "success" and snap0["try"] == 2, snap0
     reports = state.reports(airflow.table)
     reread = {cid for cid, rep in reports.items() if rep["finished_at"] >= started}

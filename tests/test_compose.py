@@ -210,7 +210,7 @@ def test_executors_run_the_drivers_python_version_at_the_same_path(compose):
     conf = json.loads(environment(airflow)["DBLOG_SPARK_CONF"])
     python = conf["spark.pyspark.python"]
     assert conf["spark.pyspark.driver.python"] == python
-    assert f"uv venv --python \"${{PYTHON_VERSION}}\"" in text and f" {Path(python).parents[1]}" in text
+    assert 'uv venv --python "${PYTHON_VERSION}"' in text and f" {Path(python).parents[1]}" in text
     _, airflow_text = dockerfile(airflow)
     assert f"> {python}" in airflow_text  # the Airflow image's wrapper at the same path
     assert conf["spark.driver.host"] == airflow["hostname"]
