@@ -20,9 +20,6 @@ import pyarrow.parquet as pq
 
 from airflow_provider_dblog.core.events import ChangeEvent
 
-META_COLUMNS = ("_op", "_pos", "_ts_ms", "_kind", "_chunk", "_before")
-
-
 def changelog_schema(source: pa.Schema) -> pa.Schema:
     before = pa.struct([pa.field(f.name, f.type) for f in source])
     return pa.schema([*[pa.field(f.name, f.type) for f in source],

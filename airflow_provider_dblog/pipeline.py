@@ -53,13 +53,13 @@ def plan_table(source: SourceConfig, table: str, state_dir: str, chunk_size: int
         meta = dialect.describe_table(table, chunk_key)
         strategy = dialect.resolve_strategy(watermark, meta)
         started = time.time()
-        planned_at = dialect.current_position()
+        planned_at, planned_gtid = dialect.current_position(), dialect.gtid_position()
         chunks = dialect.split_chunks(meta, chunk_size)
     finally:
         dialect.close()
     if save_password:
         remember(source)
-    batches = state.save_plan(source, TablePlan(meta, tuple(chunks), strategy, planned_at), batch_size, options)
+    batches = state.save_plan(source, TablePlan(meta, tuple(chunks), strategy, planned_at, planned_gtid), batch_size, options)
     log.info("planned %s: %d chunks in %d batches (key %s, %s watermarks) in %.1fs", meta.qualified, len(chunks),
              sum(b.table == meta.qualified for b in batches), ",".join(meta.key_columns), strategy,
              time.time() - started)

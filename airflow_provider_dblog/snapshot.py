@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from airflow_provider_dblog.core.chunks import ChunkRange, locate
+from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.normalize import last_images
 from airflow_provider_dblog.core.positions import BinlogPosition
@@ -85,7 +85,3 @@ def run_chunk(state: StateDir, sink: str, table: str, chunk_id: int, dialect: Da
              report["rows"], read.lw, read.hw, read.window_events, report["seconds"])
     return report
 
-
-def sorted_locate(dialect: DataSourceDialect, meta: TableMeta, keys, boundary_sort_keys) -> list[int]:
-    """The chunk index of each key, using the database's order."""
-    return [locate(sk, boundary_sort_keys) for sk in dialect.sort_keys(meta, keys)]

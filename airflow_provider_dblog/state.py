@@ -50,6 +50,7 @@ class TablePlan:
     chunks: tuple[ChunkRange, ...]
     strategy: str
     planned_at: BinlogPosition
+    planned_gtid: str | None = None  # the server's GTID state when planned (informational)
 
     def chunk(self, chunk_id: int) -> ChunkRange:
         return self.chunks[chunk_id]
@@ -95,7 +96,7 @@ class StateDir:
     def tables(self) -> dict[str, TablePlan]:
         raw = self.load_raw()
         return {name: TablePlan(meta_from_dict(t["meta"]), tuple(ChunkRange.from_dict(c) for c in t["chunks"]),
-                                t["strategy"], BinlogPosition.from_dict(t["planned_at"]))
+                                t["strategy"], BinlogPosition.from_dict(t["planned_at"]), t.get("planned_gtid"))
                 for name, t in raw["tables"].items()}
 
     def table(self, name: str) -> TablePlan:
@@ -122,7 +123,8 @@ class StateDir:
         raw.setdefault("options", {}).update(options)
         name = plan.meta.qualified
         raw["tables"][name] = {"meta": meta_to_dict(plan.meta), "chunks": [c.to_dict() for c in plan.chunks],
-                               "strategy": plan.strategy, "planned_at": plan.planned_at.to_dict()}
+                               "strategy": plan.strategy, "planned_at": plan.planned_at.to_dict(),
+                               "planned_gtid": plan.planned_gtid}
         kept = [b for b in raw["batches"] if b["table"] != name]
         ids = [c.id for c in plan.chunks]
         new = [{"table": name, "chunks": ids[i:i + batch_size]} for i in range(0, len(ids), batch_size)]

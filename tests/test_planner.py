@@ -127,3 +127,14 @@ def test_planning_again_keeps_the_first_plan(mariadb, db, tmp_path):
     assert StateDir(tmp_path).reports(f"{db}.again") == {0: {"chunk": 0}}
     both = plan_table(source, f"{db}.other", str(tmp_path), chunk_size=5, batch_size=1)
     assert [b["table"] for b in both["batches"]] == [f"{db}.again"] * 3 + [f"{db}.other"] * 2
+
+
+def test_plan_records_position_and_gtid(mariadb, db, tmp_path):
+    from airflow_provider_dblog.pipeline import plan_table
+    from airflow_provider_dblog.state import StateDir
+
+    _load(mariadb, db, "g", "id INT PRIMARY KEY", ["(1)"])
+    plan_table(SourceConfig.parse(mariadb.uri()), f"{db}.g", str(tmp_path))
+    plan = StateDir(tmp_path).table(f"{db}.g")
+    assert plan.planned_at.file.startswith("mysql-bin.")
+    assert plan.planned_gtid and plan.planned_gtid.startswith("0-1-")  # MariaDB domain-server-seq
