@@ -5,9 +5,9 @@
 Runs, over the same binlog range [start, current end):
 1. python-mysql-replication alone with dblog's stream settings (``MySqlDialect.binlog_items``);
 2. + dblog's value conversion and change events (``read_changes``);
-3. the streaming source's ``read()`` of each partition it plans for the range, one after another
-   (2 + chunk lookup for keys at or before their chunk's HW, the emit rule, and ``event_rows``:
-   Python dicts -> Arrow): what the Spark tasks run before Spark converts and writes the batches.
+3. the streaming source's ``read()`` of each partition it plans for the range, one after another:
+   what the Spark tasks run (decode, conversion, emit rule, Python -> Arrow) before Spark converts
+   and writes the batches.
 Prints one JSON object with rows and seconds per step.
 """
 from __future__ import annotations
@@ -51,18 +51,7 @@ def main() -> None:
     except TypeError:  # the reader's constructor changed: build it the way the data source does
         from airflow_provider_dblog.spark.binlog_source import BinlogDataSource
 
-        source = BinlogDataSource({"state": str(state.path), "table": args.table})
-        reader = source.streamReader(None)
-    t = time.perf_counter()
-    emitted = reader._emit(events)
-    out["emit_rule_only"] = {"rows": len(emitted), "seconds": round(time.perf_counter() - t, 3)}
-
-    from airflow_provider_dblog.lake import event_rows
-
-    t = time.perf_counter()
-    event_rows(emitted, dialect.arrow_schema(plan.meta))
-    out["event_rows_only"] = {"rows": len(emitted), "seconds": round(time.perf_counter() - t, 3)}
-
+        reader = BinlogDataSource({"state": str(state.path), "table": args.table}).streamReader(None)
     # every partition the source plans for [start, end), one after another (a Spark task each)
     parts = reader.partitions(start.to_dict(), end.to_dict())
     per_part = []

@@ -231,7 +231,7 @@ def markdown(results: dict) -> str:
                        f"{'equals' if v.get('equal') else 'DIFFERS FROM'} the live table "
                        f"({v.get('lake_rows'):,} vs {v.get('source_rows'):,} rows)." if v else "")]
         prof = t.get("profile")
-        if prof:
+        if prof and "error" not in prof:
             ph = prof["phases_s"]
             out += ["", f"Profile (`benchmarks/profile_snapshot.py`, the same chunk steps in one process without "
                         f"Spark, chunk after chunk, {prof['chunks']} chunks of {prof.get('rows', 0):,} rows, "
@@ -265,7 +265,7 @@ def markdown(results: dict) -> str:
                 f"| `dblog tail --available-now` | {ours['rows']:,} | {ours['seconds']} | {r['tail']:,.0f} | whole "
                 f"process; the streaming query alone {ours['query_s']} s = {_fmt(r['tail_query'])} rows/s |", ""]
         prof = tail.get("profile")
-        if prof:
+        if prof and "error" not in prof:
             out += ["Profile (`benchmarks/profile_tail.py`, one process, no Spark, same binlog range):", "",
                     "| step | rows | seconds | rows/s |", "|---|---:|---:|---:|"]
             labels = {"1_binlog_items": "python-mysql-replication with dblog's stream settings (binlog_items)",
@@ -277,7 +277,10 @@ def markdown(results: dict) -> str:
                 step = prof.get(k)
                 if step:
                     rate = step.get("rows_per_s") or (round(step["rows"] / step["seconds"]) if step["seconds"] else 0)
-                    out.append(f"| {label} | {step['rows']:,} | {step['seconds']} | {rate:,.0f} |")
+                    parts = step.get("partitions")
+                    note = f" ({len(parts)} partitions: " + ", ".join(f"{p['seconds']} s" for p in parts) + ")" \
+                        if parts and len(parts) > 1 else ""
+                    out.append(f"| {label}{note} | {step['rows']:,} | {step['seconds']} | {rate:,.0f} |")
             out.append("")
         if tail.get("verify"):
             v = tail["verify"]
