@@ -304,6 +304,7 @@ def markdown(results: dict) -> str:
                        f"{run['p90_s']} s | {run['p99_s']} s | {run['max_s']} s | {run['missing']} |")
         out.append("")
 
+    out += where_the_time_goes(results)
     analysis = HERE / "analysis.md"
     if analysis.exists():
         out += [analysis.read_text().strip(), ""]
@@ -330,6 +331,68 @@ def markdown(results: dict) -> str:
             "binlog range (filtered to the table, like the tail) and touching every row image.",
             ""]
     return "\n".join(out)
+
+
+def where_the_time_goes(results: dict) -> list[str]:
+    """Figures derived from this run's phases and profiles (computed, so they never go stale)."""
+    out = ["## Where the time goes (derived from this run)", ""]
+    for table, t in results.get("snapshot", {}).items():
+        c, b = t.get("c_dblog"), t.get("b_spark_jdbc")
+        if not c or "phases" not in c.get("details", {}):
+            continue
+        ph, rows = c["details"]["phases"], t["rows"]
+        total = c["seconds"]
+        job = ph.get("snapshot_job_s") or 0
+        tail = ph.get("tail_s_total") or 0
+        fixed = total - job
+        lines = [f"**{table}** — (c) took {total} s: Spark session start {ph.get('spark_start_s')} s, the snapshot "
+                 f"job {job} s ({rows / job:,.0f} rows/s), the available-now tail {tail} s although no change "
+                 f"had happened (window events: {c['details'].get('window_events', 0)}), plan, report and exit "
+                 f"{round(total - job - tail - (ph.get('spark_start_s') or 0), 2)} s. Everything but the job is "
+                 f"{100 * fixed / total:.0f}% of the run."]
+        if b and b.get("details", {}).get("job_s"):
+            bj = b["details"]["job_s"]
+            lines.append(f"Job against job (JVM start excluded on both sides): dblog's snapshot job {job} s vs "
+                         f"Spark JDBC's bounds query + read + write {bj} s = {bj / job:.2f}×.")
+            no_tail = total - tail
+            lines.append(f"Without the empty tail (see proposals) (c) would take about {no_tail:.1f} s = "
+                         f"{rows / no_tail:,.0f} rows/s = {b['seconds'] / no_tail:.2f}× (b).")
+        prof = t.get("profile")
+        if prof and "error" not in prof:
+            ph2 = prof["phases_s"]
+            top = sorted(((k, v) for k, v in ph2.items() if not k.startswith("reference")), key=lambda kv: -kv[1])[:3]
+            lines.append(f"The same chunk steps in one process without Spark, one chunk after another: "
+                         f"{prof['sequential_s']} s ({prof['sequential_rows_per_s']:,.0f} rows/s); largest steps "
+                         + ", ".join(f"{k} {v} s" for k, v in top)
+                         + f". The Spark job (2 tasks at once, Python worker start included) took {job} s, "
+                         f"{job / prof['sequential_s']:.2f}× that: on 2 cores the MariaDB server threads that "
+                         f"produce the rows already take most of the second core, so parallel chunk reads gain "
+                         f"little on this machine.")
+        quick = t.get("a_mariadb_quick")
+        if quick:
+            lines.append(f"For scale: `mariadb --quick` alone needs {quick['seconds']} s for this table; 0.5× of it "
+                         f"would leave {2 * quick['seconds']:.1f} s for JVM start, planning, the job and the tail.")
+        out += [" ".join(lines), ""]
+    tail = results.get("tail", {})
+    exp = tail.get("decode_experiments")
+    if exp and "error" not in exp:
+        n = exp.get("parallel", 2)
+        out += [f"**Decoding in parallel** (`benchmarks/decode_experiments.py`, the tail's {tail['changes']:,}-change "
+                f"range, {n} reader processes at once):", "",
+                "| variant | changes/s (wall) | reader CPU s (sum) | per reader (wall s / CPU s) |",
+                "|---|---:|---:|---|"]
+        labels = {"single": "one reader decodes all (baseline)",
+                  "no_decode": "one reader, headers only, no row decoded",
+                  "share": f"{n} readers over the whole range, reader k decodes rows events k, k+{n}, k+2×{n}, ...",
+                  "split": f"{n} readers, each over its own transaction-aligned byte range"}
+        for k, label in labels.items():
+            v = exp.get(k)
+            if v:
+                per = ", ".join(f"{r['loop_s']} / {r.get('cpu_s', '?')}" for r in v["readers"])
+                vs = f" ({v['vs_single']}×)" if "vs_single" in v else ""
+                out.append(f"| {label} | {v['rows_per_s']:,.0f}{vs} | {v.get('cpu_s', '?')} | {per} |")
+        out.append("")
+    return out
 
 
 def write_docs(results: dict, docs: Path) -> None:

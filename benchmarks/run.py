@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import BENCH_DIR, KEYS, ROOT, log  # noqa: E402
 
+DEFAULT_CHUNK_SIZE = 100_000  # dblog plan/run --chunk-size default
+
 
 # ---- snapshot ---------------------------------------------------------------------------------
 def entry(timed: common.Timed, rows: int, **details) -> dict:
@@ -100,6 +102,8 @@ def bench_snapshot(server, table: str, rows: int, work: Path, args, results: dic
     if "c" in args.parts:
         runs = out.setdefault("c_runs", [])
         sizes = args.chunk_sizes or chunk_candidates(rows, args.chunk_counts)
+        if not args.chunk_sizes and DEFAULT_CHUNK_SIZE not in sizes and rows > DEFAULT_CHUNK_SIZE:
+            sizes.append(DEFAULT_CHUNK_SIZE)  # the CLI's default, for comparison
         for size in sizes:
             e = run_dblog(f"c-{size}-{args.watermark}", size, args.watermark)
             runs.append(e)
@@ -296,6 +300,13 @@ def bench_tail(server, work: Path, args, results: dict) -> None:
         out["profile"] = profile([common.PYTHON, str(common.HERE / "profile_tail.py"), "--state", str(state),
                                   "--table", table, "--start", f"{file}:{pos}"], logs / "tail-profile.log")
         log(f"tail: profile {out['profile']}")
+    if args.decode_experiments:
+        end_file, end_pos = common.binlog_position(server)
+        if end_file == file:
+            out["decode_experiments"] = profile(
+                [common.PYTHON, str(common.HERE / "decode_experiments.py"), "--port", str(server.port), "--file", file,
+                 "--pos", str(pos), "--end-pos", str(end_pos), "--table", table], logs / "tail-decode-experiments.log")
+            log(f"tail: decode experiments {out['decode_experiments']}")
     if args.verify:
         out["verify"] = verify(server, table, state, sink, logs / "tail-verify.log", work)
         log(f"tail: verify {out['verify']}")
@@ -414,6 +425,8 @@ def parse_args(argv=None):
                    help="skip comparing the lake's mirror with the source after (d) and the tail")
     p.add_argument("--no-profile", dest="profile", action="store_false",
                    help="skip the per-step profiles of the snapshot and the tail (benchmarks/profile_*.py)")
+    p.add_argument("--no-decode-experiments", dest="decode_experiments", action="store_false",
+                   help="skip benchmarks/decode_experiments.py (shared and split parallel decoding)")
     p.add_argument("--tail-changes", type=int, default=200_000)
     p.add_argument("--tail-tx-rows", type=int, default=1000)
     p.add_argument("--latency-rates", type=lambda s: [int(x) for x in s.split(",")], default=[500, 2000])
