@@ -443,12 +443,15 @@ class MySqlDialect:
 
     def row_converter(self, meta: TableMeta):
         schema = self.arrow_schema(meta)
-        converters = [(c.name, binlog_converter(c, schema.field(c.name).type)) for c in meta.columns]
+        converters = [(c.name, fn) for c in meta.columns
+                      if (fn := binlog_converter(c, schema.field(c.name).type)) is not None]
 
         def convert(values: dict | None) -> dict | None:
-            if values is None:
-                return None
-            return {name: fn(values.get(name)) for name, fn in converters}
+            """In place (the library builds a fresh dict per row image): only columns that need it."""
+            if values is not None:
+                for name, fn in converters:
+                    values[name] = fn(values.get(name))
+            return values
 
         return convert
 

@@ -97,8 +97,10 @@ def _type_argument(col: Column) -> int:
     return int(inside or 0)
 
 
-def binlog_converter(col: Column, target: pa.DataType) -> Callable[[Any], Any]:
-    """Turns a python-mysql-replication value into the Python value of ``target``."""
+def binlog_converter(col: Column, target: pa.DataType) -> Callable[[Any], Any] | None:
+    """Turns a python-mysql-replication value into the Python value of ``target``; None where the
+    library's value already is that (ints, floats, dates, datetimes, DECIMAL): the tail's hot path
+    then leaves those values alone."""
     t = col.data_type
     if t == "time":
         fsp = _type_argument(col)
@@ -109,8 +111,8 @@ def binlog_converter(col: Column, target: pa.DataType) -> Callable[[Any], Any]:
     if t == "bit":
         width = max(1, (_type_argument(col) + 7) // 8)
         return lambda v: v if v is None or isinstance(v, bytes) else int(v, 2).to_bytes(width, "big")
-    if pa.types.is_decimal(target):
-        return lambda v: v if v is None else Decimal(v)
+    if pa.types.is_decimal(target):  # DECIMAL decodes as Decimal already; unsigned BIGINT as int
+        return None if t == "decimal" else (lambda v: v if v is None else Decimal(v))
     if t == "decimal":  # wider than 38 digits: kept as text
         return lambda v: v if v is None else str(v)
     if t == "json":
@@ -122,7 +124,7 @@ def binlog_converter(col: Column, target: pa.DataType) -> Callable[[Any], Any]:
         return lambda v: v.encode("utf-8", "surrogateescape") if isinstance(v, str) else v
     if pa.types.is_timestamp(target) and target.tz:
         return lambda v: v if v is None or v.tzinfo else v.replace(tzinfo=dt.timezone.utc)
-    return lambda v: v
+    return None
 
 
 def _json_text_keys(value: Any) -> Any:
