@@ -250,6 +250,16 @@ class Airflow:
             step(f"  airflow {dag_id}: {name}: {state}")
 
 
+def dags_test(airflow: "Airflow", dag_id: str, logs: Path) -> float:
+    """``airflow dags test DAG`` with task-state progress; its duration, or DemoError with its log's end."""
+    started = time.time()
+    airflow.run(dag_id, "dags", "test", dag_id, watch_dag=dag_id)
+    state = airflow.metadata.run_state(dag_id)
+    if state != "success":
+        raise DemoError(f"{dag_id} ended {state}; see {rel(logs / f'{dag_id}.log')}:\n" + tail(logs / f"{dag_id}.log"))
+    return time.time() - started
+
+
 @contextlib.contextmanager
 def stderr_to(path: Path):
     """Send this process's stderr (fd 2, inherited by a JVM started meanwhile) to ``path``."""
@@ -427,12 +437,7 @@ def run(args, base: Path, parts: dict) -> int:
     writer.start()
     step("writer started: updates, inserts, deletes and primary-key changes while the load runs")
     step("airflow dags test dblog_initial_load (plan -> mapped Spark snapshots -> report -> tail) ...")
-    started = time.time()
-    airflow.run("dblog_initial_load", "dags", "test", "dblog_initial_load", watch_dag="dblog_initial_load")
-    load_seconds = time.time() - started
-    if airflow.metadata.run_state("dblog_initial_load") != "success":
-        raise DemoError(f"dblog_initial_load ended {airflow.metadata.run_state('dblog_initial_load')}; see "
-                        f"{rel(logs / 'dblog_initial_load.log')}:\n" + tail(logs / "dblog_initial_load.log"))
+    load_seconds = dags_test(airflow, "dblog_initial_load", logs)
     after_load = tail_status(state, server)
     time.sleep(2)  # a few more changes after the load's tail, for the scheduled tail to pick up
     ops = writer.stop()
@@ -441,12 +446,7 @@ def run(args, base: Path, parts: dict) -> int:
 
     # 4. the scheduled tail
     step("airflow dags test dblog_tail (available-now tail + health check) ...")
-    started = time.time()
-    airflow.run("dblog_tail", "dags", "test", "dblog_tail", watch_dag="dblog_tail")
-    tail_seconds = time.time() - started
-    if airflow.metadata.run_state("dblog_tail") != "success":
-        raise DemoError(f"dblog_tail ended {airflow.metadata.run_state('dblog_tail')}; see {rel(logs / 'dblog_tail.log')}:\n"
-                        + tail(logs / "dblog_tail.log"))
+    tail_seconds = dags_test(airflow, "dblog_tail", logs)
     after_tail = tail_status(state, server)
     step(f"dblog_tail succeeded in {tail_seconds:.0f}s")
 
