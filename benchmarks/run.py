@@ -376,6 +376,10 @@ def bench_latency(server, work: Path, args, results: dict) -> None:
             log(f"latency at {rate}/s (achieved {wstats['achieved_rate']}/s): p50 {run['p50_s']}s, "
                 f"p99 {run['p99_s']}s, max {run['max_s']}s, {missing} missing")
             time.sleep(3)
+        if args.burst:
+            out["burst"] = burst(server, table, args.latency_rows, watcher, token)
+            log(f"running tail, burst of {out['burst']['changes']} changes: {out['burst']['rows_per_s']:,.0f} "
+                f"changes/s into the lake")
         out["micro_batches"] = watcher.batches
     finally:
         watcher.stop()
@@ -383,6 +387,29 @@ def bench_latency(server, work: Path, args, results: dict) -> None:
         tail_log.close()
         shutil.rmtree(sink, ignore_errors=True)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def burst(server, table: str, rows: int, watcher: common.LakeWatcher, token: int, tx_rows: int = 1000) -> dict:
+    """A running `tail --continuous` catching up: every row of ``table`` updated once, as fast as the
+    server takes it (``tx_rows`` per transaction, each stamped with its own token); the rate is the
+    changes over the time from the first commit to the moment the last token is in the lake. No JVM
+    or query start-up is in it: the tail's steady-state throughput."""
+    commits: dict[int, float] = {}
+    conn = common.connect(server)
+    with conn.cursor() as cur:
+        for lo in range(1, rows + 1, tx_rows):
+            cur.execute(f"UPDATE {table} SET token = %s WHERE id BETWEEN %s AND %s", (token, lo, lo + tx_rows - 1))
+            commits[token] = time.time()
+            token += 1
+    conn.close()
+    first, written = min(commits.values()), max(commits.values())
+    deadline = time.time() + 600
+    while time.time() < deadline and any(t not in watcher.visible for t in commits):
+        time.sleep(0.05)
+    missing = sum(1 for t in commits if t not in watcher.visible)
+    done = max((watcher.visible[t] for t in commits if t in watcher.visible), default=float("nan"))
+    return {"changes": rows, "transactions": len(commits), "write_s": round(written - first, 2),
+            "seconds": round(done - first, 2), "rows_per_s": round(rows / (done - first), 1), "missing": missing}
 
 
 def stop_process_group(proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -431,7 +458,10 @@ def parse_args(argv=None):
     p.add_argument("--tail-tx-rows", type=int, default=1000)
     p.add_argument("--latency-rates", type=lambda s: [int(x) for x in s.split(",")], default=[500, 2000])
     p.add_argument("--latency-seconds", type=float, default=60)
-    p.add_argument("--latency-rows", type=int, default=100_000)
+    p.add_argument("--latency-rows", type=int, default=200_000,
+                   help="rows of the latency table; the burst updates each once (default 200000)")
+    p.add_argument("--no-burst", dest="burst", action="store_false",
+                   help="skip the running tail's catch-up rate (a burst of --latency-rows changes)")
     p.add_argument("--trigger-seconds", type=float, default=1.0)
     p.add_argument("--tick", type=float, default=0.01, help="writer transaction interval (s)")
     p.add_argument("--no-bytecode-cache", dest="bytecode", action="store_false",
@@ -450,7 +480,7 @@ def parse_args(argv=None):
         args.scale = 0.1 if args.scale == 1.0 else args.scale
         args.latency_seconds = min(args.latency_seconds, 20)
         args.tail_changes = min(args.tail_changes, 50_000)
-        args.latency_rows = min(args.latency_rows, 20_000)
+        args.latency_rows = min(args.latency_rows, 50_000)
     args.tables = [t for t in args.tables.split(",") if t]
     return args
 
@@ -482,7 +512,7 @@ def main(argv=None) -> int:
         "command": "make bench" if os.environ.get("MAKELEVEL") else shlex.join(
             [".venv/bin/python", "benchmarks/run.py", *(argv if argv is not None else sys.argv[1:])]),
         "scale": args.scale, "machine": common.machine_info(), "spark_master": common.SPARK_MASTER,
-        "note": args.note, "code": common.code_version(), "bytecode_cache": args.bytecode,
+        "note": args.note, "code": common.code_version(), "repeat": args.repeat, "bytecode_cache": args.bytecode,
         "pythondontwritebytecode_in_env": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")), "load1_start": round(os.getloadavg()[0], 2)}, "snapshot": {}}
 
     files = common.generate(args.scale, tables=tuple(args.tables) if args.tables else ("orders",))
