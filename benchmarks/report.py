@@ -381,6 +381,12 @@ def markdown(results: dict) -> str:
             "(500 rows/s: 5-row transactions every 10 ms), then checks the lake converges.",
             "- Tail: see above; the decode baseline is python-mysql-replication alone reading the same "
             "binlog range (filtered to the table, like the tail) and touching every row image.",
+            "- Every measured process gets byte-compiled modules (a bytecode cache under `.bench/pycache`, "
+            "whatever `PYTHONDONTWRITEBYTECODE` says) and runs from `.bench/`; with `--code-rev REV` the "
+            "package is exported from that commit and put first on `PYTHONPATH`, so a long run measures "
+            "one commit while the working tree changes.",
+            "- `--quick` (SF 0.1, 50k tail changes, 20 s latency runs) checks the harness in minutes; its "
+            "figures are dominated by fixed start-up costs and say little about throughput.",
             ""]
     return "\n".join(out)
 
