@@ -7,12 +7,15 @@ and nothing here ever holds a password.
     STATE/reports/DB.TABLE/chunk-N.json   one per finished chunk read (LW, HW, rows, output file)
     STATE/offsets.json                    the binlog-split offset map (after ``dblog report``)
     STATE/checkpoints/DB.TABLE/           Spark Structured Streaming checkpoint of the tail
+    STATE/caught_up/DB.TABLE.json         a catch-up found nothing to read: no row event of the table in
+                                          [from, to), so a tail at ``from`` is as current as one at ``to``
 """
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,3 +155,25 @@ class StateDir:
 
     def checkpoint_dir(self, table: str) -> Path:
         return self.path / "checkpoints" / table
+
+    # ---- catch-up checks ----
+    def caught_up_file(self, table: str) -> Path:
+        return self.path / "caught_up" / f"{table}.json"
+
+    def write_caught_up(self, table: str, start: BinlogPosition, end: BinlogPosition) -> None:
+        """Record that the binlog range ``[start, end)`` holds no row event of ``table`` (write this only
+        after checking it): a tail whose position is in that range may move to ``end``."""
+        write_json(self.caught_up_file(table), {"table": table, "from": start.to_dict(), "to": end.to_dict(),
+                                                "checked_at": time.time()})
+
+    def caught_up(self, table: str, position: BinlogPosition) -> tuple[BinlogPosition, float] | None:
+        """(``to``, when it was checked) if a recorded check covers ``position`` (``from <= position <= to``):
+        nothing of the table lies between ``position`` and ``to``; None otherwise."""
+        path = self.caught_up_file(table)
+        if not path.exists():
+            return None
+        data = read_json(path)
+        start, end = BinlogPosition.from_dict(data["from"]), BinlogPosition.from_dict(data["to"])
+        if start <= position <= end:
+            return end, float(data.get("checked_at") or path.stat().st_mtime)
+        return None

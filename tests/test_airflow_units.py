@@ -12,6 +12,7 @@ from airflow_provider_dblog.airflow import selection
 from airflow_provider_dblog.airflow.health import check_tail_health, tail_progress
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.errors import DblogError
+from airflow_provider_dblog.state import StateDir
 
 COLUMNS = ("id", "status", "amount", "Note")
 
@@ -180,6 +181,17 @@ def test_health_before_the_first_tail_batch_uses_the_offset_map(tmp_path):
     state = _fake_state(tmp_path)
     with pytest.raises(DblogError, match=r"offset map \(no tail batch yet\)"):
         check_tail_health(state, BinlogPosition.at("mysql-bin.000001", 2000), max_stall_seconds=600)
+
+
+def test_health_counts_a_catch_up_check_only_if_it_covers_the_tail_position(tmp_path):
+    state = _fake_state(tmp_path)  # no tail batch yet: the min HW mysql-bin.000001:1000
+    at = lambda pos: BinlogPosition.at("mysql-bin.000001", pos)  # noqa: E731
+    StateDir(state).write_caught_up("d.t", at(1500), at(3000))  # does not cover 1000: ignored
+    assert tail_progress(state, "d.t")[0] == at(1000)
+    StateDir(state).write_caught_up("d.t", at(1000), at(3000))
+    pos, checked_at, origin = tail_progress(state, "d.t")
+    assert pos == at(3000) and time.time() - checked_at < 60 and origin.startswith("catch-up check")
+    assert check_tail_health(state, at(3000), max_stall_seconds=60)["d.t"]["behind"] is False
 
 
 # ---- provider metadata -----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 row and column by column, under concurrent writes, tail crashes, chunk reruns and binlog purges."""
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -84,6 +85,10 @@ def test_cli_run_then_tail_and_mirror(mariadb, db, source_uri, tmp_path):
                           "--sink", str(sink), "--chunk-size", "1000", "--batch-size", "2"],
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
+    # nothing changed since the snapshot: the catch-up query is skipped, the summary keeps its shape
+    tail = json.loads(run.stdout)["tail"]
+    assert tail["rows"] == {table: 0} and table in tail["skipped"] and table in tail["lag"], tail
+    assert f"tail: {table} has no changes in [" in run.stderr and "): skipped" in run.stderr
     mariadb.sql(f"UPDATE {table} SET txt_v = 'after run' WHERE id <= 10", f"DELETE FROM {table} WHERE id > 4990")
     for args in (["tail", "--state", str(state), "--sink", str(sink), "--available-now"],
                  ["mirror", "--state", str(state), "--sink", str(sink), "--table", table, "--out", str(out)]):

@@ -5,7 +5,8 @@ offset of the last *committed* micro-batch (``offsets/N`` for the greatest ``com
 that commit was written. The tail's offsets are binlog positions that advance with every binlog write
 (events of other tables included), so "caught up" means: committed offset >= the source's current
 position. Before the first micro-batch the offset map (``offsets.json``: smallest HW, build time)
-stands in for the checkpoint.
+stands in for the checkpoint. An available-now catch-up that found no row event of the table since
+that position (``STATE/caught_up/DB.TABLE.json``) moves it to where the check ended.
 """
 from __future__ import annotations
 
@@ -30,18 +31,27 @@ def tail_progress(state_dir: str, table: str) -> tuple[BinlogPosition, float, st
     from airflow_provider_dblog.state import StateDir, read_json
 
     state = StateDir(state_dir)
+    found = _committed(state, table)
+    if found is None:
+        offsets = load_offsets(state)
+        if table not in offsets:
+            raise DblogError(f"{table} is not in the offset map of {state_dir}: run the initial load first")
+        built_at = float(read_json(state.offsets_file).get("built_at") or state.offsets_file.stat().st_mtime)
+        found = offsets[table].min_hw, built_at, "offset map (no tail batch yet)"
+    checked = state.caught_up(table, found[0])  # a catch-up that found no change of the table since then
+    if checked is not None and checked[0] > found[0]:
+        return checked[0], checked[1], f"catch-up check (no changes of the table since {found[2]})"
+    return found
+
+
+def _committed(state, table: str) -> tuple[BinlogPosition, float, str] | None:
     checkpoint = state.checkpoint_dir(table)
-    commits = _numbered(checkpoint / "commits")
-    for commit in reversed(commits):
+    for commit in reversed(_numbered(checkpoint / "commits")):
         offsets = checkpoint / "offsets" / commit.name
         if offsets.exists():
             last = offsets.read_text().strip().splitlines()[-1]
             return BinlogPosition.from_dict(json.loads(last)), commit.stat().st_mtime, f"tail batch {commit.name}"
-    offsets = load_offsets(state)
-    if table not in offsets:
-        raise DblogError(f"{table} is not in the offset map of {state_dir}: run the initial load first")
-    built_at = float(read_json(state.offsets_file).get("built_at") or state.offsets_file.stat().st_mtime)
-    return offsets[table].min_hw, built_at, "offset map (no tail batch yet)"
+    return None
 
 
 def check_tail_health(state_dir: str, source_position: BinlogPosition, max_stall_seconds: float,

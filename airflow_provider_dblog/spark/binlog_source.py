@@ -69,8 +69,14 @@ class BinlogDataSource(DataSource):
         return spark_schema(changelog_schema(dialect_for(state.source()).arrow_schema(meta)))
 
     def streamReader(self, schema) -> "BinlogStreamReader":
-        return BinlogStreamReader(*self._context(), int(self.options.get("maxEventsPerTrigger", 0)),
-                                  int(self.options.get("decodeParallelism", 1)))
+        context = self._context()
+        reader = BinlogStreamReader(*context, int(self.options.get("maxEventsPerTrigger", 0)),
+                                    int(self.options.get("decodeParallelism", 1)))
+        # a recorded catch-up check covering the min HW (no row event of the table in [min HW, to)):
+        # the first offset may be ``to``, so that an idle table does not pin old binlog files
+        checked = context[0].caught_up(self.options["table"], context[2].min_hw)
+        reader.initial_floor = checked[0] if checked else None
+        return reader
 
 
 class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -83,9 +89,13 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: dict | None = None
         self._boundary_sort_keys = None
 
+    initial_floor: BinlogPosition | None = None  # set by BinlogDataSource.streamReader
+
     # ---- driver side ----
     def initialOffset(self) -> dict:
         start = self.offsets.min_hw
+        if self.initial_floor is not None and self.initial_floor > start:
+            start = self.initial_floor
         self.dialect.ensure_available(start)
         return start.to_dict()
 

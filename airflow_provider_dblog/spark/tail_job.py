@@ -52,8 +52,6 @@ def _run_tail(state: StateDir, sink: str, available_now: bool, trigger_seconds: 
               tables: list[str] | None, spark, stop_event: threading.Event | None, progress_seconds: float,
               decode_parallelism: int) -> dict:
     from airflow_provider_dblog.pipeline import dialect_for, load_offsets
-    from airflow_provider_dblog.spark.binlog_source import SOURCE_NAME, BinlogDataSource
-    from airflow_provider_dblog.spark.session import local_session
 
     offsets = load_offsets(state)
     names = tables or sorted(offsets)
@@ -61,11 +59,33 @@ def _run_tail(state: StateDir, sink: str, available_now: bool, trigger_seconds: 
     if unknown:
         raise DblogError(f"{', '.join(unknown)} not in the offset map of {state.path}: plan, snapshot and report it first")
     dialect = dialect_for(state.source(), state.options())
-    for name in names:  # a clear error before Spark starts, if the binlog to resume from is gone
-        dialect.ensure_available(_resume_position(state, name, offsets[name].min_hw))
+    try:
+        for name in names:  # a clear error before Spark starts, if the binlog to resume from is gone
+            dialect.ensure_available(_resume_position(state, name, offsets[name].min_hw))
+        skipped: dict[str, BinlogPosition] = {}
+        if available_now:
+            now = dialect.current_position()
+            for name in names:
+                if _skip_catch_up(state, dialect, name, offsets[name].min_hw, now):
+                    skipped[name] = now
+        queries = {}
+        todo = [name for name in names if name not in skipped]
+        if todo:
+            spark = _start_queries(state, sink, todo, available_now, trigger_seconds, max_events, spark,
+                                   decode_parallelism, queries)
+        summary = _watch(queries, dialect, stop_event, progress_seconds, skipped)
+    finally:
+        dialect.close()
+    return summary
+
+
+def _start_queries(state: StateDir, sink: str, names: list[str], available_now: bool, trigger_seconds: float,
+                   max_events: int, spark, decode_parallelism: int, queries: dict):
+    from airflow_provider_dblog.spark.binlog_source import SOURCE_NAME, BinlogDataSource
+    from airflow_provider_dblog.spark.session import local_session
+
     spark = spark or local_session("dblog-tail")
     spark.dataSource.register(BinlogDataSource)
-    queries = {}
     for name in names:
         reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("table", name)
                   .option("decodeParallelism", str(decode_parallelism or spark.sparkContext.defaultParallelism)))
@@ -77,21 +97,74 @@ def _run_tail(state: StateDir, sink: str, available_now: bool, trigger_seconds: 
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
             processingTime=f"{trigger_seconds} seconds")
         queries[name] = writer.start()
-    summary = _watch(queries, dialect, stop_event, progress_seconds)
-    dialect.close()
-    return summary
+    return spark
+
+
+def _numbered(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+
+
+def _checkpoint_position(state: StateDir, table: str) -> tuple[str, BinlogPosition | None]:
+    """("none", None) before the checkpoint logged an offset; ("committed", end offset of the last
+    micro-batch) when that batch committed; ("pending", its end offset) when it did not (a restarted
+    query must run it again)."""
+    checkpoint = state.checkpoint_dir(table)
+    files = _numbered(checkpoint / "offsets")
+    if not files:
+        return "none", None
+    last_line = files[-1].read_text().strip().splitlines()[-1]
+    position = BinlogPosition.from_dict(json.loads(last_line))
+    committed = (checkpoint / "commits" / files[-1].name).exists()
+    return ("committed" if committed else "pending"), position
 
 
 def _resume_position(state: StateDir, table: str, default: BinlogPosition) -> BinlogPosition:
-    """Where the checkpoint says the tail resumes (the latest committed offset), else the min HW."""
-    offsets_dir = state.checkpoint_dir(table) / "offsets"
-    if not offsets_dir.exists():
-        return default
-    files = sorted((p for p in offsets_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    if not files:
-        return default
-    last_line = files[-1].read_text().strip().splitlines()[-1]
-    return BinlogPosition.from_dict(json.loads(last_line))
+    """Where the tail resumes: the checkpoint's latest offset; without one the min HW ``default``, or
+    the end of a recorded catch-up check that covers it (``initialOffset`` starts there)."""
+    kind, position = _checkpoint_position(state, table)
+    if kind != "none":
+        return position
+    checked = state.caught_up(table, default)
+    return checked[0] if checked else default
+
+
+def _skip_catch_up(state: StateDir, dialect, table: str, min_hw: BinlogPosition, now: BinlogPosition) -> bool:
+    """An available-now catch-up of ``table`` can be skipped when the binlog from the tail's position to
+    ``now`` holds no row event of it; then record ``[position, now)`` as checked (state.caught_up) and
+    return True.
+
+    Without a checkpoint the record moves the query's later start (``initialOffset``) to ``now``, so an
+    idle table does not pin old binlog files. With a checkpoint, only a position in the server's current
+    binlog file is skipped: past a rotation the query runs, so that its checkpoint leaves files that may
+    be purged. A micro-batch planned but not committed always runs.
+    """
+    from airflow_provider_dblog.dialects.mysql_binlog_scan import scan_table_events
+
+    kind, position = _checkpoint_position(state, table)
+    if kind == "pending":
+        return False
+    if kind == "none":
+        position = min_hw
+    elif position.file != now.file:
+        log.info("tail: %s resumes at %s, before the current binlog %s: running the catch-up", table, position,
+                 now.file)
+        return False
+    if now < position:
+        return False
+    checked = state.caught_up(table, position)
+    scan_from = checked[0] if checked else position
+    scan = scan_table_events(dialect, scan_from, now, [table]) if scan_from < now else None
+    if scan is not None and not scan.clean:
+        log.info("tail: %s may have changes in [%s, %s) (%s): running the catch-up", table, scan_from, now,
+                 scan.reason)
+        return False
+    state.write_caught_up(table, position, now)
+    log.info("tail: %s has no changes in [%s, %s): skipped (%d binlog events checked%s)", table, position, now,
+             scan.events if scan else 0,
+             "; the first tail starts at the end" if kind == "none" else "; checkpoint kept")
+    return True
 
 
 class LagTracker:
@@ -108,19 +181,21 @@ class LagTracker:
     def sample(self) -> None:
         self.samples.append((time.time(), self.dialect.current_position()))
 
-    def lag(self, queries: dict) -> dict:
+    def lag(self, queries: dict, fixed: dict | None = None) -> dict:
+        """Per query its last end offset's lag; ``fixed``: tables whose position is known without a query."""
         if not self.samples:
             self.sample()
         now_t, now = self.samples[-1]
         out = {}
+        positions = dict(fixed or {})
         for name, query in queries.items():
             progress = query.lastProgress
             end = (progress or {}).get("sources", [{}])[0].get("endOffset") if progress else None
             if isinstance(end, str):
                 end = json.loads(end)
-            if not end:
-                continue
-            pos = BinlogPosition.from_dict(end)
+            if end:
+                positions[name] = BinlogPosition.from_dict(end)
+        for name, pos in sorted(positions.items()):
             later = [t for t, p in self.samples if p > pos]
             seconds = 0.0 if pos >= now else now_t - (later[0] if later else self.samples[0][0])
             out[name] = {"offset": str(pos), "seconds_behind": round(seconds, 1),
@@ -129,9 +204,13 @@ class LagTracker:
         return out
 
 
-def _watch(queries: dict, dialect, stop_event, progress_seconds: float) -> dict:
+def _watch(queries: dict, dialect, stop_event, progress_seconds: float,
+           skipped: dict[str, BinlogPosition] | None = None) -> dict:
+    """Follow the queries until they end (or ``stop_event``); ``skipped``: tables whose catch-up was
+    skipped, caught up to the given position. Returns rows per table, lag and seconds."""
+    skipped = skipped or {}
     started = time.time()
-    rows = {name: 0 for name in queries}
+    rows = {name: 0 for name in sorted([*queries, *skipped])}
     last_log = 0.0
     seen_batches: dict[str, int] = {name: -1 for name in queries}
     tracker = LagTracker(dialect)
@@ -150,7 +229,7 @@ def _watch(queries: dict, dialect, stop_event, progress_seconds: float) -> dict:
                 break
             if time.time() - last_log >= progress_seconds:
                 last_log = time.time()
-                log.info("tail: %s rows so far; lag %s", rows, tracker.lag(queries))
+                log.info("tail: %s rows so far; lag %s", rows, tracker.lag(queries, skipped))
             time.sleep(0.5)
     finally:
         for q in queries.values():
@@ -159,9 +238,12 @@ def _watch(queries: dict, dialect, stop_event, progress_seconds: float) -> dict:
     for name, q in queries.items():
         if q.exception() is not None:
             raise DblogError(f"tail of {name} failed: {str(q.exception()).splitlines()[0]}")
-    lag = tracker.lag(queries)
+    lag = tracker.lag(queries, skipped)
     log.info("tail: %s rows in %.1fs; lag %s", rows, time.time() - started, lag)
-    return {"rows": rows, "lag": lag, "seconds": round(time.time() - started, 1)}
+    summary = {"rows": rows, "lag": lag, "seconds": round(time.time() - started, 1)}
+    if skipped:
+        summary["skipped"] = {name: str(pos) for name, pos in sorted(skipped.items())}
+    return summary
 
 
 def changelog(spark, sink: str, table: str):
