@@ -51,15 +51,18 @@ def snapshot_rows(rows: pa.Table, pos: str, chunk_id: int, ts_ms: int, source: p
 
 def event_rows(events: Sequence[ChangeEvent], chunks: Sequence[int], source: pa.Schema) -> pa.Table:
     """Stream rows: a delete keeps its key columns (and the rest of its before image) in place;
-    ``chunks`` is each event's key's chunk in the plan."""
+    ``chunks`` is each event's key's chunk in the plan. Built column by column (the tail's hot path)."""
     schema = changelog_schema(source)
-    names = [f.name for f in source]
-    records = []
-    for e, chunk in zip(events, chunks):
-        image = e.after if e.after is not None else e.before
-        records.append({**{n: image.get(n) for n in names}, "_op": e.op, "_pos": e.pos.encode(),
-                        "_ts_ms": e.ts_ms, "_kind": e.kind, "_chunk": chunk, "_before": e.before})
-    return pa.Table.from_pylist(records, schema=schema)
+    images = [e.after if e.after is not None else e.before for e in events]
+    befores = [e.before for e in events]
+    before_fields = [pa.array([b.get(f.name) if b is not None else None for b in befores], f.type) for f in source]
+    columns = [pa.array([image.get(f.name) for image in images], f.type) for f in source] + [
+        pa.array([e.op for e in events], pa.string()), pa.array([e.pos.encode() for e in events], pa.string()),
+        pa.array([e.ts_ms for e in events], pa.int64()), pa.array([e.kind for e in events], pa.string()),
+        pa.array(chunks, pa.int32()),
+        pa.StructArray.from_arrays(before_fields, fields=list(schema.field("_before").type),
+                                   mask=pa.array([b is None for b in befores], pa.bool_()))]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def write_atomic(table: pa.Table, path: Path) -> None:

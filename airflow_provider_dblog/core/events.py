@@ -8,6 +8,7 @@ from airflow_provider_dblog.core.positions import BinlogPosition
 
 Key = tuple
 Row = Mapping[str, Any]
+ROW_KINDS = {"c": "+I", "u": "+U", "d": "-D"}
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class ChangeEvent:
     @property
     def kind(self) -> str:
         """Flink's row kind of the after image (+I, +U, -D)."""
-        return {"c": "+I", "u": "+U", "d": "-D"}[self.op]
+        return ROW_KINDS[self.op]
 
 
 def key_of(row: Row, key_columns: tuple[str, ...]) -> Key:

@@ -20,6 +20,7 @@ from airflow_provider_dblog.core.chunks import (
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.dialects.base import Column, SourceConfig, TableMeta
+from airflow_provider_dblog.dialects.mysql_rows import RowImages
 from airflow_provider_dblog.dialects.mysql_types import (
     arrow_type, binlog_converter, cast_snapshot_column, is_collated_text, quote_ident, select_expression,
 )
@@ -386,6 +387,8 @@ class MySqlDialect:
                      ) -> Iterator[tuple[str, BinlogPosition, object]]:
         """("row", pos, (table, before, after, ts)) and ("commit", pos, None), for ``start < pos <= end``.
 
+        Row images of ``tables`` hold the lake's values (``mysql_rows`` decodes them, or the library
+        plus ``row_converter`` where it can't); those of ``extra_tables`` the library's.
         ``share=(k, n)`` decodes only every n-th rows event from the k-th on: n readers of the same range
         split the decoding (the costly part; rows decode lazily) while each sees every table map, so
         even one huge transaction is decoded in parallel. Positions stay global.
@@ -395,7 +398,9 @@ class MySqlDialect:
         from pymysqlreplication.event import QueryEvent, RotateEvent, XidEvent
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-        wanted = {m.qualified for m in tables} | set(extra_tables)
+        metas = {m.qualified: m for m in tables}
+        wanted = set(metas) | set(extra_tables)
+        images = RowImages(metas, self.row_converter)
         stream = self._stream(start, [t.split(".")[0] for t in wanted], [t.split(".", 1)[1] for t in wanted])
         try:
             for event in stream:
@@ -417,14 +422,16 @@ class MySqlDialect:
                     if rows_events % parts != part:
                         continue
                     ts = int(event.timestamp) * 1000
-                    for i, row in enumerate(event.rows):
-                        row_pos = BinlogPosition(pos.seq, pos.offset, i, pos.file)
-                        if isinstance(event, WriteRowsEvent):
-                            yield "row", row_pos, (qualified, None, row["values"], ts)
-                        elif isinstance(event, DeleteRowsEvent):
-                            yield "row", row_pos, (qualified, row["values"], None, ts)
-                        else:
-                            yield "row", row_pos, (qualified, row["before_values"], row["after_values"], ts)
+                    seq, offset, file = pos.seq, pos.offset, pos.file
+                    if isinstance(event, WriteRowsEvent):
+                        for i, (after,) in enumerate(images.of(event, qualified, ("values",))):
+                            yield "row", BinlogPosition(seq, offset, i, file), (qualified, None, after, ts)
+                    elif isinstance(event, DeleteRowsEvent):
+                        for i, (before,) in enumerate(images.of(event, qualified, ("values",))):
+                            yield "row", BinlogPosition(seq, offset, i, file), (qualified, before, None, ts)
+                    else:
+                        for i, (before, after) in enumerate(images.of(event, qualified, ("before_values", "after_values"))):
+                            yield "row", BinlogPosition(seq, offset, i, file), (qualified, before, after, ts)
         except pymysql.MySQLError as exc:
             if exc.args and exc.args[0] == 1236:
                 self.ensure_available(start)
@@ -434,12 +441,11 @@ class MySqlDialect:
 
     def read_changes(self, start: BinlogPosition, end: BinlogPosition | None,
                      tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1)) -> Iterator[ChangeEvent]:
-        by_name = {m.qualified: (m, self.row_converter(m)) for m in tables}
+        keys = {m.qualified: m.key_columns for m in tables}
         for kind, pos, payload in self.binlog_items(start, end, tables, share=share):
             if kind == "row":
                 name, before, after, ts = payload
-                meta, convert = by_name[name]
-                yield from row_change(name, pos, meta.key_columns, convert(before), convert(after), ts)
+                yield from row_change(name, pos, keys[name], before, after, ts)
 
     def row_converter(self, meta: TableMeta):
         schema = self.arrow_schema(meta)
@@ -551,7 +557,6 @@ class TableWatermark:
 
     def window(self, meta: TableMeta) -> tuple[BinlogPosition, BinlogPosition, list[ChangeEvent]]:
         low_mark, high_mark = self.marks
-        convert = self.dialect.row_converter(meta)
         lw = hw = None
         seen: str | None = None
         events: list[ChangeEvent] = []
@@ -570,7 +575,7 @@ class TableWatermark:
                 if name == self.table:
                     seen = (after or {}).get("mark")
                 elif lw is not None:
-                    events.extend(row_change(name, pos, meta.key_columns, convert(before), convert(after), ts))
+                    events.extend(row_change(name, pos, meta.key_columns, before, after, ts))
             if hw is None:
                 if time.time() > deadline:
                     raise DblogError(f"the high watermark written to {self.table} did not appear in the binlog "
