@@ -110,36 +110,50 @@ def _time2_reader(fsp: int):
     return 3 + width, read
 
 
-def _decimal_reader(precision: int, scale: int, as_text: bool):
-    """DECIMAL(precision, scale) in MySQL's binary format: big-endian groups of 9 digits in 4 bytes,
-    the leftover digits in 1–4 bytes, the sign in the first bit, negative values inverted."""
+def _decimal_code(b: "_Builder", v: str, precision: int, scale: int, as_text: bool) -> None:
+    """Lines that set ``v`` to DECIMAL(precision, scale) in MySQL's binary format: big-endian groups
+    of 9 digits in 4 bytes, the leftover digits in 1–4 bytes, the sign in the first bit (set for
+    positive values), negative values bit-inverted. One integer holds it all; digits are sliced out."""
     integral = precision - scale
     groups = ([(DECIMAL_DIGITS_BYTES[integral % 9], 10 ** (integral % 9))] if integral % 9 else []) + \
-        [(4, 10 ** 9)] * (integral // 9) + [(4, 10 ** 9)] * (scale // 9) + \
+        [(4, 10 ** 9)] * (integral // 9 + scale // 9) + \
         ([(DECIMAL_DIGITS_BYTES[scale % 9], 10 ** (scale % 9))] if scale % 9 else [])
     size = sum(n for n, _ in groups)
-    sign_bit, all_bits = 1 << (8 * size - 1), (1 << (8 * size)) - 1
-    shifts, shift = [], 8 * size
-    for n, base in groups:  # the digits, most significant group first
+    digits, shift = "", 8 * size
+    for n, base in groups:  # Horner's scheme, most significant group first
         shift -= 8 * n
-        shifts.append((shift, (1 << (8 * n)) - 1, base))
-    exact = precision <= 28 and not as_text  # Decimal's default context keeps 28 digits
+        group = f"((x >> {shift}) & {(1 << (8 * n)) - 1})" if shift else f"(x & {(1 << (8 * n)) - 1})"
+        digits = f"({digits}) * {base} + {group}" if digits else group
+    sign = 1 << (8 * size - 1)
+    b.emit(f"x = int.from_bytes(buf[p:p + {size}], 'big') ^ {sign}; p += {size}")
+    b.emit(f"if x & {sign}:")
+    b.emit(f"    x ^= {(1 << (8 * size)) - 1}; {v} = -({digits})")
+    b.emit("else:")
+    b.emit(f"    {v} = {digits}")
+    if precision <= 28 and not as_text:  # exact in Decimal's default 28-digit context
+        b.env["Decimal"] = Decimal
+        b.emit(f"{v} = Decimal({v}).scaleb({-scale})" if scale else f"{v} = Decimal({v})")
+    else:
+        b.emit(f"{v} = {b.const('F', _decimal_text(scale, as_text))}({v})")
 
-    def read(buf, p):
-        x = int.from_bytes(buf[p:p + size], "big") ^ sign_bit
-        negative = x & sign_bit  # a positive value has the bit set, now cleared
-        if negative:
-            x ^= all_bits
-        digits = 0
-        for sh, mask, base in shifts:
-            digits = digits * base + ((x >> sh) & mask)
-        if exact:
-            value = Decimal(-digits if negative else digits)
-            return value.scaleb(-scale) if scale else value
-        whole, fraction = divmod(digits, 10 ** scale)  # MySQL's text: every digit of the scale
-        text = f"{'-' if negative and digits else ''}{whole}" + (f".{fraction:0{scale}d}" if scale else "")
-        return text if as_text else Decimal(text)
-    return size, read
+
+def _decimal_text(scale: int, as_text: bool) -> Callable[[int], object]:
+    """MySQL's text of a wide DECIMAL: every digit of the scale, no exponent."""
+    def text(digits: int):
+        whole, fraction = divmod(abs(digits), 10 ** scale)
+        out = f"{'-' if digits < 0 else ''}{whole}" + (f".{fraction:0{scale}d}" if scale else "")
+        return out if as_text else Decimal(out)
+    return text
+
+
+def _decimal_reader(precision: int, scale: int, as_text: bool) -> tuple[int, Callable[[bytes, int], object]]:
+    """(size, reader) of one DECIMAL value, compiled like a row decoder's column."""
+    b = _Builder()
+    b.emit("if buf:  # a column's lines sit one level deeper, under a row decoder's NULL check", 1)
+    _decimal_code(b, "v", precision, scale, as_text)
+    b.emit("return v, p", 1)
+    read = _compile(b, "read", "decimal")
+    return read(bytes(66), 0)[1], lambda buf, p: read(buf, p)[0]
 
 
 def _json_reader(length_size: int):
@@ -154,7 +168,8 @@ def _json_reader(length_size: int):
     return read
 
 
-def _text_decoder(charset: str | None) -> Callable[[bytes], str] | None:
+def _text_expression(b: "_Builder", charset: str | None, data: str) -> str | None:
+    """The expression that decodes ``data`` (bytes) of a text column, or None for an unknown charset."""
     name = MYSQL_TO_PYTHON_CHARSET.get(charset or "utf8mb4", charset)
     if name is None:
         return None
@@ -163,10 +178,10 @@ def _text_decoder(charset: str | None) -> Callable[[bytes], str] | None:
     except LookupError:
         return None
     if name == "cp1252":  # MySQL's latin1: cp1252, its five undefined bytes mapped to C1 controls
-        table = "".join(bytes([i]).decode("cp1252", "strict") if i not in b"\x81\x8d\x8f\x90\x9d" else chr(i)
+        table = "".join(bytes([i]).decode("cp1252") if i not in b"\x81\x8d\x8f\x90\x9d" else chr(i)
                         for i in range(256))
-        return lambda b: codecs.charmap_decode(b, "strict", table)[0]
-    return lambda b: b.decode(name)
+        return f"{b.const('C', codecs.charmap_decode)}({data}, 'strict', {b.const('L', table)})[0]"
+    return f"{data}.decode({name!r})"
 
 
 # ---- code generation ----------------------------------------------------------------------------------------
@@ -207,8 +222,7 @@ def _column_code(b: _Builder, i: int, tm, col: Column) -> bool:
         size, read = make(tm.fsp)
         b.emit(f"{v} = {b.const('R', read)}(buf, p); p += {size}")
     elif t == NEWDECIMAL:
-        size, read = _decimal_reader(tm.precision, tm.decimals, as_text=pa.types.is_string(target))
-        b.emit(f"{v} = {b.const('R', read)}(buf, p); p += {size}")
+        _decimal_code(b, v, tm.precision, tm.decimals, as_text=pa.types.is_string(target))
     elif t == ENUM:
         values = b.const("E", [""] + _enum_values(col))
         b.emit(f"{v} = {values}[int.from_bytes(buf[p:p + {tm.size}], 'little')]; p += {tm.size}")
@@ -226,10 +240,10 @@ def _column_code(b: _Builder, i: int, tm, col: Column) -> bool:
         length = "buf[p]" if width == 1 else f"int.from_bytes(buf[p:p + {width}], 'little')"
         b.emit(f"n = {length}; p += {width}")
         if pa.types.is_string(target):
-            decode = _text_decoder(col.charset)
-            if decode is None:
+            text = _text_expression(b, col.charset, "buf[p:p + n]")
+            if text is None:
                 return False
-            b.emit(f"{v} = {b.const('T', decode)}(buf[p:p + n]); p += n")
+            b.emit(f"{v} = {text}; p += n")
         elif col.data_type == "binary":  # BINARY(n) drops trailing zero bytes in the binlog; SELECT pads them
             b.emit(f"{v} = bytes(buf[p:p + n]).ljust({_type_argument(col)}, b'\\0'); p += n")
         else:
@@ -256,9 +270,13 @@ def compile_row_decoder(columns: Sequence, meta: TableMeta) -> RowDecoder | None
             return None
     items = ", ".join(f"{name!r}: v{i}" for i, name in enumerate(names))
     b.emit(f"return {{{items}}}, p", 1)
-    source = "def decode(buf, p):\n" + "\n".join(b.lines) + "\n"
-    exec(compile(source, f"<row decoder {meta.qualified}>", "exec"), b.env)  # noqa: S102 (generated, no input)
-    return b.env["decode"]
+    return _compile(b, "decode", f"row decoder {meta.qualified}")
+
+
+def _compile(b: _Builder, name: str, label: str):
+    source = f"def {name}(buf, p):\n" + "\n".join(b.lines) + "\n"
+    exec(compile(source, f"<{label}>", "exec"), b.env)  # noqa: S102 (generated from type metadata only)
+    return b.env[name]
 
 
 def decode_rows(decoder: RowDecoder, buf: bytes, p: int, end: int, images: int) -> list[tuple]:
