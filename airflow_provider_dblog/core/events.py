@@ -34,7 +34,7 @@ class ChangeEvent:
 
 
 def key_of(row: Row, key_columns: tuple[str, ...]) -> Key:
-    return tuple(row[c] for c in key_columns)
+    return tuple([row[c] for c in key_columns])
 
 
 def row_change(table: str, pos: BinlogPosition, key_columns: tuple[str, ...],
@@ -46,13 +46,13 @@ def row_change(table: str, pos: BinlogPosition, key_columns: tuple[str, ...],
     even under a case-insensitive collation, because the stored key is a different value.
     """
     first = BinlogPosition(pos.seq, pos.offset, pos.row * 2, pos.file)
-    second = BinlogPosition(pos.seq, pos.offset, pos.row * 2 + 1, pos.file)
     if before is None:
         return [ChangeEvent(table, "c", first, key_of(after, key_columns), after, None, ts_ms)]
     if after is None:
         return [ChangeEvent(table, "d", first, key_of(before, key_columns), None, before, ts_ms)]
     old, new = key_of(before, key_columns), key_of(after, key_columns)
-    if old == new and all(type(a) is type(b) for a, b in zip(old, new)):
+    if old == new and tuple(map(type, old)) == tuple(map(type, new)):
         return [ChangeEvent(table, "u", first, new, after, before, ts_ms)]
+    second = BinlogPosition(pos.seq, pos.offset, pos.row * 2 + 1, pos.file)
     return [ChangeEvent(table, "d", first, old, None, before, ts_ms),
             ChangeEvent(table, "c", second, new, after, None, ts_ms)]

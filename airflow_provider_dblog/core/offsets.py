@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 from airflow_provider_dblog.core.chunks import ChunkRange, encode_key, decode_key
@@ -16,13 +17,19 @@ class TableOffsets:
     boundaries: tuple  # n key tuples -> n+1 chunks
     high_watermarks: tuple[BinlogPosition, ...]
 
-    @property
+    @cached_property
     def min_hw(self) -> BinlogPosition:
         return min(self.high_watermarks)
 
-    @property
+    @cached_property
     def max_hw(self) -> BinlogPosition:
         return max(self.high_watermarks)
+
+    @cached_property
+    def _snapshot_positions(self) -> tuple[BinlogPosition, BinlogPosition, tuple[BinlogPosition, ...]]:
+        """The HWs as snapshot-row positions, computed once: ``should_emit`` runs for every event."""
+        return (self.min_hw.as_snapshot(), self.max_hw.as_snapshot(),
+                tuple(hw.as_snapshot() for hw in self.high_watermarks))
 
     @classmethod
     def from_chunks(cls, table: str, chunks: Sequence[ChunkRange],
@@ -53,13 +60,14 @@ class TableOffsets:
 
         ``chunk`` may be None only when ``needs_key(pos)`` is False.
         """
-        if is_after(pos, self.max_hw):
+        lowest, highest, per_chunk = self._snapshot_positions
+        if pos > highest:
             return True
-        if not is_after(pos, self.min_hw):
+        if not pos > lowest:
             return False
         if chunk is None:
             raise ValueError("the chunk of the event's key is needed between min and max HW")
-        return is_after(pos, self.high_watermarks[chunk])
+        return pos > per_chunk[chunk]
 
 
 def is_after(pos: BinlogPosition, hw: BinlogPosition) -> bool:
