@@ -3,8 +3,9 @@
     python benchmarks/profile_tail.py --state STATE --table bench.tail --start mysql-bin.000001:1234
 
 Runs, over the same binlog range [start, current end):
-1. python-mysql-replication alone with dblog's stream settings (``MySqlDialect.binlog_items``);
-2. + dblog's value conversion and change events (``read_changes``);
+1. python-mysql-replication's event stream with dblog's compiled row-image decoder
+   (``MySqlDialect.binlog_items``, ``dialects/mysql_rows.py``);
+2. + change events (``read_changes``);
 3. the streaming source's ``read()`` of each partition it plans for the range, one after another:
    what the Spark tasks run (decode, conversion, emit rule, Python -> Arrow) before Spark converts
    and writes the batches.

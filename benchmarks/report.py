@@ -313,8 +313,8 @@ def markdown(results: dict) -> str:
         if prof and "error" not in prof:
             out += ["Profile (`benchmarks/profile_tail.py`, one process, no Spark, same binlog range):", "",
                     "| step | rows | seconds | rows/s |", "|---|---:|---:|---:|"]
-            labels = {"1_binlog_items": "python-mysql-replication with dblog's stream settings (binlog_items)",
-                      "2_read_changes": "+ value conversion and change events (read_changes)",
+            labels = {"1_binlog_items": "python-mysql-replication's event stream + dblog's compiled row decoder (binlog_items)",
+                      "2_read_changes": "+ change events (read_changes)",
                       "emit_rule_only": "emit rule (chunk lookup, should_emit) alone",
                       "event_rows_only": "change events → Arrow (event_rows) alone",
                       "3_source_read": "the streaming source's read() of each planned partition, one after another"}
