@@ -84,7 +84,8 @@ def _start_queries(state: StateDir, sink: str, names: list[str], available_now: 
     from airflow_provider_dblog.spark.binlog_source import SOURCE_NAME, BinlogDataSource
     from airflow_provider_dblog.spark.session import local_session
 
-    spark = spark or local_session("dblog-tail", short_lived=available_now)
+    # the full JIT: a catch-up may convert and write many rows in the JVM (C1-only is not measured there)
+    spark = spark or local_session("dblog-tail", short_lived=False)
     spark.dataSource.register(BinlogDataSource)
     for name in names:
         reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("table", name)
