@@ -2,6 +2,7 @@
 
     SINK/DB.TABLE/snapshot/chunk-N.parquet   one file per chunk read, replaced by a rerun
     SINK/DB.TABLE/stream/                    the tail's Structured Streaming output (exactly once)
+    SINK/DB.TABLE/catchup/FROM.parquet       a small cold catch-up read in the driver (see tail_job)
 
 Every row carries ``_pos``, its position (snapshot rows: their chunk's HW), and ``_chunk``, the plan's
 chunk of its key. The current state: drop stream rows at or before the HW of their chunk's latest
@@ -37,6 +38,12 @@ def snapshot_file(sink: str | os.PathLike, table: str, chunk_id: int) -> Path:
 
 def stream_dir(sink: str | os.PathLike, table: str) -> Path:
     return table_dir(sink, table) / "stream"
+
+
+def catchup_file(sink: str | os.PathLike, table: str, start_encoded: str) -> Path:
+    """Stream rows of ``[start, end)`` read without Spark; named by ``start`` only, so a rerun after a
+    crash replaces the file instead of adding a second copy of its rows."""
+    return table_dir(sink, table) / "catchup" / f"{start_encoded}.parquet"
 
 
 def snapshot_rows(rows: pa.Table, pos: str, chunk_id: int, ts_ms: int, source: pa.Schema) -> pa.Table:

@@ -161,10 +161,15 @@ class StateDir:
         return self.path / "caught_up" / f"{table}.json"
 
     def write_caught_up(self, table: str, start: BinlogPosition, end: BinlogPosition) -> None:
-        """Record that the binlog range ``[start, end)`` holds no row event of ``table`` (write this only
-        after checking it): a tail whose position is in that range may move to ``end``."""
-        write_json(self.caught_up_file(table), {"table": table, "from": start.to_dict(), "to": end.to_dict(),
-                                                "checked_at": time.time()})
+        """Record that the lake holds every row change of ``table`` in the binlog range ``[start, end)``
+        (none there, or read by a catch-up; write this only after checking or writing it): a tail whose
+        position is in that range may move to ``end``. A range that continues the recorded one extends it."""
+        path = self.caught_up_file(table)
+        if path.exists():
+            data = read_json(path)
+            if BinlogPosition.from_dict(data["from"]) <= start <= BinlogPosition.from_dict(data["to"]):
+                start = BinlogPosition.from_dict(data["from"])
+        write_json(path, {"table": table, "from": start.to_dict(), "to": end.to_dict(), "checked_at": time.time()})
 
     def caught_up(self, table: str, position: BinlogPosition) -> tuple[BinlogPosition, float] | None:
         """(``to``, when it was checked) if a recorded check covers ``position`` (``from <= position <= to``):

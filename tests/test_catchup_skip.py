@@ -78,7 +78,7 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
     of ANOTHER table is skipped too, a change of the table is read, from where the check ended."""
     table, state, sink = _loaded(mariadb, db, spark, tmp_path)
     min_hw = load_offsets(StateDir(state))[table].min_hw
-    summary = run_tail(state, sink, available_now=True, spark=spark)
+    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert summary["rows"] == {table: 0} and table in summary["skipped"]
     assert summary["lag"][table]["offset"] == summary["skipped"][table]
     assert not stream_dir(sink, table).exists() and _checkpoint_position(StateDir(state), table) == ("none", None)
@@ -86,7 +86,7 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
 
     # (b) changes of another table only: still skipped, and the recorded position moves on
     mariadb.sql(f"INSERT INTO {db}.other VALUES (1, 1)", "FLUSH BINARY LOGS", f"UPDATE {db}.other SET v = 2")
-    summary = run_tail(state, sink, available_now=True, spark=spark)
+    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert table in summary["skipped"]
     resume = _resume_position(StateDir(state), table, min_hw)
     assert resume > min_hw and resume.seq > min_hw.seq  # an idle table does not pin the old binlog file
@@ -96,7 +96,7 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
     # (b) a change of this table: the query runs, from the recorded position, and the lake converges
     mariadb.sql(f"UPDATE {table} SET v = 'changed' WHERE id <= 5", f"DELETE FROM {table} WHERE id > 2990",
                 f"INSERT INTO {table} VALUES (5000, 'new', 1)")
-    summary = run_tail(state, sink, available_now=True, spark=spark)
+    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert "skipped" not in summary and summary["rows"][table] == 5 + 10 + 1
     kind, position = _checkpoint_position(StateDir(state), table)
     assert kind == "committed" and position == _position(mariadb)
@@ -111,24 +111,68 @@ def test_checkpoint_skips_in_the_current_file_and_runs_across_a_rotation(mariadb
     after FLUSH BINARY LOGS the query runs so that the checkpoint leaves the old file."""
     table, state, sink = _loaded(mariadb, db, spark, tmp_path)
     mariadb.sql(f"UPDATE {table} SET n = -n WHERE id <= 3")
-    assert "skipped" not in run_tail(state, sink, available_now=True, spark=spark)
+    assert "skipped" not in run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     _, checkpoint = _checkpoint_position(StateDir(state), table)
 
     mariadb.sql(f"INSERT INTO {db}.other VALUES (7, 7)")
-    summary = run_tail(state, sink, available_now=True, spark=spark)
+    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert table in summary["skipped"] and summary["rows"] == {table: 0}
     assert _checkpoint_position(StateDir(state), table) == ("committed", checkpoint)
     progress, _, origin = tail_progress(state, table)
     assert progress == _position(mariadb) and "catch-up check" in origin
 
     mariadb.sql("FLUSH BINARY LOGS")
-    summary = run_tail(state, sink, available_now=True, spark=spark)
+    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert "skipped" not in summary and summary["rows"] == {table: 0}
     kind, moved = _checkpoint_position(StateDir(state), table)
     assert kind == "committed" and moved.seq > checkpoint.seq and moved == _position(mariadb)
 
     mariadb.sql(f"DELETE FROM {table} WHERE id = 1")
-    summary = run_tail(state, sink, available_now=True, spark=spark)
+    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert "skipped" not in summary and summary["rows"] == {table: 1}
-    assert table in run_tail(state, sink, available_now=True, spark=spark)["skipped"]
+    assert table in run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)["skipped"]
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m")
+
+
+@pytest.mark.slow
+def test_small_cold_catch_ups_run_in_the_driver_then_the_stream_continues(mariadb, db, spark, tmp_path):
+    """Without a checkpoint, a catch-up within the byte limit is read in the driver into SINK/T/catchup;
+    a second one extends the recorded range; a crash before the record reruns into the same file; the
+    streaming query then starts where they ended; a chunk rerun supersedes catch-up rows. The mirror
+    equals the source after each step, and no change is written twice."""
+    table, state, sink = _loaded(mariadb, db, spark, tmp_path)
+    min_hw = load_offsets(StateDir(state))[table].min_hw
+    mariadb.sql(f"UPDATE {table} SET v = 'one' WHERE id <= 100", f"DELETE FROM {table} WHERE id BETWEEN 500 AND 509")
+    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)
+    assert table in summary["caught_up_in_driver"] and summary["rows"][table] == 110
+    assert _checkpoint_position(StateDir(state), table) == ("none", None) and not stream_dir(sink, table).exists()
+    files = sorted((tmp_path / "sink" / table / "catchup").glob("*.parquet"))
+    assert [f.name for f in files] == [f"{min_hw.encode()}.parquet"]
+    _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m1")
+
+    # killed after the file, before the record: the rerun replaces the same file (no second copy)
+    StateDir(state).caught_up_file(table).unlink()
+    assert run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)["rows"][table] == 110
+    assert sorted((tmp_path / "sink" / table / "catchup").glob("*.parquet")) == files
+
+    # a second small catch-up continues the recorded range
+    end_of_first = _resume_position(StateDir(state), table, min_hw)
+    mariadb.sql(f"UPDATE {table} SET n = -n WHERE id BETWEEN 50 AND 149", f"INSERT INTO {table} VALUES (7000, 'x', 7)")
+    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)
+    assert summary["rows"][table] == 101
+    assert StateDir(state).caught_up(table, min_hw)[0] == _position(mariadb)  # [min HW, now) as one range
+    assert len(list((tmp_path / "sink" / table / "catchup").glob("*.parquet"))) == 2
+    assert (tmp_path / "sink" / table / "catchup" / f"{end_of_first.encode()}.parquet").exists()
+
+    # a limit below the range size leaves it to the streaming query, which starts after the catch-ups
+    mariadb.sql(f"UPDATE {table} SET v = 'three' WHERE id <= 30")
+    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=10)
+    assert "caught_up_in_driver" not in summary and summary["rows"][table] == 30
+    stream = spark.read.parquet(str(stream_dir(sink, table)))
+    catchup = spark.read.parquet(str(tmp_path / "sink" / table / "catchup"))
+    assert stream.count() == 30 and stream.join(catchup, "_pos").count() == 0
+    _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m2")
+
+    # a rerun chunk supersedes the catch-up rows of its keys (a repair), the others still apply
+    snapshot_batch(state, 0, sink, force=True, spark=spark)
+    _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m3")

@@ -17,7 +17,7 @@ from airflow_provider_dblog.dialects.base import SourceConfig
 from airflow_provider_dblog.lake import stream_dir
 from airflow_provider_dblog.local_mariadb import LocalMariaDB
 from airflow_provider_dblog.pipeline import build_offsets, plan_table, snapshot_batch
-from airflow_provider_dblog.spark.tail_job import run_tail, write_mirror
+from airflow_provider_dblog.spark.tail_job import DRIVER_CATCH_UP_BYTES, run_tail, write_mirror
 from airflow_provider_dblog.state import StateDir
 from tests.lakecheck import SEED_SQL, TYPES_DDL, compare_mirror, typed_mutation, typed_row
 from tests.workload import Writer
@@ -67,11 +67,15 @@ def test_lake_converges_under_concurrent_writes(mariadb, db, spark, tmp_path, st
         snapshot_all(state, sink, spark, table)
         summary = build_offsets(state)
         assert summary["chunks"] == plan["tables"][table]["chunks"] >= 9
-        run_tail(state, sink, available_now=True, spark=spark)
+        # consistent_snapshot: the first catch-up reads in the driver (SINK/T/catchup), then the streaming
+        # query continues from where it ended; the other strategies stream from the start
+        first = run_tail(state, sink, available_now=True, spark=spark,
+                         driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES if strategy == "consistent_snapshot" else 0)
+        assert ("caught_up_in_driver" in first) == (strategy == "consistent_snapshot")
     finally:
         counts = writer.stop()
     assert counts.get("update_key", 0) > 0 and counts.get("rollback", 0) > 0
-    run_tail(state, sink, available_now=True, spark=spark)
+    assert "caught_up_in_driver" not in run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
     assert_unique_stream_positions(spark, sink, table)
 

@@ -94,7 +94,9 @@ def cmd_tail(args) -> dict:
 
     return run_tail(args.state, args.sink, available_now=not args.continuous, trigger_seconds=args.trigger_seconds,
                     max_events=args.max_events, tables=[args.table] if args.table else None,
-                    stop_event=_stop_on_signals())
+                    stop_event=_stop_on_signals(),
+                    **({} if args.driver_catch_up_mb is None else
+                       {"driver_catch_up_bytes": int(args.driver_catch_up_mb * 2**20)}))
 
 
 def cmd_mirror(args) -> dict:
@@ -204,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table", help="only this table (default: every planned table)")
     p.add_argument("--max-events", type=int, default=0, help="binlog events per micro-batch (0: no limit)")
     p.add_argument("--trigger-seconds", type=float, default=1.0, help="micro-batch interval with --continuous")
+    p.add_argument("--driver-catch-up-mb", type=float, default=None,
+                   help="--available-now without a checkpoint: read at most this much binlog in this process "
+                        "instead of starting a streaming query (default 64; 0: always Spark)")
     p.set_defaults(func=cmd_tail)
 
     p = sub.add_parser("mirror", help="write the table's current state as Parquet")

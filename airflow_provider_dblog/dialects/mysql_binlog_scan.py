@@ -68,3 +68,17 @@ def scan_table_events(dialect, start: BinlogPosition, end: BinlogPosition, table
                 file, offset = files[index], 4
     except pymysql.MySQLError as exc:
         return RangeScan(False, 0, f"SHOW BINLOG EVENTS failed: {exc.args[-1] if exc.args else exc}")
+
+
+def range_bytes(dialect, start: BinlogPosition, end: BinlogPosition) -> int | None:
+    """Binlog bytes in ``[start, end)`` from ``SHOW BINARY LOGS`` sizes; None if a file is not listed."""
+    if end <= start:
+        return 0
+    sizes = {name: int(size) for name, size, *_ in dialect.query("SHOW BINARY LOGS")}
+    names = list(sizes)
+    if start.file not in sizes or end.file not in sizes:
+        return None
+    first, last = names.index(start.file), names.index(end.file)
+    if first == last:
+        return end.offset - start.offset
+    return (sizes[start.file] - start.offset) + sum(sizes[n] for n in names[first + 1:last]) + end.offset
