@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("DBLOG_CREDENTIALS", str(ROOT / ".pytest-credentials.json"))
+os.environ.setdefault("DBLOG_SPARK_CDS_DIR", str(ROOT / ".pytest-cds"))  # not the user's ~/.cache
 
 from hypothesis import settings  # noqa: E402
 
