@@ -121,7 +121,9 @@ def table_text(results: dict) -> str:
         r = tail_ratios(results["tail"])
         lines.append(f"tail ({results['tail']['changes']:,} changes), rows/s: python-mysql-replication "
                      f"{_fmt(r['decode'])} | mariadb-binlog -v {_fmt(r['mariadb_binlog'])} | dblog tail "
-                     f"{_fmt(r['tail'])} (query only {_fmt(r['tail_query'])})")
+                     f"{_fmt(r['tail'])}" + (f" | on Spark {_fmt(r['tail_spark'])} (query only "
+                                             f"{_fmt(r['tail_spark_query'])})" if r["tail_spark"] else
+                                             f" (query only {_fmt(r['tail_query'])})"))
     rows = summary_rows(results)
     width = max((len(r[0]) for r in rows), default=10)
     lines.append("")
