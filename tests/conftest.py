@@ -12,7 +12,10 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("DBLOG_CREDENTIALS", str(ROOT / ".pytest-credentials.json"))
-os.environ.setdefault("DBLOG_SPARK_CDS_DIR", str(ROOT / ".pytest-cds"))  # not the user's ~/.cache
+# no class-data-sharing archive in the suite (the session's JVM would dump it, slower, for the whole run);
+# tests/test_session.py turns it on for its own drivers
+os.environ.setdefault("DBLOG_SPARK_CDS", "0")
+os.environ.setdefault("DBLOG_SPARK_CDS_DIR", str(ROOT / ".pytest-cds"))  # never the user's ~/.cache
 
 from hypothesis import settings  # noqa: E402
 

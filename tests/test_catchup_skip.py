@@ -2,6 +2,8 @@
 the tail's position, and the lake still converges (real MariaDB, real Spark local[2])."""
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from airflow_provider_dblog.airflow.health import check_tail_health, tail_progress
@@ -149,6 +151,10 @@ def test_small_cold_catch_ups_run_in_the_driver_then_the_stream_continues(mariad
     files = sorted((tmp_path / "sink" / table / "catchup").glob("*.parquet"))
     assert [f.name for f in files] == [f"{min_hw.encode()}.parquet"]
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m1")
+    # a streaming query that started but committed no file yet (killed early) leaves an empty log
+    (stream_dir(sink, table) / "_spark_metadata").mkdir(parents=True)
+    _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m1b")
+    shutil.rmtree(stream_dir(sink, table))
 
     # killed after the file, before the record: the rerun replaces the same file (no second copy)
     StateDir(state).caught_up_file(table).unlink()

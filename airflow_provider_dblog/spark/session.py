@@ -16,11 +16,12 @@ SHORT_LIVED_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 CDS_SETTLE_SECONDS = 15  # the JVM writes its archive after the Python driver exited
 
 
-def class_data_sharing_options() -> str:
+def class_data_sharing_options(write: bool = True) -> str:
     """JVM options for a class-data-sharing archive of Spark's classes (JDK 13+): the first local driver
     writes one when its JVM exits (that driver runs several times slower, once), later ones map it
     instead of loading and verifying thousands of classes again (session start plus first job ≈2×
-    faster here: 3.4 s instead of 6.9 s). Kept in ``$DBLOG_SPARK_CDS_DIR``
+    faster here: 3.4 s instead of 6.9 s). Only short-lived drivers (``write``) write it: a long-running
+    tail would run as the slower dumping JVM for its whole life. Kept in ``$DBLOG_SPARK_CDS_DIR``
     (default ``~/.cache/dblog``), one per Spark version, jars and Java home; ``DBLOG_SPARK_CDS=0``
     turns it off. A missing, stale or damaged archive only means a normal start: the JVM checks it,
     and its log goes to stderr (stdout carries the CLI's JSON)."""
@@ -44,7 +45,7 @@ def class_data_sharing_options() -> str:
     if archive.exists():
         (folder / f"spark-{key}.dumping").unlink(missing_ok=True)
         return f"{quiet} -XX:SharedArchiveFile={archive}"
-    if not _claim(folder / f"spark-{key}.dumping"):
+    if not write or not _claim(folder / f"spark-{key}.dumping"):
         return ""  # another driver is writing the archive (a dumping JVM runs several times slower: one at a time)
     return f"{quiet} -XX:ArchiveClassesAtExit={folder / f'spark-{key}.{os.getpid()}.tmp'}"
 
@@ -90,7 +91,7 @@ def local_session(app_name: str, master: str | None = None, short_lived: bool = 
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit, which sets --master itself
         builder = builder.master(master or os.environ.get("DBLOG_SPARK_MASTER", DEFAULT_MASTER))
         java_options = os.environ.get("DBLOG_SPARK_DRIVER_JAVA_OPTIONS", SHORT_LIVED_JAVA_OPTIONS) if short_lived else ""
-        java_options = " ".join(o for o in (java_options, class_data_sharing_options()) if o)
+        java_options = " ".join(o for o in (java_options, class_data_sharing_options(write=short_lived)) if o)
         if java_options:
             builder = builder.config("spark.driver.extraJavaOptions", java_options)
     session = (builder

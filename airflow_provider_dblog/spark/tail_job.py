@@ -309,7 +309,13 @@ def changelog(spark, sink: str, table: str):
         frames.append(spark.read.parquet(str(snap)))
     stream = stream_dir(sink, table)
     if (stream / "_spark_metadata").exists():
-        frames.append(spark.read.parquet(str(stream)))
+        from pyspark.errors import AnalysisException
+
+        try:
+            frames.append(spark.read.parquet(str(stream)))
+        except AnalysisException as exc:  # a query started but committed no file yet: nothing to add
+            if "UNABLE_TO_INFER_SCHEMA" not in str(exc):
+                raise
     catchup = table_dir(sink, table) / "catchup"
     if catchup.exists() and any(catchup.glob("*.parquet")):
         frames.append(spark.read.parquet(str(catchup)))
