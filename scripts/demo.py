@@ -455,10 +455,9 @@ def run(args, base: Path, parts: dict) -> int:
     os.environ["DBLOG_SOURCE_PASSWORD"] = PASSWORD
     os.environ["DBLOG_CREDENTIALS"] = env["DBLOG_CREDENTIALS"]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from airflow_provider_dblog.lake import stream_dir
     from airflow_provider_dblog.pipeline import verify_mirror
     from airflow_provider_dblog.spark.session import local_session
-    from airflow_provider_dblog.spark.tail_job import write_mirror
+    from airflow_provider_dblog.spark.tail_job import changelog, write_mirror
 
     results, stream_rows = {}, {}
     with stderr_to(logs / "verify.log"):  # Spark's JVM logs and progress bars
@@ -466,9 +465,8 @@ def run(args, base: Path, parts: dict) -> int:
         for table in TABLES:
             write_mirror(str(state), str(sink), table, str(mirror / table), spark=spark)
             results[table] = verify_mirror(str(state), str(mirror / table), table)
-            stream = stream_dir(sink, table)
-            stream_rows[table] = (spark.read.parquet(str(stream)).count()
-                                  if (stream / "_spark_metadata").exists() else 0)
+            # change rows: the streaming output and small catch-ups read in the driver (snapshot rows: _op 'r')
+            stream_rows[table] = changelog(spark, str(sink), table).where("_op != 'r'").count()
         spark.stop()
         parts.pop("spark")
 
@@ -514,7 +512,7 @@ def summarize(args, base, version, server, airflow, counts, ops, load_seconds, t
         if not r["equal"]:
             lines.append(f"           examples: {r['examples']}")
     lines += [
-        f"lake       {rel(sink)}/DB.TABLE/snapshot/chunk-N.parquet and {rel(sink)}/DB.TABLE/stream/ "
+        f"lake       {rel(sink)}/DB.TABLE/snapshot/chunk-N.parquet, {rel(sink)}/DB.TABLE/stream/ and catchup/ "
         f"(changelog rows with _pos)",
         "mirror     " + ", ".join(rel(mirror / t) for t in TABLES),
         f"state      {rel(base / 'state')} (plan, chunk reports, offsets.json, tail checkpoints)",
