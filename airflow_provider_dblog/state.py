@@ -7,8 +7,8 @@ and nothing here ever holds a password.
     STATE/reports/DB.TABLE/chunk-N.json   one per finished chunk read (LW, HW, rows, output file)
     STATE/offsets.json                    the binlog-split offset map (after ``dblog report``)
     STATE/checkpoints/DB.TABLE/           Spark Structured Streaming checkpoint of the tail
-    STATE/caught_up/DB.TABLE.json         a catch-up found nothing to read: no row event of the table in
-                                          [from, to), so a tail at ``from`` is as current as one at ``to``
+    STATE/caught_up/DB.TABLE.json         every row change of the table in [from, to) is in the lake (none
+                                          there, or read by a driver catch-up): a tail at ``from`` may move to ``to``
 """
 from __future__ import annotations
 
@@ -172,8 +172,8 @@ class StateDir:
         write_json(path, {"table": table, "from": start.to_dict(), "to": end.to_dict(), "checked_at": time.time()})
 
     def caught_up(self, table: str, position: BinlogPosition) -> tuple[BinlogPosition, float] | None:
-        """(``to``, when it was checked) if a recorded check covers ``position`` (``from <= position <= to``):
-        nothing of the table lies between ``position`` and ``to``; None otherwise."""
+        """(``to``, when it was recorded) if the recorded range covers ``position`` (``from <= position <= to``):
+        the lake already holds every change of the table between ``position`` and ``to``; None otherwise."""
         path = self.caught_up_file(table)
         if not path.exists():
             return None

@@ -207,9 +207,9 @@ def _column_code(b: _Builder, i: int, tm, col: Column) -> bool:
     if (t, unsigned) in INT_FORMATS:
         fmt = Struct("<" + INT_FORMATS[(t, unsigned)])
         unpack = b.const("S", fmt.unpack_from)
-        wrap = "Decimal" if pa.types.is_decimal(target) else ""
-        b.emit(f"{v} = {wrap}({unpack}(buf, p)[0]); p += {fmt.size}")
+        wrap = "Decimal" if pa.types.is_decimal(target) else ""  # unsigned BIGINT
         b.env["Decimal"] = Decimal
+        b.emit(f"{v} = {wrap}({unpack}(buf, p)[0]); p += {fmt.size}")
     elif t == INT24:
         b.emit(f"{v} = int.from_bytes(buf[p:p + 3], 'little', signed={not unsigned}); p += 3")
     elif t == YEAR:
@@ -307,18 +307,13 @@ class RowImages:
         self.metas = metas
         self.converter = converter
         self._converters: dict[str, Callable] = {}
-        self._by_table_map: dict[int, tuple[object, RowDecoder | None]] = {}
         self._by_layout: dict[tuple, RowDecoder | None] = {}
 
     def _decoder(self, event, qualified: str) -> RowDecoder | None:
-        table = event.table_map[event.table_id]
-        cached = self._by_table_map.get(event.table_id)
-        if cached is not None and cached[0] is table:
-            return cached[1]
+        """By layout: the library builds new column objects for every table map event."""
         layout = (qualified, _layout(event.columns))
         if layout not in self._by_layout:
             self._by_layout[layout] = compile_row_decoder(event.columns, self.metas[qualified])
-        self._by_table_map[event.table_id] = (table, self._by_layout[layout])
         return self._by_layout[layout]
 
     def of(self, event, qualified: str, keys: tuple[str, ...]) -> list[tuple]:

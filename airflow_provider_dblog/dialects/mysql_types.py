@@ -120,12 +120,10 @@ def binlog_converter(col: Column, target: pa.DataType) -> Callable[[Any], Any] |
             v.decode() if isinstance(v, bytes) else json.dumps(_json_text_keys(v)))
     if pa.types.is_string(target):
         return lambda v: v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else v
-    if t == "binary":  # BINARY(n) drops trailing zero bytes in the binlog; SELECT pads them
-        width = _type_argument(col)
+    if pa.types.is_binary(target):  # BINARY(n) drops trailing zero bytes in the binlog; SELECT pads them
+        width = _type_argument(col) if t == "binary" else 0
         return lambda v: (v.encode("utf-8", "surrogateescape") if isinstance(v, str) else v).ljust(width, b"\0") \
             if v is not None else None
-    if pa.types.is_binary(target):
-        return lambda v: v.encode("utf-8", "surrogateescape") if isinstance(v, str) else v
     if pa.types.is_timestamp(target) and target.tz:
         return lambda v: v if v is None or v.tzinfo else v.replace(tzinfo=dt.timezone.utc)
     return None

@@ -70,18 +70,15 @@ def _run_tail(state: StateDir, sink: str, available_now: bool, trigger_seconds: 
         for name in names:  # a clear error before Spark starts, if the binlog to resume from is gone
             dialect.ensure_available(_resume_position(state, name, offsets[name].min_hw))
         skipped: dict[str, BinlogPosition] = {}
-        if available_now:
+        in_driver: dict[str, int] = {}
+        if available_now:  # before Spark: nothing to read, or little enough to read here
             now = dialect.current_position()
             for name in names:
                 if _skip_catch_up(state, dialect, name, offsets[name].min_hw, now):
                     skipped[name] = now
-        in_driver: dict[str, int] = {}
-        if available_now:
-            for name in names:
-                if name not in skipped:
-                    rows = _catch_up_in_driver(state, sink, dialect, name, offsets[name], now, driver_catch_up_bytes)
-                    if rows is not None:
-                        in_driver[name] = rows
+                elif (rows := _catch_up_in_driver(state, sink, dialect, name, offsets[name], now,
+                                                  driver_catch_up_bytes)) is not None:
+                    in_driver[name] = rows
         queries = {}
         todo = [name for name in names if name not in skipped and name not in in_driver]
         if todo:
