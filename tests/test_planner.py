@@ -23,6 +23,9 @@ CASES = {
                     "('b')", "('Z')", "('ß')", "('é')", "('😀')", "(' space')"]),
     "composite": ("k VARCHAR(20) COLLATE utf8mb4_general_ci, n INT, PRIMARY KEY (k, n)",
                   ["SELECT CONCAT(CHAR(65 + seq % 26), IF(seq % 2, 'b', 'B')), seq FROM seq_1_to_1800"]),
+    "composite_int_lead": ("o BIGINT, l INT, PRIMARY KEY (o, l)",  # lineitem's shape: sparse orders, 1-4 lines
+                           ["SELECT CAST(a.seq AS SIGNED) * 7 - 1000, b.seq FROM seq_1_to_600 a, seq_1_to_4 b WHERE b.seq <= 1 + a.seq % 4",
+                            "(-9223372036854775808, 1)", "(9223372036854775807, 2)"]),
     "datetime": ("t DATETIME(6) PRIMARY KEY",
                  ["SELECT '2020-01-01' + INTERVAL seq * 7919 SECOND + INTERVAL seq MICROSECOND FROM seq_1_to_1500"]),
 }
@@ -61,6 +64,20 @@ def test_chunks_cover_every_row_once(mariadb, db, case, chunk_size):
     if case in ("sparse", "varchar_ci", "composite", "datetime") and total > chunk_size:
         # boundaries queried from the DB: chunks hold exactly chunk_size rows but the last
         assert all(dialect.count_rows(meta, c) == chunk_size for c in chunks[:-1])
+
+
+def test_composite_key_with_an_integer_lead_is_split_evenly_by_value(mariadb, db):
+    """Boundaries come from index seeks at evenly spaced leading values (no scan of the whole index):
+    each is a whole key, chunks hold about chunk_size rows."""
+    ddl = "o INT UNSIGNED, l TINYINT, PRIMARY KEY (o, l)"
+    _load(mariadb, db, "lines", ddl, ["SELECT a.seq * 3, b.seq FROM seq_1_to_4000 a, seq_1_to_3 b"])
+    dialect = MySqlDialect(SourceConfig.parse(mariadb.uri()))
+    meta = dialect.describe_table(f"{db}.lines")
+    chunks = dialect.split_chunks(meta, 1000)
+    _assert_exact_cover(dialect, meta, chunks)
+    sizes = [dialect.count_rows(meta, c) for c in chunks]
+    assert len(chunks) in (12, 13) and all(900 <= n <= 1100 for n in sizes[:-1]), sizes
+    assert all(c.lo is None or c.lo[1] == 1 for c in chunks)  # first line of the first order at or after a step
 
 
 def test_case_insensitive_boundaries_follow_the_collation(mariadb, db):

@@ -49,8 +49,9 @@ def binlog_status_sql(version: str) -> str:
     return "SHOW BINARY LOG STATUS" if major_minor >= (8, 2) else "SHOW MASTER STATUS"
 
 
-def _is_int_key(meta: TableMeta) -> bool:
-    return len(meta.key_columns) == 1 and meta.column(meta.key_columns[0]).data_type in INTEGER_TYPES
+def _has_int_lead(meta: TableMeta) -> bool:
+    """Whether the key's first column is an integer (chunks can then be spaced evenly by value)."""
+    return meta.column(meta.key_columns[0]).data_type in INTEGER_TYPES
 
 
 class MySqlDialect:
@@ -227,14 +228,21 @@ class MySqlDialect:
         order = ", ".join(quote_ident(c) for c in meta.key_columns)
         keys = ", ".join(quote_ident(c) for c in meta.key_columns)
         table = self.table_sql(meta)
-        if _is_int_key(meta) and meta.key_unique:
-            key = quote_ident(meta.key_columns[0])
-            lo, hi = self.query(f"SELECT MIN({key}), MAX({key}) FROM {table}")[0]
+        if _has_int_lead(meta) and meta.key_unique:
+            lead = quote_ident(meta.key_columns[0])
+            lo, hi = self.query(f"SELECT MIN({lead}), MAX({lead}) FROM {table}")[0]
             if lo is None:
                 return chunks_from_boundaries([])
             step = even_step(int(lo), int(hi), self.approximate_rows(meta), chunk_size, *factor_bounds)
             if step is not None:
-                return chunks_from_boundaries(even_boundaries(int(lo), int(hi), step))
+                leads = even_boundaries(int(lo), int(hi), step)
+                if len(meta.key_columns) == 1:
+                    return chunks_from_boundaries(leads)
+                # a composite key (order_id, line): each boundary is the first whole key at or after an
+                # evenly spaced leading value, one index seek each instead of a scan of the whole index
+                firsts = [self.query(f"SELECT {keys} FROM {table} WHERE {lead} >= {int(v)} ORDER BY {order} "
+                                     f"LIMIT 1")[0] for (v,) in leads]
+                return chunks_from_boundaries(list(dict.fromkeys(tuple(k) for k in firsts)))
         boundaries: list[Key] = []
         row = self.query(f"SELECT {keys} FROM {table} ORDER BY {order} LIMIT {chunk_size}, 1")
         while row:

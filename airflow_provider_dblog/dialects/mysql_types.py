@@ -62,10 +62,22 @@ def quote_ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+# A DECIMAL of up to 18 digits travels as its unscaled BIGINT (exact: |value * 10**scale| < 2**63):
+# connectorx parses an integer far more cheaply than the decimal's text, and Arrow reinterprets it
+# without a per-value cast (benchmarks/analysis.md).
+UNSCALED_DECIMAL_DIGITS = 18
+
+
+def _unscaled_decimal(col: Column) -> bool:
+    return col.data_type == "decimal" and (col.precision or 0) <= UNSCALED_DECIMAL_DIGITS
+
+
 def select_expression(col: Column) -> str:
     """The SELECT item that connectorx reads exactly for this column."""
     q = quote_ident(col.name)
     t = col.data_type
+    if _unscaled_decimal(col):
+        return f"CAST({q} * 1{'0' * (col.scale or 0)} AS SIGNED) AS {q}"
     if t in ("decimal", "time"):
         return f"CAST({q} AS CHAR) AS {q}"
     if t == "timestamp":
@@ -77,6 +89,10 @@ def select_expression(col: Column) -> str:
 
 def cast_snapshot_column(array: pa.ChunkedArray, col: Column, target: pa.DataType) -> pa.ChunkedArray:
     """connectorx's column (read through ``select_expression``) in the target Arrow type."""
+    if _unscaled_decimal(col):  # the integers' decimal128 bits are the target's bits with scale 0
+        wide = array.cast(pa.int64()).cast(pa.decimal128(19, 0))
+        return pa.chunked_array([pa.Array.from_buffers(target, len(c), c.buffers(), c.null_count, c.offset)
+                                 for c in wide.chunks], target)
     if col.data_type == "timestamp":
         return array.cast(pa.int64()).cast(target)
     return array.cast(target)

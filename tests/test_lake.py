@@ -1,0 +1,29 @@
+"""The lake's Parquet files: which columns are dictionary-encoded, and that values survive the write."""
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_dblog.lake import snapshot_rows, write_atomic
+
+
+def test_text_binary_and_dates_are_dictionary_encoded_numbers_are_not(tmp_path):
+    source = pa.schema([("id", pa.int64()), ("price", pa.decimal128(15, 2)), ("flag", pa.string()),
+                        ("raw", pa.binary()), ("day", pa.date32()), ("at", pa.timestamp("us"))])
+    rows = pa.table([pa.array(range(1000)), pa.array([Decimal("1.25")] * 1000, pa.decimal128(15, 2)),
+                     pa.array(["A", "R"] * 500), pa.array([b"\x00", b"\xff"] * 500),
+                     pa.array([dt.date(2024, 1, 1)] * 1000), pa.array([dt.datetime(2024, 1, 1)] * 1000)],
+                    schema=source)
+    table = snapshot_rows(rows, "pos", 3, 0, source)
+    path = tmp_path / "chunk.parquet"
+    write_atomic(table, path)
+
+    assert pq.read_table(path).equals(table)
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    dictionary = {meta.column(i).path_in_schema for i in range(meta.num_columns)
+                  if meta.column(i).dictionary_page_offset is not None}
+    assert {"flag", "raw", "day", "_op", "_pos", "_kind"} <= dictionary
+    assert not dictionary & {"id", "price", "at", "_ts_ms", "_chunk"}
