@@ -46,12 +46,11 @@ def main() -> None:
     pandas_import_s = time.perf_counter() - t
     import connectorx as cx
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from airflow_provider_dblog.dialects.base import SourceConfig
     from airflow_provider_dblog.dialects.mysql import MySqlDialect
     from airflow_provider_dblog.dialects.mysql_types import cast_snapshot_column, quote_ident
-    from airflow_provider_dblog.lake import snapshot_rows
+    from airflow_provider_dblog.lake import snapshot_rows, write_atomic
     from airflow_provider_dblog.snapshot import merge_selected
 
     config = SourceConfig.parse(args.source)
@@ -92,7 +91,7 @@ def main() -> None:
         lap("merge")
         table = snapshot_rows(merged, hw.as_snapshot().encode(), chunk.id, 0, schema)
         lap("build_output")
-        pq.write_table(table, out / f"chunk-{chunk.id}.parquet", compression="snappy")
+        write_atomic(table, out / f"chunk-{chunk.id}.parquet")
         lap("parquet_write")
         rows += merged.num_rows
         plain_sql = (f"SELECT * FROM {quote_ident(meta.database)}.{quote_ident(meta.name)} "
