@@ -3,6 +3,7 @@ the tail's position, and the lake still converges (real MariaDB, real Spark loca
 from __future__ import annotations
 
 import shutil
+import time
 
 import pytest
 
@@ -21,6 +22,19 @@ from tests.lakecheck import compare_mirror
 def _position(mariadb) -> BinlogPosition:
     file, pos = mariadb.sql("SHOW MASTER STATUS")[0][:2]
     return BinlogPosition.at(file, pos)
+
+
+def _flush_binary_logs(mariadb) -> None:
+    """Rotate, then wait for the Binlog_checkpoint event MariaDB writes into the new file on its own
+    once the old file's commits are durable: until then the server position may still move without
+    any statement, and a test comparing positions afterwards would race with it."""
+    mariadb.sql("FLUSH BINARY LOGS")
+    file = mariadb.sql("SHOW MASTER STATUS")[0][0]
+    deadline = time.time() + 30
+    while not any(kind == "Binlog_checkpoint" and info == file
+                  for _, _, kind, _, _, info in mariadb.sql(f"SHOW BINLOG EVENTS IN '{file}'")):
+        assert time.time() < deadline, f"no Binlog_checkpoint for {file} after 30 s"
+        time.sleep(0.05)
 
 
 def test_scan_sees_only_row_events_of_the_asked_table(mariadb, db):
@@ -87,7 +101,9 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m0")
 
     # (b) changes of another table only: still skipped, and the recorded position moves on
-    mariadb.sql(f"INSERT INTO {db}.other VALUES (1, 1)", "FLUSH BINARY LOGS", f"UPDATE {db}.other SET v = 2")
+    mariadb.sql(f"INSERT INTO {db}.other VALUES (1, 1)")
+    _flush_binary_logs(mariadb)
+    mariadb.sql(f"UPDATE {db}.other SET v = 2")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert table in summary["skipped"]
     resume = _resume_position(StateDir(state), table, min_hw)
@@ -123,7 +139,7 @@ def test_checkpoint_skips_in_the_current_file_and_runs_across_a_rotation(mariadb
     progress, _, origin = tail_progress(state, table)
     assert progress == _position(mariadb) and "catch-up check" in origin
 
-    mariadb.sql("FLUSH BINARY LOGS")
+    _flush_binary_logs(mariadb)
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert "skipped" not in summary and summary["rows"] == {table: 0}
     kind, moved = _checkpoint_position(StateDir(state), table)
