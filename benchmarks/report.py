@@ -398,8 +398,8 @@ def markdown(results: dict) -> str:
             "(`org.mariadb.jdbc.Driver`, URL `jdbc:mysql://`), then `df.write.parquet`; same session "
             "settings as dblog (local[2], 2 GB driver).",
             "- (c) `dblog run --source URI --table tpch.T --state S --sink K --chunk-size N --batch-size "
-            "10000 --watermark W`: plan (while the Spark session starts), all chunks as one Spark job (one task "
-            "per chunk), report, and the available-now tail (its streaming query is skipped when the binlog "
+            "10000 --watermark W`: plan (while the Spark session starts), all chunks as one Spark job, "
+            "report, and the available-now tail (its streaming query is skipped when the binlog "
             "holds no change of the table since the snapshot); several chunk sizes, then the other watermark strategies at the best size. "
             "The recommended default is `consistent_snapshot` (race-free on MariaDB); (c) is its best run.",
             "- (d) (c) again while a thread updates random existing rows of the same table "

@@ -38,6 +38,7 @@ def test_each_chunk_equals_its_range_at_high_watermark(mariadb, db, strategy):
     writer = Writer(mariadb.port, f"{db}.w", int(ROWS * 1.2), make_row, mutate, seed=len(strategy))
     writer.start()
     try:
+        writer.wait_started(100)  # the reads are quick: let the writer get going first
         reads = [(chunk, read_chunk(dialect, meta, chunk, strategy)) for chunk in chunks]
     finally:
         counts = writer.stop()

@@ -28,6 +28,16 @@ class Writer(threading.Thread):
         self.counts: dict[str, int] = {}
         self.error: BaseException | None = None
 
+    def wait_started(self, statements: int = 20, timeout: float = 30) -> None:
+        """Block until the writer has run ``statements`` statements: a read that must overlap it
+        then cannot finish before the writer's first commit."""
+        deadline = time.time() + timeout
+        while sum(self.counts.values()) < statements:
+            if self.error:
+                raise self.error
+            assert time.time() < deadline, f"the writer ran {self.counts} in {timeout} s"
+            time.sleep(0.01)
+
     def stop(self) -> dict:
         self._halt.set()
         self.join(60)

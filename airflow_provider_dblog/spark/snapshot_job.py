@@ -1,6 +1,6 @@
-"""The snapshot batch as a Spark job: one task per chunk; each task runs the watermark window read
-and writes its chunk's Parquet with pyarrow (columnar end to end: connectorx -> Arrow -> Parquet,
-no Python row objects and no Arrow->JVM row conversion)."""
+"""The snapshot batch as a Spark job: up to four tasks per core, each running the watermark window
+read of its chunks one after another and writing each chunk's Parquet with pyarrow (columnar end to
+end: connectorx -> Arrow -> Parquet, no Python row objects and no Arrow->JVM row conversion)."""
 from __future__ import annotations
 
 import logging
@@ -8,6 +8,7 @@ import time
 from typing import Sequence
 
 log = logging.getLogger("dblog")
+TASKS_PER_CORE = 4
 
 
 def _read_chunks(state_dir: str, sink: str, table: str, dialect):
@@ -33,7 +34,10 @@ def run_chunks(state_dir: str, sink: str, table: str, chunk_ids: Sequence[int], 
     sc = spark.sparkContext
     sc.setJobDescription(f"dblog snapshot {table}: {len(chunk_ids)} chunks")
     started = time.time()
-    rdd = sc.parallelize(list(chunk_ids), len(chunk_ids))
+    # several chunks per task: a task costs ≈0.1 s beyond its rows (60 lineitem chunks on local[2]: 17-22 s
+    # as 60 tasks, 15 s as 8); 4 tasks per core still balance the cores when chunks differ in size
+    tasks = min(len(chunk_ids), max(1, sc.defaultParallelism * TASKS_PER_CORE))
+    rdd = sc.parallelize(list(chunk_ids), tasks)
     # collect(), not toLocalIterator(): every executor works at once; each task logs its chunk as it ends
     reports = rdd.mapPartitions(_read_chunks(state_dir, sink, table, dialect)).collect()
     rows = sum(r["rows"] for r in reports)
