@@ -2,6 +2,7 @@
 damaged archive never stops a driver or writes to its stdout (the CLI prints JSON there)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -42,10 +43,11 @@ def test_one_driver_writes_the_archive_and_later_ones_map_it(tmp_path, monkeypat
 @pytest.mark.slow
 def test_a_damaged_archive_means_a_normal_start_and_a_clean_stdout(tmp_path):
     env = {**os.environ, "DBLOG_SPARK_CDS_DIR": str(tmp_path), "DBLOG_SPARK_CDS": "1"}
-    key_of = ("from airflow_provider_dblog.spark.session import class_data_sharing_options as o; "
-              "print(o().rsplit('/', 1)[-1].split('.')[0])")
+    key_of = ("import os, sys; os.environ['PYSPARK_PYTHON'] = sys.executable; "
+              "from airflow_provider_dblog.spark import session as s; "
+              "print(s.class_data_sharing_options(True, s._local_spark_home()).rsplit('/', 1)[-1].split('.')[0])")
     key = subprocess.run([sys.executable, "-c", key_of], env=env, capture_output=True, text=True, check=True).stdout.strip()
-    for leftover in tmp_path.iterdir():
+    for leftover in tmp_path.glob("*.dumping"):
         leftover.unlink()
     (tmp_path / f"{key}.jsa").write_bytes(b"not an archive" * 1000)
     script = ("from airflow_provider_dblog.spark.session import local_session; s = local_session('cds-test'); "
@@ -54,3 +56,125 @@ def test_a_damaged_archive_means_a_normal_start_and_a_clean_stdout(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == "5\n"
+
+
+def _bundle(path, package: str, version: str):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as bundle:
+        bundle.writestr(f"{package}/version.py", f'__version__ = "{version}"\n')
+    return str(path)
+
+
+def _installed(folder, package: str, version: str) -> str:
+    (folder / package).mkdir(parents=True)
+    (folder / package / "version.py").write_text(f'__version__ = "{version}"\n')
+    return str(folder)
+
+
+def test_bundled_zips_move_behind_the_same_installed_version(tmp_path):
+    from airflow_provider_dblog.spark.worker_daemon import prefer_installed_packages
+
+    pyspark_zip = _bundle(tmp_path / "pyspark.zip", "pyspark", "4.3.0")
+    py4j_zip = _bundle(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")
+    site = _installed(tmp_path / "site", "pyspark", "4.3.0")
+    _installed(tmp_path / "site", "py4j", "0.10.9.9")
+    assert prefer_installed_packages(["/cwd", pyspark_zip, py4j_zip, site]) == ["/cwd", site, pyspark_zip, py4j_zip]
+
+    other = _installed(tmp_path / "other", "pyspark", "4.2.0")  # another version: the bundle must win
+    assert prefer_installed_packages([pyspark_zip, other]) == [pyspark_zip, other]
+    assert prefer_installed_packages([pyspark_zip, "/nowhere"]) == [pyspark_zip, "/nowhere"]
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "pyspark.zip").write_bytes(b"not a zip")
+    broken = str(tmp_path / "bad" / "pyspark.zip")
+    assert prefer_installed_packages([broken, site]) == [broken, site]
+
+
+def test_the_local_home_links_all_of_spark_but_its_bundled_python(tmp_path):
+    pyspark_home = tmp_path / "pyspark"
+    for name in ("bin", "jars", "python", "sbin", "__pycache__"):
+        (pyspark_home / name).mkdir(parents=True)
+    (pyspark_home / "version.py").write_text("")
+    home = session.home_without_bundled_python(pyspark_home, tmp_path / "cache")
+    assert sorted(p.name for p in home.iterdir()) == ["bin", "jars", "sbin"]
+    assert (home / "jars").resolve() == (pyspark_home / "jars").resolve()
+    assert session.home_without_bundled_python(pyspark_home, tmp_path / "cache") == home  # built once
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [home.name]  # no staging left behind
+
+
+def test_the_archive_key_follows_the_home_the_jvm_starts_from(tmp_path, monkeypatch):
+    monkeypatch.setenv("DBLOG_SPARK_CDS_DIR", str(tmp_path))
+    monkeypatch.delenv("DBLOG_SPARK_CDS", raising=False)
+    first = session.class_data_sharing_options(spark_home="/a")
+    for marker in tmp_path.glob("*.dumping"):
+        marker.unlink()
+    second = session.class_data_sharing_options(spark_home="/b")
+    assert first.rsplit("/", 1)[-1].split(".")[0] != second.rsplit("/", 1)[-1].split(".")[0]
+
+
+PROBE_SCRIPT = """
+import json, sys, tempfile
+from pathlib import Path
+from pyspark.sql.datasource import DataSource, DataSourceReader
+from airflow_provider_dblog.spark.session import local_session
+spark = local_session("worker-test")
+planner_report = Path(tempfile.mkdtemp()) / "planner.txt"
+
+class Probe(DataSource):  # its schema() runs in a Python process the JVM starts outside the task daemon
+    @classmethod
+    def name(cls):
+        return "probe"
+
+    def schema(self):
+        import pyspark
+        planner_report.write_text(pyspark.__file__)
+        return "x int"
+
+    def reader(self, schema):
+        return ProbeReader()
+
+class ProbeReader(DataSourceReader):
+    def read(self, partition):
+        yield (1,)
+
+def probe(_):
+    import pyspark
+    yield json.dumps({"pyspark": pyspark.__file__, "worker_loaded": "pyspark.worker" in sys.modules,
+                      "pandas": "pandas" in sys.modules})
+
+workers = [json.loads(r) for r in spark.sparkContext.parallelize(range(2), 2).mapPartitions(probe).collect()]
+spark.dataSource.register(Probe)
+assert spark.read.format("probe").load().collect()[0].x == 1
+print(json.dumps({"workers": workers, "planner": planner_report.read_text(), "driver_pandas": "pandas" in sys.modules}))
+"""
+
+
+def _probe(env: dict) -> dict:
+    done = subprocess.run([sys.executable, "-c", PROBE_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _compiled(path: str) -> bool:
+    return ".zip" not in path and path.endswith("pyspark/__init__.py")
+
+
+@pytest.mark.slow
+def test_python_processes_and_driver_start_without_compiling_pyspark_or_importing_pandas():
+    """Spark's pyspark.zip has no bytecode: every Python process must import the installed, compiled pyspark."""
+    result = _probe(dict(os.environ))
+    assert result["driver_pandas"] is False
+    assert _compiled(result["planner"]), result
+    for worker in result["workers"]:
+        assert _compiled(worker["pyspark"]) and worker["worker_loaded"] and not worker["pandas"], worker
+
+
+@pytest.mark.slow
+def test_task_workers_import_the_installed_pyspark_under_any_spark_home():
+    """As under spark-submit: Spark's own home puts pyspark.zip first, the task daemon moves it back."""
+    import pyspark
+
+    result = _probe({**os.environ, "SPARK_HOME": os.path.dirname(pyspark.__file__)})
+    assert ".zip" in result["planner"]  # what every Python process did before
+    for worker in result["workers"]:
+        assert _compiled(worker["pyspark"]) and worker["worker_loaded"], worker

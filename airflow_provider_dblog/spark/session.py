@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ SHORT_LIVED_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 CDS_SETTLE_SECONDS = 15  # the JVM writes its archive after the Python driver exited
 
 
-def class_data_sharing_options(write: bool = True) -> str:
+def class_data_sharing_options(write: bool = True, spark_home: str | None = None) -> str:
     """JVM options for a class-data-sharing archive of Spark's classes (JDK 13+): the first local driver
     writes one when its JVM exits (that driver runs several times slower, once), later ones map it
     instead of loading and verifying thousands of classes again (session start plus first job ≈2×
@@ -30,10 +31,11 @@ def class_data_sharing_options(write: bool = True) -> str:
     import pyspark
 
     jars = Path(pyspark.__file__).parent / "jars"
-    fingerprint = "|".join([pyspark.__version__, str(jars.resolve()), os.environ.get("JAVA_HOME", ""),
+    # the JVM checks the archive against its class path: the home it starts from is part of the key
+    fingerprint = "|".join([pyspark.__version__, str(jars.resolve()), os.environ.get("JAVA_HOME", ""), spark_home or "",
                             *sorted(f"{j.name}:{j.stat().st_size}" for j in jars.glob("*.jar"))])
     key = hashlib.sha1(fingerprint.encode()).hexdigest()[:16]
-    folder = Path(os.environ.get("DBLOG_SPARK_CDS_DIR") or Path.home() / ".cache" / "dblog")
+    folder = _cache_folder()
     archive = folder / f"spark-{key}.jsa"
     for written in folder.glob(f"spark-{key}.*.tmp"):  # complete once its driver ended and the JVM stopped writing
         if not _alive(int(written.name.split(".")[1])) and time.time() - written.stat().st_mtime > CDS_SETTLE_SECONDS:
@@ -48,6 +50,49 @@ def class_data_sharing_options(write: bool = True) -> str:
     if not write or not _claim(folder / f"spark-{key}.dumping"):
         return ""  # another driver is writing the archive (a dumping JVM runs several times slower: one at a time)
     return f"{quiet} -XX:ArchiveClassesAtExit={folder / f'spark-{key}.{os.getpid()}.tmp'}"
+
+
+def _cache_folder() -> Path:
+    return Path(os.environ.get("DBLOG_SPARK_CDS_DIR") or Path.home() / ".cache" / "dblog")
+
+
+def home_without_bundled_python(pyspark_home: Path, folder: Path) -> Path | None:
+    """A Spark home for a local JVM whose Python processes import the installed, compiled pyspark.
+
+    The JVM puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the path of every Python process it
+    starts, and Python compiles modules imported from a zip again each time (≈1.5 s of CPU each): the
+    task daemon, the Python data source planners and the streaming source runner (4 processes before
+    a tail's first micro-batch). This home links everything of pip's pyspark except ``python/``, so
+    those processes find the installed package instead. ``None`` where it cannot be built."""
+    key = hashlib.sha1(str(pyspark_home.resolve()).encode()).hexdigest()[:16]
+    home = folder / f"spark-home-{key}"
+    if home.is_dir():
+        return home
+    staging = folder / f"spark-home-{key}.{os.getpid()}.tmp"
+    try:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        for entry in pyspark_home.iterdir():
+            if entry.is_dir() and entry.name not in ("python", "__pycache__"):
+                (staging / entry.name).symlink_to(entry.resolve(), target_is_directory=True)
+        os.replace(staging, home)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        return home if home.is_dir() else None  # another driver may have built it meanwhile
+    return home
+
+
+def _local_spark_home() -> str | None:
+    """The home to start a local JVM with, when the workers run this interpreter and pip's pyspark."""
+    if os.environ.get("SPARK_HOME") or os.environ.get("PYSPARK_PYTHON") != sys.executable:
+        return None
+    import pyspark
+
+    pyspark_home = Path(pyspark.__file__).parent
+    if not (pyspark_home / "bin" / "spark-submit").exists() or not (pyspark_home / "jars").is_dir():
+        return None
+    home = home_without_bundled_python(pyspark_home, _cache_folder())
+    return str(home) if home else None
 
 
 def _claim(marker: Path) -> bool:
@@ -75,6 +120,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _numpy_probes_without_pandas() -> None:
+    """pyspark's numpy argument converters ask ``pyspark.testing.utils`` whether numpy exists on every
+    py4j call; importing it imports pandas, ≈0.45 s in the middle of the session's start. An object
+    can only be a numpy value once numpy is imported, so the same check reads ``sys.modules``."""
+    from py4j import protocol
+    from pyspark.sql import types
+
+    probes = {types.NumpyArrayConverter: lambda np, obj: isinstance(obj, np.ndarray) and obj.ndim == 1,
+              types.NumpyScalarConverter: lambda np, obj: isinstance(obj, np.generic)}
+    for index, converter in enumerate(protocol.INPUT_CONVERTER):
+        probe = probes.get(type(converter))
+        if probe is not None:
+            protocol.INPUT_CONVERTER[index] = type(f"Lazy{type(converter).__name__}", (type(converter),), {
+                "can_convert": lambda self, obj, probe=probe: "numpy" in sys.modules and probe(sys.modules["numpy"], obj),
+            })()
+
+
 def local_session(app_name: str, master: str | None = None, short_lived: bool = True):
     """The running session under spark-submit; otherwise a local one (``$DBLOG_SPARK_MASTER`` or local[2]).
 
@@ -84,23 +146,34 @@ def local_session(app_name: str, master: str | None = None, short_lived: bool = 
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    _numpy_probes_without_pandas()
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
     builder = SparkSession.builder.appName(app_name)
+    spark_home = None
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit, which sets --master itself
+        spark_home = _local_spark_home()
         builder = builder.master(master or os.environ.get("DBLOG_SPARK_MASTER", DEFAULT_MASTER))
         java_options = os.environ.get("DBLOG_SPARK_DRIVER_JAVA_OPTIONS", SHORT_LIVED_JAVA_OPTIONS) if short_lived else ""
-        java_options = " ".join(o for o in (java_options, class_data_sharing_options(write=short_lived)) if o)
+        java_options = " ".join(o for o in (java_options, class_data_sharing_options(short_lived, spark_home)) if o)
         if java_options:
             builder = builder.config("spark.driver.extraJavaOptions", java_options)
-    session = (builder
+    builder = (builder
+               .config("spark.python.daemon.module", "airflow_provider_dblog.spark.worker_daemon")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.ui.enabled", os.environ.get("DBLOG_SPARK_UI", "false"))
                .config("spark.driver.memory", os.environ.get("DBLOG_SPARK_DRIVER_MEMORY", "2g"))
-               .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-               .getOrCreate())
+               .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS"))
+    if spark_home:  # only the JVM started here sees it; the Python driver keeps its own view
+        os.environ["SPARK_HOME"] = spark_home
+        try:
+            session = builder.getOrCreate()
+        finally:
+            del os.environ["SPARK_HOME"]
+    else:
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("DBLOG_SPARK_LOG_LEVEL", "WARN"))
     return session
