@@ -3,6 +3,7 @@ report, tail, mirror, verify. Each step reads and writes only the state director
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Sequence
 
@@ -98,6 +99,74 @@ def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = Fa
     dialect.close()
     log.info("batch %d (%s): reading %d chunks", batch_index, table, len(todo))
     return run_chunks(state_dir, sink, table, todo, dialect, spark)
+
+
+class DriverChunkReader(threading.Thread):
+    """Reads chunks in the driver, last first, until stopped: while a local Spark starts (its JVM and
+    first job take ≈4 s here, using about one of two cores) the other core can already read chunks.
+    Each chunk is claimed before it is read, so after ``stop()`` Spark reads exactly the unclaimed
+    ones; a chunk that failed here has no report and is read again by the caller's next pass."""
+
+    def __init__(self, state_dir: str, sink: str, table: str, chunk_ids: Sequence[int]):
+        super().__init__(name="dblog-driver-chunks", daemon=True)
+        self.state_dir, self.sink, self.table = state_dir, sink, table
+        self._order = list(reversed(chunk_ids))
+        self._lock = threading.Lock()
+        self._stopped = False
+        self.claimed: list[int] = []
+
+    def run(self) -> None:
+        from airflow_provider_dblog.snapshot import run_chunk
+
+        state = StateDir(self.state_dir)
+        dialect = dialect_for(state.source(), state.options())
+        try:
+            for chunk_id in self._order:
+                with self._lock:
+                    if self._stopped:
+                        return
+                    self.claimed.append(chunk_id)
+                run_chunk(state, self.sink, self.table, chunk_id, dialect)
+        except Exception as exc:  # noqa: BLE001 - the chunk stays unreported; Spark's pass reads it
+            log.warning("reading a chunk of %s in the driver failed (Spark reads it instead): %s", self.table, exc)
+        finally:
+            dialect.close()
+
+    def stop(self) -> set[int]:
+        """No new chunk from now on; returns every chunk this reader started (some may still be in flight)."""
+        with self._lock:
+            self._stopped = True
+            return set(self.claimed)
+
+
+def snapshot_table(state_dir: str, sink: str, table: str, spark=None) -> list[dict]:
+    """Read every unreported chunk of ``table`` on Spark, batch by batch. While ``spark`` is a
+    ``BackgroundSession`` still starting, the driver reads chunks itself, last first; a table it
+    finishes before Spark is up never waits for Spark. Returns the reports of the chunks Spark read."""
+    from airflow_provider_dblog.spark.session import BackgroundSession
+
+    state = StateDir(state_dir)
+    batches = [b for b in state.batches() if b.table == table]
+    reader, in_driver = None, set()
+    if isinstance(spark, BackgroundSession) and not spark.ready():
+        reader = DriverChunkReader(state_dir, sink, table, [c for b in batches for c in pending_chunks(state, b.index)[1]])
+        reader.start()
+        while reader.is_alive() and not spark.ready():
+            reader.join(0.05)
+        in_driver = reader.stop()
+        log.info("%s: %d chunks read in the driver while Spark started", table, len(in_driver))
+    reports = []
+    for i, batch in enumerate(batches, start=1):
+        chunk_ids = [c for c in batch.chunk_ids if c not in in_driver]
+        if chunk_ids:
+            log.info("run: batch %d/%d of %s on Spark", i, len(batches), table)
+            reports += snapshot_batch(state_dir, batch.index, sink, spark=spark, chunk_ids=chunk_ids)
+    if reader:
+        reader.join()
+        for batch in batches:  # a chunk the driver failed to read
+            if pending_chunks(state, batch.index)[1]:
+                reports += snapshot_batch(state_dir, batch.index, sink, spark=spark)
+    return reports
 
 
 def build_offsets(state_dir: str) -> dict:

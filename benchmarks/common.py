@@ -335,7 +335,8 @@ def parse_dblog_log(text: str, started_at: float = 0.0, ended_at: float = 0.0) -
 
     if started_at and stamps:
         planned, batch = first("planned "), first("run: batch 1/")
-        snap_end, report = first("snapshot "), first("report: ")
+        report = first("report: ")
+        snap_end = max((t for t, m in stamps if m.startswith("snapshot ") and " rows in " in m), default=None)
         tail_end = next((t for t, m in stamps if m.startswith("tail: ") and " rows in " in m), None)
         marks = [("start_and_plan_s", started_at, planned), ("spark_start_s", planned, batch),
                  ("snapshot_job_s", batch, snap_end), ("report_s", snap_end, report),
@@ -354,6 +355,9 @@ def parse_dblog_log(text: str, started_at: float = 0.0, ended_at: float = 0.0) -
     events = [int(e) for e in re.findall(r"with (\d+) events, [\d.]+s", text)]
     if events:
         out["window_events"] = sum(events)
+    m = re.search(r": (\d+) chunks read in the driver while Spark started", text)
+    if m:
+        out["driver_chunks"] = int(m.group(1))
     m = re.search(r"tail: \{[^}]*\} rows in ([\d.]+)s", text)
     if m:
         out["tail_s"] = float(m.group(1))

@@ -16,7 +16,8 @@ import pytest
 from airflow_provider_dblog.dialects.base import SourceConfig
 from airflow_provider_dblog.lake import stream_dir
 from airflow_provider_dblog.local_mariadb import LocalMariaDB
-from airflow_provider_dblog.pipeline import build_offsets, plan_table, snapshot_batch
+from airflow_provider_dblog.pipeline import build_offsets, plan_table, snapshot_batch, snapshot_table
+from airflow_provider_dblog.spark.session import BackgroundSession
 from airflow_provider_dblog.spark.tail_job import DRIVER_CATCH_UP_BYTES, run_tail, write_mirror
 from airflow_provider_dblog.state import StateDir
 from tests.lakecheck import SEED_SQL, TYPES_DDL, compare_mirror, typed_mutation, typed_row
@@ -241,4 +242,74 @@ def test_chunk_rerun_repairs_changes_the_lake_never_saw(mariadb, db, spark, tmp_
         if todo:
             snapshot_batch(state, batch.index, sink, force=True, spark=spark, chunk_ids=todo)
     run_tail(state, sink, available_now=True, spark=spark)
+    assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
+
+
+class SlowStart(BackgroundSession):
+    """The suite's running session, 'starting' until the driver reported ``count`` chunks (``None``:
+    never): Spark's start-up made deterministic. ``get`` counts its callers."""
+
+    def __init__(self, spark, state, table, count):
+        self.spark, self.state, self.table, self.count, self.gets = spark, state, table, count, 0
+
+    def ready(self):
+        return self.count is not None and len(StateDir(self.state).reports(self.table)) >= self.count
+
+    def get(self):
+        self.gets += 1
+        deadline = time.time() + 120
+        while not self.ready():
+            assert self.count is not None, "Spark was waited for although the driver could read every chunk"
+            assert time.time() < deadline, "the driver read no chunk while Spark started"
+            time.sleep(0.05)
+        return self.spark
+
+
+def _planned(mariadb, db, tmp_path, rows):
+    table = load_table(mariadb, db, rows)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
+    plan_table(SourceConfig.parse(mariadb.uri()), table, state, chunk_size=2_500, batch_size=4)
+    return table, state, sink, sorted(c.id for c in StateDir(state).table(table).chunks)
+
+
+def test_the_driver_reads_the_last_chunks_while_spark_starts(mariadb, db, spark, tmp_path):
+    table, state, sink, chunk_ids = _planned(mariadb, db, tmp_path, 20_000)
+    by_spark = {r["chunk"] for r in snapshot_table(state, sink, table, SlowStart(spark, state, table, 3))}
+    by_driver = set(chunk_ids) - by_spark
+    assert len(by_driver) >= 3 and by_driver == set(chunk_ids[-len(by_driver):]), (by_driver, by_spark)
+    assert set(StateDir(state).reports(table)) == set(chunk_ids)
+    build_offsets(state)
+    assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
+
+
+def test_a_table_the_driver_reads_before_spark_is_up_never_waits_for_spark(mariadb, db, spark, tmp_path):
+    table, state, sink, chunk_ids = _planned(mariadb, db, tmp_path, 10_000)
+    never = SlowStart(spark, state, table, None)
+    assert snapshot_table(state, sink, table, never) == [] and never.gets == 0
+    assert set(StateDir(state).reports(table)) == set(chunk_ids)
+    build_offsets(state)
+    assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
+
+
+def test_a_chunk_the_driver_failed_to_read_is_read_by_spark(mariadb, db, spark, tmp_path, monkeypatch):
+    import threading
+
+    from airflow_provider_dblog import snapshot
+
+    table, state, sink, chunk_ids = _planned(mariadb, db, tmp_path, 10_000)
+    failed = []
+
+    def run_chunk_failing_in_the_driver_injected(state_, sink_, table_, chunk_id, dialect):
+        if threading.current_thread().name == "dblog-driver-chunks":
+            failed.append(chunk_id)
+            raise ConnectionError("injected: connection lost")
+        raise AssertionError("Spark's executors never call the driver's patched function")
+
+    monkeypatch.setattr(snapshot, "run_chunk", run_chunk_failing_in_the_driver_injected)
+    slow = SlowStart(spark, state, table, None)
+    slow.ready = lambda: bool(failed)  # Spark is up once the driver's first read failed
+    reports = snapshot_table(state, sink, table, slow)
+    assert failed == [chunk_ids[-1]]
+    assert sorted(r["chunk"] for r in reports) == chunk_ids  # Spark read all, the failed one in its own pass
+    build_offsets(state)
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)

@@ -119,44 +119,18 @@ def cmd_verify(args) -> dict:
     return result
 
 
-def _in_background(start):
-    """Run ``start()`` in a daemon thread; the returned function waits for its result (or raises its
-    error). A daemon thread: a failed plan exits at once, and the JVM child dies with its stdin pipe."""
-    result: dict = {}
-
-    def run():
-        try:
-            result["value"] = start()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            result["error"] = exc
-
-    thread = threading.Thread(target=run, name="dblog-spark-start", daemon=True)
-    thread.start()
-
-    def wait():
-        thread.join()
-        if "error" in result:
-            raise result["error"]
-        return result["value"]
-
-    return wait
-
-
 def cmd_run(args) -> dict:
-    from airflow_provider_dblog.pipeline import build_offsets, plan_table, snapshot_batch
-    from airflow_provider_dblog.spark.session import local_session
+    from airflow_provider_dblog.pipeline import build_offsets, plan_table, snapshot_table
+    from airflow_provider_dblog.spark.session import BackgroundSession
     from airflow_provider_dblog.spark.tail_job import run_tail
     from airflow_provider_dblog.state import StateDir
 
     source = _source(args.source)
-    session = _in_background(lambda: local_session("dblog-run"))  # the JVM starts while the table is planned
+    spark = BackgroundSession("dblog-run")  # the JVM starts while the table is planned and its first chunks read
     plan = plan_table(source, args.table, args.state, args.chunk_size, args.batch_size,
                       args.chunk_key.split(",") if args.chunk_key else None, args.watermark, args.watermark_table)
-    spark = session()
+    snapshot_table(args.state, args.sink, args.table, spark)
     batches = [b for b in StateDir(args.state).batches() if b.table == args.table]
-    for i, batch in enumerate(batches, start=1):
-        log.info("run: batch %d/%d", i, len(batches))
-        snapshot_batch(args.state, batch.index, args.sink, spark=spark)
     summary = build_offsets(args.state)
     tail = run_tail(args.state, args.sink, available_now=True, tables=[args.table], spark=spark)
     return {"plan": {"chunks": plan["tables"][args.table]["chunks"], "batches": len(batches)}, "report": summary,

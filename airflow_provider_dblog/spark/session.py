@@ -5,6 +5,7 @@ import hashlib
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -177,3 +178,38 @@ def local_session(app_name: str, master: str | None = None, short_lived: bool = 
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("DBLOG_SPARK_LOG_LEVEL", "WARN"))
     return session
+
+
+class BackgroundSession:
+    """A local session starting in a daemon thread while the driver plans and reads chunks. A daemon
+    thread: a failed plan exits at once, and the JVM child dies with its stdin pipe; a run that never
+    needs Spark (every chunk read in the driver, nothing to tail) exits without waiting for it."""
+
+    def __init__(self, app_name: str, **options):
+        self._result: dict = {}
+        self._thread = threading.Thread(target=self._start, args=(app_name, options), name="dblog-spark-start",
+                                        daemon=True)
+        self._thread.start()
+
+    def _start(self, app_name: str, options: dict) -> None:
+        try:
+            self._result["session"] = local_session(app_name, **options)
+        except BaseException as exc:  # noqa: BLE001 - raised again by get()
+            self._result["error"] = exc
+
+    def ready(self) -> bool:
+        return not self._thread.is_alive()
+
+    def get(self):
+        """The session, once started (or the error that stopped it)."""
+        self._thread.join()
+        if "error" in self._result:
+            raise self._result["error"]
+        return self._result["session"]
+
+
+def session_from(spark, app_name: str, short_lived: bool = True):
+    """``spark`` as a session: given, still starting (``BackgroundSession``), or a new local one."""
+    if isinstance(spark, BackgroundSession):
+        return spark.get()
+    return spark or local_session(app_name, short_lived=short_lived)

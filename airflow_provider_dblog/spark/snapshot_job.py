@@ -28,9 +28,9 @@ def _read_chunks(state_dir: str, sink: str, table: str, dialect):
 
 
 def run_chunks(state_dir: str, sink: str, table: str, chunk_ids: Sequence[int], dialect, spark=None) -> list[dict]:
-    from airflow_provider_dblog.spark.session import local_session
+    from airflow_provider_dblog.spark.session import session_from
 
-    spark = spark or local_session("dblog-snapshot")
+    spark = session_from(spark, "dblog-snapshot")
     sc = spark.sparkContext
     sc.setJobDescription(f"dblog snapshot {table}: {len(chunk_ids)} chunks")
     started = time.time()

@@ -127,10 +127,10 @@ def _catch_up_in_driver(state: StateDir, sink: str, dialect, table: str, offsets
 def _start_queries(state: StateDir, sink: str, names: list[str], available_now: bool, trigger_seconds: float,
                    max_events: int, spark, decode_parallelism: int, queries: dict):
     from airflow_provider_dblog.spark.binlog_source import SOURCE_NAME, BinlogDataSource
-    from airflow_provider_dblog.spark.session import local_session
+    from airflow_provider_dblog.spark.session import session_from
 
     # the full JIT: a catch-up may convert and write many rows in the JVM (C1-only is not measured there)
-    spark = spark or local_session("dblog-tail", short_lived=False)
+    spark = session_from(spark, "dblog-tail", short_lived=False)
     spark.dataSource.register(BinlogDataSource)
     for name in names:
         reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("table", name)
@@ -330,11 +330,11 @@ def write_mirror(state_dir: str, sink: str, table: str, out: str, spark=None) ->
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from airflow_provider_dblog.spark.session import local_session
+    from airflow_provider_dblog.spark.session import session_from
 
     state = StateDir(state_dir)
     meta = state.table(table).meta
-    spark = spark or local_session("dblog-mirror")
+    spark = session_from(spark, "dblog-mirror")
     hws = spark.createDataFrame([(int(c), r["hw_encoded"]) for c, r in state.reports(table).items()],
                                 "_chunk int, _snapshot_hw string")
     rows = (changelog(spark, sink, table).join(F.broadcast(hws), "_chunk", "left")
