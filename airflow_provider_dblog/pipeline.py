@@ -101,31 +101,47 @@ def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = Fa
     return run_chunks(state_dir, sink, table, todo, dialect, spark)
 
 
-class DriverChunkReader(threading.Thread):
-    """Reads chunks in the driver, last first, until stopped: while a local Spark starts (its JVM and
-    first job take ≈4 s here, using about one of two cores) the other core can already read chunks.
-    Each chunk is claimed before it is read, so after ``stop()`` Spark reads exactly the unclaimed
-    ones; a chunk that failed here has no report and is read again by the caller's next pass."""
+class DriverChunkReader:
+    """Reads chunks in the driver, last first, on ``threads`` connections until stopped: while a local
+    Spark starts (its JVM and first job take ≈4 s here and leave part of the CPU idle) the driver can
+    already read chunks. Each chunk is claimed before it is read, so after ``stop()`` Spark reads
+    exactly the unclaimed ones; a chunk that failed here has no report and is read again by the
+    caller's next pass."""
 
-    def __init__(self, state_dir: str, sink: str, table: str, chunk_ids: Sequence[int]):
-        super().__init__(name="dblog-driver-chunks", daemon=True)
+    def __init__(self, state_dir: str, sink: str, table: str, chunk_ids: Sequence[int], threads: int = 2):
         self.state_dir, self.sink, self.table = state_dir, sink, table
         self._order = list(reversed(chunk_ids))
         self._lock = threading.Lock()
         self._stopped = False
         self.claimed: list[int] = []
+        self._threads = [threading.Thread(target=self._read, name="dblog-driver-chunks", daemon=True)
+                         for _ in range(min(threads, len(self._order)))]
 
-    def run(self) -> None:
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def alive(self) -> bool:
+        return any(thread.is_alive() for thread in self._threads)
+
+    def join(self, timeout: float | None = None) -> None:
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def _next(self) -> int | None:
+        with self._lock:
+            if self._stopped or len(self.claimed) == len(self._order):
+                return None
+            self.claimed.append(self._order[len(self.claimed)])
+            return self.claimed[-1]
+
+    def _read(self) -> None:
         from airflow_provider_dblog.snapshot import run_chunk
 
         state = StateDir(self.state_dir)
         dialect = dialect_for(state.source(), state.options())
         try:
-            for chunk_id in self._order:
-                with self._lock:
-                    if self._stopped:
-                        return
-                    self.claimed.append(chunk_id)
+            while (chunk_id := self._next()) is not None:
                 run_chunk(state, self.sink, self.table, chunk_id, dialect)
         except Exception as exc:  # noqa: BLE001 - the chunk stays unreported; Spark's pass reads it
             log.warning("reading a chunk of %s in the driver failed (Spark reads it instead): %s", self.table, exc)
@@ -151,7 +167,7 @@ def snapshot_table(state_dir: str, sink: str, table: str, spark=None) -> list[di
     if isinstance(spark, BackgroundSession) and not spark.ready():
         reader = DriverChunkReader(state_dir, sink, table, [c for b in batches for c in pending_chunks(state, b.index)[1]])
         reader.start()
-        while reader.is_alive() and not spark.ready():
+        while reader.alive() and not spark.ready():
             reader.join(0.05)
         in_driver = reader.stop()
         log.info("%s: %d chunks read in the driver while Spark started", table, len(in_driver))

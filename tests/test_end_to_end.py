@@ -309,7 +309,7 @@ def test_a_chunk_the_driver_failed_to_read_is_read_by_spark(mariadb, db, spark, 
     slow = SlowStart(spark, state, table, None)
     slow.ready = lambda: bool(failed)  # Spark is up once the driver's first read failed
     reports = snapshot_table(state, sink, table, slow)
-    assert failed == [chunk_ids[-1]]
+    assert 1 <= len(failed) <= 2 and sorted(failed) == chunk_ids[-len(failed):]  # the last, one per reader thread
     assert sorted(r["chunk"] for r in reports) == chunk_ids  # Spark read all, the failed one in its own pass
     build_offsets(state)
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
