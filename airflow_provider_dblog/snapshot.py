@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.events import ChangeEvent
@@ -57,11 +58,31 @@ def merge_selected(dialect: DataSourceDialect, meta: TableMeta, chunk: ChunkRang
     touched = last_images(events, lambda k: k in inside)
     if not touched:
         return selected
-    key_lists = [selected.column(c).to_pylist() for c in meta.key_columns]
-    keep = [tuple(vals) not in touched for vals in zip(*key_lists)]
     schema = selected.schema
     survivors = pa.Table.from_pylist([r for r in touched.values() if r is not None], schema=schema)
-    return pa.concat_tables([selected.filter(pa.array(keep, pa.bool_())), survivors])
+    return pa.concat_tables([selected.filter(pc.invert(rows_with_keys(selected, meta.key_columns, touched))),
+                             survivors])
+
+
+def rows_with_keys(table: pa.Table, key_columns, keys) -> pa.Array:
+    """Which rows of ``table`` have one of ``keys`` (tuples of Python values, compared exactly). A chunk
+    holds up to millions of rows and a window touches a few: the first key column is matched in Arrow
+    where Arrow's equality is Python's (integers, text, bytes), and only its candidates in Python."""
+    first = table.column(key_columns[0])
+    candidates = None
+    if pa.types.is_integer(first.type) or pa.types.is_string(first.type) or pa.types.is_binary(first.type):
+        try:
+            candidates = pc.is_in(first, value_set=pa.array({k[0] for k in keys}, first.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # a value the column cannot hold
+            candidates = None
+        if candidates is not None and len(key_columns) == 1:
+            return candidates
+    index = pc.indices_nonzero(candidates) if candidates is not None else pa.array(range(table.num_rows), pa.int64())
+    found = [tuple(vals) in keys for vals in zip(*(table.column(c).take(index).to_pylist() for c in key_columns))]
+    mask = [False] * table.num_rows
+    for row, hit in zip(index.to_pylist(), found):
+        mask[row] = hit
+    return pa.array(mask, pa.bool_())
 
 
 def run_chunk(state: StateDir, sink: str, table: str, chunk_id: int, dialect: DataSourceDialect) -> dict:

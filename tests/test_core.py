@@ -1,6 +1,7 @@
 """Property tests of the pure algorithm: positions, chunk math, the window merge, the emit rule."""
 from __future__ import annotations
 
+import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -138,3 +139,25 @@ def test_offset_map_round_trips():
     assert TableOffsets.from_dict(offsets.to_dict()) == offsets
     assert offsets.min_hw.offset == 100 and offsets.max_hw.offset == 102
     assert isinstance(chunks[1], ChunkRange) and chunks[1].lo == ("a", 1)
+
+
+KEY_TYPES = {"int": (pa.int64(), st.integers(-2**63, 2**63 - 1)),
+             "text": (pa.string(), st.text(max_size=3)),
+             "bytes": (pa.binary(), st.binary(max_size=3)),
+             "decimal": (pa.decimal128(5, 2), st.decimals(min_value=-999, max_value=999, places=2))}
+
+
+@given(data=st.data(), kinds=st.lists(st.sampled_from(sorted(KEY_TYPES)), min_size=1, max_size=2),
+       chunks=st.integers(1, 3))
+def test_rows_with_keys_is_exact_tuple_membership(data, kinds, chunks):
+    from airflow_provider_dblog.snapshot import rows_with_keys
+
+    columns = [f"k{i}" for i in range(len(kinds))]
+    rows = data.draw(st.lists(st.tuples(*(KEY_TYPES[k][1] for k in kinds)), max_size=30))
+    keys = set(data.draw(st.lists(st.one_of(st.sampled_from(rows), st.tuples(*(KEY_TYPES[k][1] for k in kinds)))
+                                  if rows else st.tuples(*(KEY_TYPES[k][1] for k in kinds)), max_size=8)))
+    keys.add((2**64,) + tuple(r for r in (rows[0][1:] if rows else ())))  # a value no column can hold
+    table = pa.table({c: pa.array([r[i] for r in rows], KEY_TYPES[k][0]) for i, (c, k) in enumerate(zip(columns, kinds))})
+    step = max(1, len(rows) // chunks)
+    table = pa.concat_tables([table.slice(i, step) for i in range(0, len(rows), step)] or [table])
+    assert pa.chunked_array(rows_with_keys(table, columns, keys)).to_pylist() == [r in keys for r in rows]

@@ -95,7 +95,7 @@ def _catch_up_in_driver(state: StateDir, sink: str, dialect, table: str, offsets
                         limit_bytes: int) -> int | None:
     """A cold available-now catch-up of at most ``limit_bytes`` of binlog, read in this process: on a
     small range the start-up of Spark and of a streaming query (JVM, Python data source workers, the
-    first micro-batch: ≈10 s here) costs more than the reading itself. The same source reader (emit
+    first micro-batch: ≈6 s here) costs more than the reading itself. The same source reader (emit
     rule, chunk of each key) writes ``SINK/T/catchup/FROM.parquet``; then ``[FROM, now)`` is recorded as
     caught up, so a later streaming tail starts at ``now``. Returns the rows written, or None when the
     range belongs to Spark (too large, or a streaming checkpoint already owns the position)."""
