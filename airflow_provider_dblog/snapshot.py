@@ -17,7 +17,7 @@ from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.normalize import last_images
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.dialects.base import DataSourceDialect, TableMeta
-from airflow_provider_dblog.lake import snapshot_file, snapshot_rows, write_atomic
+from airflow_provider_dblog.lake import python_values_to_arrow, snapshot_file, snapshot_rows, write_atomic
 from airflow_provider_dblog.state import StateDir
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,12 @@ def merge_selected(dialect: DataSourceDialect, meta: TableMeta, chunk: ChunkRang
                    events: list[ChangeEvent]) -> pa.Table:
     if not events:
         return selected
+    with python_values_to_arrow():
+        return _merge_selected(dialect, meta, chunk, selected, events)
+
+
+def _merge_selected(dialect: DataSourceDialect, meta: TableMeta, chunk: ChunkRange, selected: pa.Table,
+                    events: list[ChangeEvent]) -> pa.Table:
     keys = [e.key for e in events]
     bounds = [b for b in (chunk.lo, chunk.hi) if b is not None]
     sorted_keys = dialect.sort_keys(meta, keys + bounds)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import re
+import threading
 import time
 import uuid
 from typing import Iterator, Sequence
@@ -13,6 +14,11 @@ from urllib.parse import quote
 import pyarrow as pa
 import pymysql
 from pymysql.converters import escape_item
+# imported here, not where used: two reader threads importing the package at once can see one of
+# its modules half initialised (a circular import inside python-mysql-replication)
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_dblog.core.chunks import (
     ChunkRange, Key, chunks_from_boundaries, even_boundaries, even_step,
@@ -32,6 +38,24 @@ SERVER_CONFIG_FIX = ("start the server with --log-bin --binlog-format=ROW --binl
                      "--binlog-row-metadata=FULL --server-id=N")
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 WATERMARK_TABLE = "_dblog_watermark"
+
+
+class _Connection(pymysql.connections.Connection):
+    """pymysql's connection, with one default TLS context per process. Given no ssl option, pymysql
+    (1.2+) prefers TLS and builds a new context for every connection: loading the system's CA store
+    costs ≈19 ms of CPU each time, and a snapshot chunk opened three connections (the low watermark's
+    and the window reader's two). The shared context behaves the same: TLS where the server offers it."""
+
+    _default_tls: list = []
+    _lock = threading.Lock()
+
+    def _create_ssl_ctx(self, sslp):
+        if not (isinstance(sslp, dict) and not sslp):
+            return super()._create_ssl_ctx(sslp)
+        with self._lock:
+            if not self._default_tls:
+                self._default_tls.append(super()._create_ssl_ctx(sslp))
+        return self._default_tls[0]
 
 
 def _naive_utc(value):
@@ -69,7 +93,7 @@ class MySqlDialect:
     # ---- connections -------------------------------------------------------------------------
     def connect(self, database: str | None = None) -> pymysql.connections.Connection:
         try:
-            return pymysql.connect(
+            return _Connection(
                 host=self.config.host, port=self.config.port, user=self.config.user,
                 password=self.config.password, database=database, autocommit=True, charset="utf8mb4",
                 init_command="SET time_zone = '+00:00'", connect_timeout=10,
@@ -377,14 +401,11 @@ class MySqlDialect:
 
     # ---- binlog reading ----------------------------------------------------------------------
     def _stream(self, start: BinlogPosition, schemas: Sequence[str], tables: Sequence[str]):
-        from pymysqlreplication import BinLogStreamReader
-        from pymysqlreplication.event import QueryEvent, RotateEvent, XidEvent
-        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
         return BinLogStreamReader(
             connection_settings={"host": self.config.host, "port": self.config.port, "user": self.config.user,
                                  "passwd": self.config.password},
             server_id=random.randint(*self.server_id_range), resume_stream=True, blocking=False,
+            pymysql_wrapper=_Connection,
             log_file=start.file, log_pos=start.offset, is_mariadb=False,
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent],
             only_schemas=list(set(schemas)), only_tables=list(set(tables)), enable_logging=False,
@@ -403,9 +424,6 @@ class MySqlDialect:
         """
         part, parts = share
         rows_events = -1
-        from pymysqlreplication.event import QueryEvent, RotateEvent, XidEvent
-        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
         metas = {m.qualified: m for m in tables}
         wanted = set(metas) | set(extra_tables)
         images = RowImages(metas, self.row_converter)
@@ -528,15 +546,13 @@ class ConsistentSnapshotWatermark(PositionWatermark):
     """
 
     def low(self) -> None:
-        conn = self.dialect.connect()
-        try:
-            with conn.cursor() as cur:
+        with self.dialect.conn.cursor() as cur:
+            try:
                 cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
                 cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
                 status = {k.lower(): v for k, v in cur.fetchall()}
+            finally:
                 cur.execute("COMMIT")
-        finally:
-            conn.close()
         self.lw = BinlogPosition.at(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
 
 

@@ -299,6 +299,9 @@ def _layout(columns: Sequence) -> tuple:
                   getattr(c, "fsp", None), getattr(c, "size", None), getattr(c, "bytes", None)) for c in columns)
 
 
+_DECODERS: dict[tuple, RowDecoder | None] = {}  # per process: a window reader lives for one window only
+
+
 class RowImages:
     """The row images of python-mysql-replication's rows events as the lake's values: decoded from
     the event's bytes by a compiled decoder, or by the library and ``converter(meta)`` otherwise."""
@@ -307,14 +310,14 @@ class RowImages:
         self.metas = metas
         self.converter = converter
         self._converters: dict[str, Callable] = {}
-        self._by_layout: dict[tuple, RowDecoder | None] = {}
 
     def _decoder(self, event, qualified: str) -> RowDecoder | None:
         """By layout: the library builds new column objects for every table map event."""
-        layout = (qualified, _layout(event.columns))
-        if layout not in self._by_layout:
-            self._by_layout[layout] = compile_row_decoder(event.columns, self.metas[qualified])
-        return self._by_layout[layout]
+        meta = self.metas[qualified]
+        layout = (meta, _layout(event.columns))
+        if layout not in _DECODERS:
+            _DECODERS[layout] = compile_row_decoder(event.columns, meta)
+        return _DECODERS[layout]
 
     def of(self, event, qualified: str, keys: tuple[str, ...]) -> list[tuple]:
         """Each row's images (``keys``: the library's names, one image or before and after)."""
