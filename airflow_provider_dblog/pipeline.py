@@ -19,6 +19,7 @@ log = logging.getLogger("dblog")
 
 DEFAULT_CHUNK_SIZE = 100_000
 DEFAULT_BATCH_SIZE = 8
+DRIVER_THREADS = 2  # `dblog run`'s reader threads in its own process
 
 
 def dialect_for(config: SourceConfig, options: dict | None = None) -> MySqlDialect:
@@ -103,12 +104,12 @@ def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = Fa
 
 class DriverChunkReader:
     """Reads chunks in the driver, last first, on ``threads`` connections until stopped: while a local
-    Spark starts (its JVM and first job take ≈4 s here and leave part of the CPU idle) the driver can
-    already read chunks. Each chunk is claimed before it is read, so after ``stop()`` Spark reads
-    exactly the unclaimed ones; a chunk that failed here has no report and is read again by the
-    caller's next pass."""
+    Spark starts (its JVM and first job take seconds), or instead of a local Spark that would run no
+    more tasks at once than these threads. Each chunk is claimed before it is read, so after ``stop()``
+    Spark reads exactly the unclaimed ones; a chunk that failed here has no report and is read again
+    by the caller's next pass."""
 
-    def __init__(self, state_dir: str, sink: str, table: str, chunk_ids: Sequence[int], threads: int = 2):
+    def __init__(self, state_dir: str, sink: str, table: str, chunk_ids: Sequence[int], threads: int = DRIVER_THREADS):
         self.state_dir, self.sink, self.table = state_dir, sink, table
         self._order = list(reversed(chunk_ids))
         self._lock = threading.Lock()
@@ -155,22 +156,36 @@ class DriverChunkReader:
             return set(self.claimed)
 
 
-def snapshot_table(state_dir: str, sink: str, table: str, spark=None) -> list[dict]:
-    """Read every unreported chunk of ``table`` on Spark, batch by batch. While ``spark`` is a
-    ``BackgroundSession`` still starting, the driver reads chunks itself, last first; a table it
-    finishes before Spark is up never waits for Spark. Returns the reports of the chunks Spark read."""
+def driver_reading_needs_spark(driver_threads: int, master: str) -> bool:
+    """Whether `dblog run` should start a local Spark for its snapshot: only if Spark runs more tasks at
+    once than the driver's reader threads. Under local[2] the driver's two threads use the same two
+    cores, and the JVM's start-up took ≈3 s of their CPU on lineitem (SF1) for no extra capacity."""
+    from airflow_provider_dblog.spark.session import task_slots
+
+    slots = task_slots(master)
+    return driver_threads == 0 or slots is None or slots > driver_threads
+
+
+def snapshot_table(state_dir: str, sink: str, table: str, spark=None, driver_threads: int = DRIVER_THREADS
+                   ) -> list[dict]:
+    """Read every unreported chunk of ``table``. With ``driver_threads``, the driver reads chunks
+    itself, last first: all of them if ``spark`` is None, else while ``spark`` (a ``BackgroundSession``)
+    starts; a table the driver finishes first never waits for Spark. Spark reads the rest batch by
+    batch, and any chunk the driver failed. Returns the reports of the chunks Spark read."""
     from airflow_provider_dblog.spark.session import BackgroundSession
 
     state = StateDir(state_dir)
     batches = [b for b in state.batches() if b.table == table]
     reader, in_driver = None, set()
-    if isinstance(spark, BackgroundSession) and not spark.ready():
-        reader = DriverChunkReader(state_dir, sink, table, [c for b in batches for c in pending_chunks(state, b.index)[1]])
+    starting = isinstance(spark, BackgroundSession) and not spark.ready()
+    if driver_threads > 0 and (spark is None or starting):
+        reader = DriverChunkReader(state_dir, sink, table, [c for b in batches for c in pending_chunks(state, b.index)[1]],
+                                   threads=driver_threads)
         reader.start()
-        while reader.alive() and not spark.ready():
+        while reader.alive() and not (starting and spark.ready()):
             reader.join(0.05)
         in_driver = reader.stop()
-        log.info("%s: %d chunks read in the driver while Spark started", table, len(in_driver))
+        log.info("%s: %d chunks read in the driver%s", table, len(in_driver), " while Spark started" if starting else "")
     reports = []
     for i, batch in enumerate(batches, start=1):
         chunk_ids = [c for c in batch.chunk_ids if c not in in_driver]

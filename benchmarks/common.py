@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = Path(os.environ.get("DBLOG_BENCH_DIR", ROOT / ".bench"))
@@ -308,9 +309,9 @@ def spark_jdbc(server, table: str, out: Path, partitions: int = 4, fetchsize: in
 
 
 def dblog_run(server, table: str, state: Path, sink: Path, chunk_size: int, watermark: str = "auto",
-              batch_size: int = 10_000, log_path: Path | None = None) -> Timed:
+              batch_size: int = 10_000, log_path: Path | None = None, extra_args: Sequence[str] = ()) -> Timed:
     cmd = [DBLOG, "run", "--source", server.uri(), "--table", table, "--state", str(state), "--sink", str(sink),
-           "--chunk-size", str(chunk_size), "--batch-size", str(batch_size), "--watermark", watermark]
+           "--chunk-size", str(chunk_size), "--batch-size", str(batch_size), "--watermark", watermark, *extra_args]
     result = run_timed(cmd, log_path)
     if log_path:
         result.extra = parse_dblog_log(log_path.read_text(errors="replace"), result.started_at,
@@ -355,7 +356,7 @@ def parse_dblog_log(text: str, started_at: float = 0.0, ended_at: float = 0.0) -
     events = [int(e) for e in re.findall(r"with (\d+) events, [\d.]+s", text)]
     if events:
         out["window_events"] = sum(events)
-    m = re.search(r": (\d+) chunks read in the driver while Spark started", text)
+    m = re.search(r": (\d+) chunks read in the driver", text)
     if m:
         out["driver_chunks"] = int(m.group(1))
     m = re.search(r"tail: \{[^}]*\} rows in ([\d.]+)s", text)

@@ -90,6 +90,9 @@ def test_cli_run_then_tail_and_mirror(mariadb, db, source_uri, tmp_path):
                           "--sink", str(sink), "--chunk-size", "1000", "--batch-size", "2"],
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
+    # under local[2] the process's two reader threads read every chunk and no JVM starts
+    assert json.loads(run.stdout)["snapshot"] == {"chunks_read": 5, "on_spark": 0, "in_driver": 5}, run.stdout
+    assert "Stage 0" not in run.stderr and "SparkContext" not in run.stderr
     # nothing changed since the snapshot: the catch-up query is skipped, the summary keeps its shape
     tail = json.loads(run.stdout)["tail"]
     assert tail["rows"] == {table: 0} and table in tail["skipped"] and table in tail["lag"], tail
@@ -105,6 +108,33 @@ def test_cli_run_then_tail_and_mirror(mariadb, db, source_uri, tmp_path):
         if path.is_file():
             assert password.encode() not in path.read_bytes(), path
     assert password not in run.stderr + run.stdout
+
+
+def test_cli_run_on_spark_only_and_on_a_spark_with_more_slots_than_threads(mariadb, db, source_uri, tmp_path):
+    """`--driver-threads 0`: Spark reads every chunk; a master with more task slots than the driver's
+    threads starts Spark while the driver reads."""
+    table = load_table(mariadb, db, 4_000)
+    for label, args, master in (("spark-only", ["--driver-threads", "0"], "local[2]"),
+                                ("more-slots", ["--driver-threads", "1"], "local[2]")):
+        state, sink, out = tmp_path / label / "state", tmp_path / label / "sink", tmp_path / label / "out"
+        env = {**os.environ, "DBLOG_SPARK_MASTER": master}
+        run = subprocess.run([DBLOG, "run", "--source", source_uri, "--table", table, "--state", str(state),
+                              "--sink", str(sink), "--chunk-size", "500", *args],
+                             capture_output=True, text=True, env=env, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        snapshot = json.loads(run.stdout)["snapshot"]
+        assert snapshot["chunks_read"] == 8 and snapshot["on_spark"] + snapshot["in_driver"] == 8, snapshot
+        if label == "spark-only":
+            assert snapshot["on_spark"] == 8, snapshot
+        else:
+            assert "while Spark started" in run.stderr, run.stderr[-3000:]
+        step = subprocess.run([DBLOG, "mirror", "--state", str(state), "--sink", str(sink), "--table", table,
+                               "--out", str(out)], capture_output=True, text=True, env=env, timeout=600)
+        assert step.returncode == 0, step.stderr[-3000:]
+        assert not compare_mirror(str(out), mariadb.port, table)
+    bad = subprocess.run([DBLOG, "run", "--source", source_uri, "--table", table, "--state", str(tmp_path / "bad"),
+                          "--sink", str(tmp_path / "bad-sink"), "--driver-threads", "-1"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "--driver-threads must be 0" in bad.stderr and not (tmp_path / "bad").exists()
 
 
 def _start_tail(state, sink, max_events=200):

@@ -178,3 +178,18 @@ def test_task_workers_import_the_installed_pyspark_under_any_spark_home():
     assert ".zip" in result["planner"]  # what every Python process did before
     for worker in result["workers"]:
         assert _compiled(worker["pyspark"]) and worker["worker_loaded"], worker
+
+
+@pytest.mark.parametrize("master, slots", [("local[2]", 2), ("local[16]", 16), ("local[4,3]", 4), ("local", 1),
+                                           ("local[*]", os.cpu_count()), ("spark://h:7077", None), ("yarn", None)])
+def test_task_slots_of_a_master(master, slots):
+    assert session.task_slots(master) == slots
+
+
+@pytest.mark.parametrize("threads, master, needed", [(2, "local[2]", False), (2, "local[1]", False),
+                                                     (2, "local[3]", True), (0, "local[2]", True),
+                                                     (2, "spark://h:7077", True), (4, "local[4]", False)])
+def test_dblog_run_starts_spark_only_when_it_adds_task_slots(threads, master, needed):
+    from airflow_provider_dblog.pipeline import driver_reading_needs_spark
+
+    assert driver_reading_needs_spark(threads, master) is needed

@@ -120,21 +120,32 @@ def cmd_verify(args) -> dict:
 
 
 def cmd_run(args) -> dict:
-    from airflow_provider_dblog.pipeline import build_offsets, plan_table, snapshot_table
-    from airflow_provider_dblog.spark.session import BackgroundSession
+    from airflow_provider_dblog.pipeline import (
+        DRIVER_THREADS, build_offsets, driver_reading_needs_spark, pending_chunks, plan_table, snapshot_table,
+    )
+    from airflow_provider_dblog.spark.session import BackgroundSession, local_master
     from airflow_provider_dblog.spark.tail_job import run_tail
     from airflow_provider_dblog.state import StateDir
 
     source = _source(args.source)
-    spark = BackgroundSession("dblog-run")  # the JVM starts while the table is planned and its first chunks read
+    threads = DRIVER_THREADS if args.driver_threads is None else args.driver_threads
+    if threads < 0:
+        raise DblogError("--driver-threads must be 0 (Spark reads every chunk) or a positive number of threads")
+    # a Spark with more task slots than the driver's threads starts while the table is planned and its
+    # first chunks are read; otherwise none starts unless the tail needs one
+    spark = (BackgroundSession("dblog-run") if driver_reading_needs_spark(threads, local_master())
+             else None)
     plan = plan_table(source, args.table, args.state, args.chunk_size, args.batch_size,
                       args.chunk_key.split(",") if args.chunk_key else None, args.watermark, args.watermark_table)
-    snapshot_table(args.state, args.sink, args.table, spark)
-    batches = [b for b in StateDir(args.state).batches() if b.table == args.table]
+    state = StateDir(args.state)
+    batches = [b for b in state.batches() if b.table == args.table]
+    todo = sum(len(pending_chunks(state, b.index)[1]) for b in batches)
+    on_spark = len(snapshot_table(args.state, args.sink, args.table, spark, driver_threads=threads))
     summary = build_offsets(args.state)
     tail = run_tail(args.state, args.sink, available_now=True, tables=[args.table], spark=spark)
-    return {"plan": {"chunks": plan["tables"][args.table]["chunks"], "batches": len(batches)}, "report": summary,
-            "tail": tail}
+    return {"plan": {"chunks": plan["tables"][args.table]["chunks"], "batches": len(batches)},
+            "snapshot": {"chunks_read": todo, "on_spark": on_spark, "in_driver": todo - on_spark},
+            "report": summary, "tail": tail}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="plan, every batch, report and an available-now tail")
     planning(p)
     p.add_argument("--sink", required=True)
+    p.add_argument("--driver-threads", type=int, default=None,
+                   help="chunks read in this process at once (default 2); a local Spark starts only if it runs "
+                        "more tasks at once ($DBLOG_SPARK_MASTER, default local[2]); 0: Spark reads every chunk")
     p.set_defaults(func=cmd_run)
     return parser
 

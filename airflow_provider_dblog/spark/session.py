@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import sys
 import threading
@@ -138,6 +139,24 @@ def _numpy_probes_without_pandas() -> None:
             })()
 
 
+def local_master() -> str:
+    """The master a local driver uses: ``$DBLOG_SPARK_MASTER`` or ``DEFAULT_MASTER``."""
+    return os.environ.get("DBLOG_SPARK_MASTER", DEFAULT_MASTER)
+
+
+def task_slots(master: str) -> int | None:
+    """How many tasks ``master`` runs at once: N for local[N], the cores for local[*], 1 for local;
+    None (unknown, presumably many) for a cluster."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    if match.group(1) is None:
+        return 1
+    if match.group(1) == "*":
+        return os.cpu_count() or 1
+    return int(match.group(1))
+
+
 def local_session(app_name: str, master: str | None = None, short_lived: bool = True):
     """The running session under spark-submit; otherwise a local one (``$DBLOG_SPARK_MASTER`` or local[2]).
 
@@ -155,7 +174,7 @@ def local_session(app_name: str, master: str | None = None, short_lived: bool = 
     spark_home = None
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit, which sets --master itself
         spark_home = _local_spark_home()
-        builder = builder.master(master or os.environ.get("DBLOG_SPARK_MASTER", DEFAULT_MASTER))
+        builder = builder.master(master or local_master())
         java_options = os.environ.get("DBLOG_SPARK_DRIVER_JAVA_OPTIONS", SHORT_LIVED_JAVA_OPTIONS) if short_lived else ""
         java_options = " ".join(o for o in (java_options, class_data_sharing_options(short_lived, spark_home)) if o)
         if java_options:
