@@ -31,7 +31,9 @@ def job_rates(t: dict) -> dict:
     run where Spark read every chunk if there is one, else of (c)."""
     b, c = t.get("b_spark_jdbc"), t.get("c_spark_only") or t.get("c_dblog")
     b_job = (b or {}).get("details", {}).get("job_s")
-    c_job = (c or {}).get("details", {}).get("phases", {}).get("snapshot_job_s")
+    # the job's own timer (the "snapshot DB.TABLE: n/m chunks, ... rows in Ts" lines): from the session
+    # in hand to the last chunk, as JDBC's job_s
+    c_job = (c or {}).get("details", {}).get("snapshot_s")
     rows = t.get("rows")
     c_rows = (c or {}).get("details", {}).get("snapshot_rows") or rows  # the chunks the dblog process left to Spark
     return {"b_job": round(rows / b_job, 1) if b_job else None, "c_job": round(c_rows / c_job, 1) if c_job else None,
@@ -446,10 +448,22 @@ def where_the_time_goes(results: dict) -> list[str]:
                      f"(window events: {c['details'].get('window_events', 0)})")
         in_driver, chunks = c["details"].get("driver_chunks", 0), c["details"].get("chunks")
         spark_rows = c["details"].get("snapshot_rows") or rows
-        if not job:  # the dblog process read every chunk before Spark was up
+        if not job:  # the dblog process read every chunk; no Spark job ran
             out += [f"**{table}** — (c) took {total} s: the `dblog` process read all {chunks} chunks itself on two "
-                    f"connections before Spark was up, so it never waited for Spark; {tail_text}; start, plan "
-                    f"and exit the rest.", ""]
+                    f"connections and ran no Spark job (under `local[2]` no Spark starts: it would run no more "
+                    f"tasks at once than those two threads); {tail_text}; start, plan and exit the rest."]
+            spark_only = t.get("c_spark_only")
+            sj = (spark_only or {}).get("details", {}).get("snapshot_s")
+            if sj:
+                line = (f"With `--driver-threads 0` Spark's executors read every chunk: {spark_only['seconds']} s in "
+                        f"all, the job {sj} s ({rows / sj:,.0f} rows/s), the JVM's start and first Python workers "
+                        f"most of the rest")
+                if b and b.get("details", {}).get("job_s"):
+                    bj = b["details"]["job_s"]
+                    line += (f"; job against job, Spark JDBC's bounds query + read + write took {bj} s "
+                             f"({rows / bj:,.0f} rows/s): {bj / sj:.2f}×")
+                out.append(line + ".")
+            out.append("")
             continue
         lines = [f"**{table}** — (c) took {total} s: Spark session start {ph.get('spark_start_s')} s (while the "
                  f"`dblog` process read {in_driver} of the {chunks} chunks itself), the snapshot "
