@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_dblog.core.events import ChangeEvent
 
+
 class _PandasHiddenFrom:
     """An import hook that makes ``import pandas`` fail, but only in the threads listed."""
 
