@@ -85,6 +85,13 @@ def pending_chunks(state: StateDir, batch_index: int, force: bool = False,
     return batch.table, [c for c in wanted if force or c not in done]
 
 
+def unreported_chunks(state: StateDir, table: str) -> list[int]:
+    """The table's chunks without a report, in batch order: one read of its reports (a per-batch
+    ``pending_chunks`` reads them all once per batch, thousands of times over for a big table)."""
+    done = state.reports(table)
+    return [c for b in state.batches() if b.table == table for c in b.chunk_ids if c not in done]
+
+
 def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = False, spark=None,
                    chunk_ids: Sequence[int] | None = None) -> list[dict]:
     """Read a batch's chunks in parallel on Spark executors; each writes its own Parquet and report."""
@@ -179,8 +186,7 @@ def snapshot_table(state_dir: str, sink: str, table: str, spark=None, driver_thr
     reader, in_driver = None, set()
     starting = isinstance(spark, BackgroundSession) and not spark.ready()
     if driver_threads > 0 and (spark is None or starting):
-        reader = DriverChunkReader(state_dir, sink, table, [c for b in batches for c in pending_chunks(state, b.index)[1]],
-                                   threads=driver_threads)
+        reader = DriverChunkReader(state_dir, sink, table, unreported_chunks(state, table), threads=driver_threads)
         reader.start()
         while reader.alive() and not (starting and spark.ready()):
             reader.join(0.05)
@@ -194,9 +200,10 @@ def snapshot_table(state_dir: str, sink: str, table: str, spark=None, driver_thr
             reports += snapshot_batch(state_dir, batch.index, sink, spark=spark, chunk_ids=chunk_ids)
     if reader:
         reader.join()
-        for batch in batches:  # a chunk the driver failed to read
-            if pending_chunks(state, batch.index)[1]:
-                reports += snapshot_batch(state_dir, batch.index, sink, spark=spark)
+        failed = set(unreported_chunks(state, table))  # chunks the driver failed to read
+        for batch in batches:
+            if chunk_ids := [c for c in batch.chunk_ids if c in failed]:
+                reports += snapshot_batch(state_dir, batch.index, sink, spark=spark, chunk_ids=chunk_ids)
     return reports
 
 

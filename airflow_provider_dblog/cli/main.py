@@ -121,7 +121,7 @@ def cmd_verify(args) -> dict:
 
 def cmd_run(args) -> dict:
     from airflow_provider_dblog.pipeline import (
-        DRIVER_THREADS, build_offsets, driver_reading_needs_spark, pending_chunks, plan_table, snapshot_table,
+        DRIVER_THREADS, build_offsets, driver_reading_needs_spark, plan_table, snapshot_table, unreported_chunks,
     )
     from airflow_provider_dblog.spark.session import BackgroundSession, local_master
     from airflow_provider_dblog.spark.tail_job import run_tail
@@ -139,7 +139,7 @@ def cmd_run(args) -> dict:
                       args.chunk_key.split(",") if args.chunk_key else None, args.watermark, args.watermark_table)
     state = StateDir(args.state)
     batches = [b for b in state.batches() if b.table == args.table]
-    todo = sum(len(pending_chunks(state, b.index)[1]) for b in batches)
+    todo = len(unreported_chunks(state, args.table))
     on_spark = len(snapshot_table(args.state, args.sink, args.table, spark, driver_threads=threads))
     summary = build_offsets(args.state)
     tail = run_tail(args.state, args.sink, available_now=True, tables=[args.table], spark=spark)
