@@ -24,7 +24,7 @@ from airflow.sdk import DAG, Param
 
 from airflow_provider_dblog.airflow.dag_config import SPARK_CONN_ID, params, spark_conf, template
 from airflow_provider_dblog.airflow.operators import DblogSparkSubmitOperator, ResnapshotPlannerOperator
-from airflow_provider_dblog.airflow.selection import FILTER_PARAM_PATTERN, MAX_FILTER_LENGTH
+from airflow_provider_dblog.steps.resnapshot import FILTER_PARAM_PATTERN, MAX_FILTER_LENGTH
 
 KEY_TYPES = ["null", "integer", "number", "string", "array"]
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_dblog.dialects.base import PASSWORD_ENV, STRATEGIES, SourceConfig
-from airflow_provider_dblog.errors import DblogError
+from airflow_provider_dblog.core.config import PASSWORD_ENV, SourceConfig, server_id_range, watermark_strategy
+from airflow_provider_dblog.core.errors import DblogError
 
 CONN_TYPES = ("mysql", "mariadb", "dblog")
 
@@ -30,24 +30,6 @@ def _mask(secret: str) -> None:
     except ImportError:  # pragma: no cover - older task SDKs
         return
     mask_secret(secret)
-
-
-def parse_server_id_range(value: Any) -> tuple[int, int] | None:
-    """``[lo, hi]``, ``"lo-hi"`` or ``"lo,hi"`` -> (lo, hi); None when not set."""
-    if value in (None, "", []):
-        return None
-    try:
-        if isinstance(value, str):
-            parts = value.replace(",", "-").split("-")
-        else:
-            parts = list(value)
-        lo, hi = (int(str(p).strip()) for p in parts)
-    except (TypeError, ValueError):
-        raise DblogError(f"bad server_id_range {value!r} in the connection extras: use [LO, HI] or \"LO-HI\"") from None
-    if not 0 < lo <= hi < 2 ** 32:
-        raise DblogError(f"bad server_id_range {value!r}: need 0 < LO <= HI < 4294967296, and no replica of the source "
-                         f"may use a server id in it")
-    return lo, hi
 
 
 class DblogHook(BaseHook):
@@ -102,11 +84,10 @@ class DblogHook(BaseHook):
         return SourceConfig(conn.host, port, conn.login, conn.password or "", conn.schema or "")
 
     def watermark(self) -> str:
-        strategy = str(self.extras.get("watermark") or self.extras.get("watermark_strategy") or "auto")
-        if strategy not in STRATEGIES:
-            raise DblogError(f"connection {self.dblog_conn_id!r}: unknown watermark {strategy!r}, use one of "
-                             f"{', '.join(STRATEGIES)}")
-        return strategy
+        try:
+            return watermark_strategy(self.extras.get("watermark") or self.extras.get("watermark_strategy"))
+        except DblogError as exc:
+            raise DblogError(f"connection {self.dblog_conn_id!r}: {exc}") from None
 
     def options(self) -> dict:
         """The dialect options kept in the state directory (no secrets)."""
@@ -114,16 +95,16 @@ class DblogHook(BaseHook):
         options: dict[str, Any] = {}
         if extras.get("watermark_table"):
             options["watermark_table"] = str(extras["watermark_table"])
-        server_ids = parse_server_id_range(extras.get("server_id_range"))
+        server_ids = server_id_range(extras.get("server_id_range"))
         if server_ids:
             options["server_id_range"] = list(server_ids)
         return options
 
     def get_conn(self):
         """A ``MySqlDialect`` for the connection (call ``close()`` when done)."""
-        from airflow_provider_dblog.pipeline import dialect_for
+        from airflow_provider_dblog.source import open_dialect
 
-        return dialect_for(self.source_config(), self.options())
+        return open_dialect(self.source_config(), self.options())
 
     def check_state_source(self, state_source_uri: str) -> SourceConfig:
         """The source of a state directory with this connection's password; refuses another server."""
@@ -144,7 +125,7 @@ class DblogHook(BaseHook):
             dialect = self.get_conn()
             try:
                 dialect.check_source()
-                return True, f"{self.source_config().public_uri}: binlog ready for CDC ({dialect.version})"
+                return True, f"{self.source_config().public_uri}: binlog ready for CDC (at {dialect.current_position()})"
             finally:
                 dialect.close()
         except DblogError as exc:

@@ -1,4 +1,4 @@
-"""Operators: thin wrappers over ``airflow_provider_dblog.pipeline`` (the same steps as the CLI).
+"""Operators: thin wrappers over ``airflow_provider_dblog.steps`` (the same steps as the CLI).
 
 ::
 
@@ -22,18 +22,21 @@ chunks with ``--force``; a first try skips chunks that already reported. See doc
 from __future__ import annotations
 
 import math
-import re
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+import airflow_provider_dblog
 from airflow_provider_dblog.airflow.hooks import DblogHook
-from airflow_provider_dblog.core.positions import BinlogPosition
-from airflow_provider_dblog.errors import DblogError
-from airflow_provider_dblog.spark.submit import APPLICATION as SUBMIT_APPLICATION
+from airflow_provider_dblog.core.config import column_list, positive_int, table_names, truthy
+from airflow_provider_dblog.core.errors import DblogError
+
+# the spark-submit application (``cli/spark_app.py``), by path: spark-submit runs it as a file
+SUBMIT_APPLICATION = str(Path(airflow_provider_dblog.__file__).parent / "cli" / "spark_app.py")
 
 DEFAULT_CONN_ID = DblogHook.default_conn_name
 
@@ -41,31 +44,6 @@ DEFAULT_CONN_ID = DblogHook.default_conn_name
 def _fail(exc: DblogError):
     """Configuration and data errors: fail without retrying (a retry cannot fix them)."""
     return AirflowFailException(f"dblog: {exc}")
-
-
-def parse_tables(value: Any) -> list[str]:
-    if value is None:
-        return []
-    items = value if isinstance(value, (list, tuple)) else re.split(r"[,\s]+", str(value).strip())
-    tables = [str(t).strip() for t in items if str(t).strip()]
-    for table in tables:
-        if table.count(".") < 1:
-            raise DblogError(f"bad table name {table!r}: use DB.TABLE")
-    return tables
-
-
-def _int(value: Any, name: str) -> int:
-    try:
-        number = int(str(value).strip())
-    except (TypeError, ValueError):
-        raise DblogError(f"{name} must be a whole number, got {value!r}") from None
-    if number <= 0:
-        raise DblogError(f"{name} must be positive, got {number}")
-    return number
-
-
-def _truthy(value: Any) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes", "on") if isinstance(value, str) else bool(value)
 
 
 def snapshot_args(state_dir: str, sink: str, batch: int, force: bool = False,
@@ -101,19 +79,12 @@ def check_map_length(count: int, what: str, chunks: int | None = None) -> None:
                          f"max_map_length (AIRFLOW__CORE__MAX_MAP_LENGTH)")
 
 
-def _key_span(plan, chunk_ids: Sequence[int]) -> str:
-    first, last = plan.chunk(chunk_ids[0]), plan.chunk(chunk_ids[-1])
-    lo = "-∞" if first.lo is None else ",".join(map(str, first.lo))
-    hi = "∞" if last.hi is None else ",".join(map(str, last.hi))
-    return f"[{lo}, {hi})"
-
-
 class ChunkPlannerOperator(BaseOperator):
     """Plans one or more tables; returns one kwargs dict per chunk batch for
     ``DblogSparkSubmitOperator.partial(...).expand_kwargs(...)`` (or a plain ``SparkSubmitOperator``
     with ``env_vars`` that carry ``$DBLOG_SOURCE_PASSWORD`` some other way).
 
-    Each dict: ``application`` (the package's ``spark/submit.py``), ``application_args``
+    Each dict: ``application`` (the package's ``cli/spark_app.py``), ``application_args``
     (``snapshot --state DIR --batch I --sink DIR [--force]``), ``name`` (the Spark app name) and
     ``batch_label`` (table, chunk ids and key range: use ``map_index_template="{{ task.batch_label }}"``).
     """
@@ -138,23 +109,20 @@ class ChunkPlannerOperator(BaseOperator):
         self.force = force
 
     def execute(self, context) -> list[dict]:
-        from airflow_provider_dblog.pipeline import plan_summary, plan_table
-        from airflow_provider_dblog.state import StateDir
+        from airflow_provider_dblog.steps.plan import plan_tables
 
         try:
-            tables = parse_tables(self.tables)
+            tables = table_names(self.tables)
             if not tables:
                 raise DblogError("no tables to plan: set the tables param, the Variable dblog_tables or $DBLOG_TABLES "
                                  "(DB.TABLE[,DB.TABLE...])")
-            chunk_size, batch_size = _int(self.chunk_size, "chunk_size"), _int(self.batch_size, "batch_size")
+            chunk_size, batch_size = positive_int(self.chunk_size, "chunk_size"), positive_int(self.batch_size, "batch_size")
             hook = DblogHook(self.dblog_conn_id)
-            source, options = hook.source_config(), hook.options()
-            watermark = str(self.watermark or "") or hook.watermark()
-            chunk_key = [c.strip() for c in str(self.chunk_key).split(",") if c.strip()] if self.chunk_key else None
-            for table in tables:
-                plan_table(source, table, self.state_dir, chunk_size, batch_size, chunk_key, watermark,
-                           options.get("watermark_table"), save_password=False, options=options)
-            summary = plan_summary(StateDir(self.state_dir))
+            options = hook.options()
+            summary = plan_tables(hook.source_config(), tables, self.state_dir, chunk_size=chunk_size,
+                                  batch_size=batch_size, chunk_key=column_list(self.chunk_key),
+                                  watermark=str(self.watermark or "") or hook.watermark(),
+                                  watermark_table=options.get("watermark_table"), save_password=False, options=options)
             batches = [b for b in summary["batches"] if b["table"] in tables]
             check_map_length(len(batches), "snapshot batches",
                              sum(summary["tables"][t]["chunks"] for t in tables))
@@ -164,7 +132,7 @@ class ChunkPlannerOperator(BaseOperator):
             info = summary["tables"][name]
             self.log.info("planned %s: %d chunks, key %s, %s watermarks", name, info["chunks"], ",".join(info["key"]),
                           info["watermark"])
-        force = _truthy(self.force)
+        force = truthy(self.force)
         return [{"application": SUBMIT_APPLICATION,
                  "application_args": snapshot_args(self.state_dir, self.sink, b["batch"], force),
                  "name": f"dblog-snapshot-{b['batch']}",
@@ -242,22 +210,12 @@ class DblogReportOperator(BaseOperator):
         self.state_dir = state_dir
 
     def execute(self, context) -> dict:
-        from airflow_provider_dblog.pipeline import build_offsets
+        from airflow_provider_dblog.steps.report import build_offsets
 
         try:
-            summary = build_offsets(self.state_dir)
+            result = build_offsets(self.state_dir)
         except DblogError as exc:
             raise _fail(exc) from None
-        tables = summary["tables"]
-
-        def position(text: str) -> BinlogPosition:  # "mysql-bin.000003:1234"
-            file, pos = text.rsplit(":", 1)
-            return BinlogPosition.at(file, int(pos))
-
-        result = {"chunks": summary["chunks"], "rows": summary["rows"],
-                  "min_hw": min((t["min_hw"] for t in tables.values()), key=position, default=None),
-                  "max_hw": max((t["max_hw"] for t in tables.values()), key=position, default=None),
-                  "tables": tables}
         self.log.info("report: %d chunks, %d rows, HW %s .. %s", result["chunks"], result["rows"], result["min_hw"],
                       result["max_hw"])
         return result
@@ -269,7 +227,7 @@ class ResnapshotPlannerOperator(BaseOperator):
 
     Selection (each optional, combined with AND): ``chunk_ids`` (``[3, 5]`` or ``"3,5-7"``), a key range
     ``key_lo`` .. ``key_hi`` (inclusive; a JSON list for composite keys), and ``filter`` (see
-    ``airflow_provider_dblog.airflow.selection``). Arguments left None are read from the DAG run's
+    ``airflow_provider_dblog.steps.resnapshot``). Arguments left None are read from the DAG run's
     params of the same name, so trigger-form values keep their JSON types.
     """
 
@@ -303,57 +261,23 @@ class ResnapshotPlannerOperator(BaseOperator):
             raise _fail(exc) from None
 
     def _select(self, table, key_lo, key_hi, chunk_ids, filter) -> list[dict]:
-        from airflow_provider_dblog.airflow import selection
-        from airflow_provider_dblog.pipeline import compress, dialect_for
-        from airflow_provider_dblog.state import StateDir
+        from airflow_provider_dblog.steps.resnapshot import reject_unsafe, select_chunks
+        from airflow_provider_dblog.store.state import StateDir
 
         if filter not in (None, ""):
-            selection.reject_unsafe(filter)  # before anything else touches the input
-        if not table or not str(table).strip():
-            raise DblogError("say which table to re-snapshot (param table = DB.TABLE)")
-        table = str(table).strip()
-        state = StateDir(self.state_dir)
-        plan = state.table(table)
-        meta = plan.meta
-        condition = selection.filter_sql(filter, meta.column_names) if filter not in (None, "") else None
-        wanted = selection.parse_chunk_ids(chunk_ids)
-        all_ids = [c.id for c in plan.chunks]
-        if wanted is not None:
-            unknown = sorted(set(wanted) - set(all_ids))
-            if unknown:
-                raise DblogError(f"{table} has chunks 0-{len(all_ids) - 1}; no chunk {compress(unknown)}")
-        ids = wanted if wanted is not None else all_ids
-        lo, hi = selection.parse_key(key_lo, meta), selection.parse_key(key_hi, meta)
-        if lo is not None or hi is not None or condition:
-            config = DblogHook(self.dblog_conn_id).check_state_source(state.load_raw()["source"])
-            dialect = dialect_for(config, state.options())
-            try:
-                if lo is not None or hi is not None:
-                    in_range = set(selection.chunks_in_range(dialect, meta, plan.chunks, lo, hi))
-                    ids = [c for c in ids if c in in_range]
-                if condition and ids:
-                    ids = selection.chunks_matching(dialect, meta, plan.chunks, ids, condition, lo, hi)
-            finally:
-                dialect.close()
-        chosen = set(ids)
-        what = " and ".join(filter_ for filter_ in (
-            f"chunks {compress(wanted)}" if wanted else "",
-            f"keys {key_lo if lo is not None else '-∞'} .. {key_hi if hi is not None else '∞'}"
-            if lo is not None or hi is not None else "",
-            f"rows where {condition}" if condition else "") if filter_) or "the whole table"
-        if not chosen:
-            self.log.info("re-snapshot of %s (%s): no chunk selected, nothing to re-read", table, what)
+            reject_unsafe(filter)  # before anything else touches the input
+        source = None
+        if key_lo not in (None, "") or key_hi not in (None, "") or filter not in (None, ""):
+            source = DblogHook(self.dblog_conn_id).check_state_source(StateDir(self.state_dir).load_raw()["source"])
+        selection = select_chunks(self.state_dir, table, key_lo, key_hi, chunk_ids, filter, source=source)
+        if not selection["chunks"]:
+            self.log.info("re-snapshot of %s (%s): no chunk selected, nothing to re-read", selection["table"],
+                          selection["what"])
             return []
-        self.log.info("re-snapshot of %s (%s): chunks %s", table, what, compress(sorted(chosen)))
-        out = []
-        for batch in state.batches():
-            if batch.table != table:
-                continue
-            mine = [c for c in batch.chunk_ids if c in chosen]
-            if mine:
-                out.append({"application": SUBMIT_APPLICATION,
-                            "application_args": snapshot_args(self.state_dir, self.sink, batch.index, True, mine),
-                            "name": f"dblog-resnapshot-{batch.index}",
-                            "batch_label": f"re-snapshot {table} chunks {compress(mine)} {_key_span(plan, mine)}"})
+        self.log.info("re-snapshot of %s (%s): chunks %s", selection["table"], selection["what"],
+                      ",".join(map(str, selection["chunks"])))
+        out = [{"application": SUBMIT_APPLICATION,
+                "application_args": snapshot_args(self.state_dir, self.sink, b["batch"], True, b["chunks"]),
+                "name": f"dblog-resnapshot-{b['batch']}", "batch_label": b["label"]} for b in selection["batches"]]
         check_map_length(len(out), "re-snapshot batches")
         return out

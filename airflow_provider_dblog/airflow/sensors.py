@@ -1,4 +1,4 @@
-"""``DblogTailHealthSensor``: DBLog's health check as an Airflow sensor (logic in ``health.py``)."""
+"""``DblogTailHealthSensor``: DBLog's health check as an Airflow sensor (logic in ``steps/health.py``)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -6,9 +6,10 @@ from typing import Sequence
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_dblog.airflow.health import check_tail_health
 from airflow_provider_dblog.airflow.hooks import DblogHook
-from airflow_provider_dblog.errors import DblogError
+from airflow_provider_dblog.core.config import table_names
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.steps.health import check_health
 
 
 class DblogTailHealthSensor(BaseSensorOperator):
@@ -35,9 +36,7 @@ class DblogTailHealthSensor(BaseSensorOperator):
         self.tables = tables
 
     def poke(self, context) -> bool:
-        from airflow_provider_dblog.airflow.operators import parse_tables
-        from airflow_provider_dblog.pipeline import dialect_for
-        from airflow_provider_dblog.state import StateDir
+        from airflow_provider_dblog.store.state import StateDir
 
         try:
             max_stall = float(self.max_stall_seconds)
@@ -45,15 +44,10 @@ class DblogTailHealthSensor(BaseSensorOperator):
             if not state.offsets_file.exists():
                 self.log.info("no offset map in %s yet (initial load not reported): waiting", self.state_dir)
                 return False
-            config = DblogHook(self.dblog_conn_id).check_state_source(state.load_raw()["source"])
-            dialect = dialect_for(config, state.options())
-            try:
-                position = dialect.current_position()
-            finally:
-                dialect.close()
-            report = check_tail_health(self.state_dir, position, max_stall, parse_tables(self.tables) or None)
+            source = DblogHook(self.dblog_conn_id).check_state_source(state.load_raw()["source"])
+            report = check_health(self.state_dir, max_stall, table_names(self.tables) or None, source=source)
         except (DblogError, ValueError) as exc:
             raise AirflowFailException(f"dblog: {exc}") from None
-        for name, info in report.items():
+        for name, info in (report or {}).items():
             self.log.info("tail of %s: %s", name, info)
         return True

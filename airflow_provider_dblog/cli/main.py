@@ -1,4 +1,5 @@
-"""``dblog``: the pipeline's steps without Airflow (local runs, demos, debugging, scripting).
+"""``dblog``: the pipeline's steps without Airflow (local runs, demos, debugging, scripting); each
+command is one call into ``steps/``.
 
 Every command exits non-zero with a one-line reason on any error.
 """
@@ -10,10 +11,10 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 import threading
 
-from airflow_provider_dblog.errors import DblogError
+from airflow_provider_dblog.core.config import column_list, parse_chunk_ids
+from airflow_provider_dblog.core.errors import DblogError
 
 log = logging.getLogger("dblog")
 
@@ -50,9 +51,10 @@ def _redact(secret: str) -> None:
 
 
 def _source(uri: str):
-    from airflow_provider_dblog.dialects.base import SourceConfig
+    from airflow_provider_dblog.core.config import SourceConfig
+    from airflow_provider_dblog.store.credentials import with_password
 
-    config = SourceConfig.parse(uri).resolve_password()
+    config = with_password(SourceConfig.parse(uri))
     _redact(config.password)
     return config
 
@@ -61,23 +63,33 @@ def _print(data) -> None:
     print(json.dumps(data, indent=1, default=str))
 
 
+def _session(args, app_name: str, short_lived: bool = True):
+    """None under spark-submit (the stock session); for a local run the tuned local session, started
+    only if the step needs Spark."""
+    if args.spark_submit:
+        return None
+    from airflow_provider_dblog.local.session import lazy_local_session
+
+    return lazy_local_session(app_name, short_lived)
+
+
 def cmd_plan(args) -> dict:
-    from airflow_provider_dblog.pipeline import plan_table
+    from airflow_provider_dblog.steps.plan import plan_table
 
     return plan_table(_source(args.source), args.table, args.state, args.chunk_size, args.batch_size,
-                      args.chunk_key.split(",") if args.chunk_key else None, args.watermark, args.watermark_table)
+                      column_list(args.chunk_key), args.watermark, args.watermark_table)
 
 
 def cmd_snapshot(args) -> dict:
-    from airflow_provider_dblog.pipeline import snapshot_batch
+    from airflow_provider_dblog.steps.snapshot import snapshot_batch
 
-    reports = snapshot_batch(args.state, args.batch, args.sink, args.force,
-                             chunk_ids=[int(c) for c in args.chunks.split(",")] if args.chunks else None)
+    reports = snapshot_batch(args.state, args.batch, args.sink, args.force, parse_chunk_ids(args.chunks),
+                             spark=_session(args, "dblog-snapshot"))
     return {"batch": args.batch, "chunks": [r["chunk"] for r in reports], "rows": sum(r["rows"] for r in reports)}
 
 
 def cmd_report(args) -> dict:
-    from airflow_provider_dblog.pipeline import build_offsets
+    from airflow_provider_dblog.steps.report import build_offsets
 
     return build_offsets(args.state)
 
@@ -90,62 +102,43 @@ def _stop_on_signals() -> threading.Event:
 
 
 def cmd_tail(args) -> dict:
-    from airflow_provider_dblog.spark.tail_job import run_tail
+    from airflow_provider_dblog.steps.tail import run_tail
 
+    catch_up = 0
+    if not args.spark_submit:  # a local run may read a small cold catch-up in this process
+        from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
+
+        catch_up = DRIVER_CATCH_UP_BYTES if args.driver_catch_up_mb is None else int(args.driver_catch_up_mb * 2**20)
     return run_tail(args.state, args.sink, available_now=not args.continuous, trigger_seconds=args.trigger_seconds,
                     max_events=args.max_events, tables=[args.table] if args.table else None,
-                    stop_event=_stop_on_signals(),
-                    **({} if args.driver_catch_up_mb is None else
-                       {"driver_catch_up_bytes": int(args.driver_catch_up_mb * 2**20)}))
+                    stop_event=_stop_on_signals(), spark=_session(args, "dblog-tail", short_lived=False),
+                    driver_catch_up_bytes=catch_up)
 
 
 def cmd_mirror(args) -> dict:
-    from airflow_provider_dblog.spark.tail_job import write_mirror
+    from airflow_provider_dblog.steps.mirror import mirror
 
-    return write_mirror(args.state, args.sink, args.table, args.out)
+    return mirror(args.state, args.sink, args.table, args.out, spark=_session(args, "dblog-mirror"))
 
 
 def cmd_verify(args) -> dict:
-    from airflow_provider_dblog.pipeline import verify_mirror
-    from airflow_provider_dblog.spark.tail_job import write_mirror
+    from airflow_provider_dblog.steps.mirror import verify
 
-    out = args.out or tempfile.mkdtemp(prefix="dblog-mirror-")
-    write_mirror(args.state, args.sink, args.table, out)
-    result = verify_mirror(args.state, out, args.table)
-    if not result["equal"]:
-        _print(result)
-        raise DblogError(f"mirror of {args.table} differs from the source: {result['missing']} missing, "
-                         f"{result['extra']} extra, {result['different']} different rows")
-    return result
+    return verify(args.state, args.sink, args.table, args.out, spark=_session(args, "dblog-mirror"))
+
+
+def cmd_resnapshot(args) -> dict:
+    from airflow_provider_dblog.steps.resnapshot import resnapshot
+
+    return resnapshot(args.state, args.sink, args.table, args.key_lo, args.key_hi, args.chunks, args.filter,
+                      dry_run=args.dry_run, spark=_session(args, "dblog-resnapshot"))
 
 
 def cmd_run(args) -> dict:
-    from airflow_provider_dblog.pipeline import (
-        DRIVER_THREADS, build_offsets, driver_reading_needs_spark, plan_table, snapshot_table, unreported_chunks,
-    )
-    from airflow_provider_dblog.spark.session import BackgroundSession, local_master
-    from airflow_provider_dblog.spark.tail_job import run_tail
-    from airflow_provider_dblog.state import StateDir
+    from airflow_provider_dblog.steps.run import run_capture
 
-    source = _source(args.source)
-    threads = DRIVER_THREADS if args.driver_threads is None else args.driver_threads
-    if threads < 0:
-        raise DblogError("--driver-threads must be 0 (Spark reads every chunk) or a positive number of threads")
-    # a Spark with more task slots than the driver's threads starts while the table is planned and its
-    # first chunks are read; otherwise none starts unless the tail needs one
-    spark = (BackgroundSession("dblog-run") if driver_reading_needs_spark(threads, local_master())
-             else None)
-    plan = plan_table(source, args.table, args.state, args.chunk_size, args.batch_size,
-                      args.chunk_key.split(",") if args.chunk_key else None, args.watermark, args.watermark_table)
-    state = StateDir(args.state)
-    batches = [b for b in state.batches() if b.table == args.table]
-    todo = len(unreported_chunks(state, args.table))
-    on_spark = len(snapshot_table(args.state, args.sink, args.table, spark, driver_threads=threads))
-    summary = build_offsets(args.state)
-    tail = run_tail(args.state, args.sink, available_now=True, tables=[args.table], spark=spark)
-    return {"plan": {"chunks": plan["tables"][args.table]["chunks"], "batches": len(batches)},
-            "snapshot": {"chunks_read": todo, "on_spark": on_spark, "in_driver": todo - on_spark},
-            "report": summary, "tail": tail}
+    return run_capture(_source(args.source), args.table, args.state, args.sink, args.chunk_size, args.batch_size,
+                       column_list(args.chunk_key), args.watermark, args.watermark_table, args.driver_threads)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,12 +210,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="chunks read in this process at once (default 2); a local Spark starts only if it runs "
                         "more tasks at once ($DBLOG_SPARK_MASTER, default local[2]); 0: Spark reads every chunk")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("resnapshot", help="re-read chunks of a table (by id, key range and/or row filter) while "
+                                          "the tail may run: each replaces its key range at its new HW")
+    p.add_argument("--state", required=True)
+    p.add_argument("--sink", required=True)
+    p.add_argument("--table", required=True)
+    p.add_argument("--chunks", help="chunk ids, e.g. 3,5-7")
+    p.add_argument("--key-lo", help="lowest key (inclusive); a JSON list for a composite key")
+    p.add_argument("--key-hi", help="highest key (inclusive); a JSON list for a composite key")
+    p.add_argument("--filter", help="only chunks holding a row matching this condition, e.g. \"status = 'late'\"")
+    p.add_argument("--dry-run", action="store_true", help="print the selection, read nothing")
+    p.set_defaults(func=cmd_resnapshot)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, spark_submit: bool = False) -> int:
+    """``spark_submit``: run inside a spark-submit application (``cli/spark_app.py``): the stock session,
+    none of the local start-up tuning."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.spark_submit = spark_submit
     _setup_logging(args.verbose)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     try:

@@ -5,41 +5,44 @@ password here so that later steps (``snapshot``, ``tail``) given only ``--state`
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from airflow_provider_dblog.dialects.base import SourceConfig
+from airflow_provider_dblog.core.config import PASSWORD_ENV, SourceConfig
+from airflow_provider_dblog.store.atomic import read_json, write_json
 
 
 def _path() -> Path:
     return Path(os.environ.get("DBLOG_CREDENTIALS", Path.home() / ".dblog" / "credentials.json"))
 
 
-def _entry(config: "SourceConfig") -> str:
+def _entry(config: SourceConfig) -> str:
     return f"{config.user}@{config.host}:{config.port}"
 
 
-def remember(config: "SourceConfig") -> None:
+def remember(config: SourceConfig) -> None:
     if not config.password:
         return
     path = _path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    data = json.loads(path.read_text()) if path.exists() else {}
+    data = read_json(path) if path.exists() else {}
     if data.get(_entry(config)) == config.password:
         return
     data[_entry(config)] = config.password
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle)
-    os.replace(tmp, path)
+    write_json(path, data, mode=0o600)
 
 
-def lookup(config: "SourceConfig") -> str | None:
+def lookup(config: SourceConfig) -> str | None:
     path = _path()
     if not path.exists():
         return None
-    return json.loads(path.read_text()).get(_entry(config))
+    return read_json(path).get(_entry(config))
+
+
+def with_password(config: SourceConfig) -> SourceConfig:
+    """Fill a missing password from $DBLOG_SOURCE_PASSWORD or the user's credentials file."""
+    if config.password:
+        return config
+    if os.environ.get(PASSWORD_ENV):
+        return config.with_password(os.environ[PASSWORD_ENV])
+    return config.with_password(lookup(config) or "")

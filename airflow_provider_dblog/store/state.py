@@ -12,41 +12,21 @@ and nothing here ever holds a password.
 """
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from airflow_provider_dblog.core.chunks import ChunkRange
+from airflow_provider_dblog.core.config import SourceConfig
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
-from airflow_provider_dblog.dialects.base import Column, SourceConfig, TableMeta
-from airflow_provider_dblog.errors import DblogError
-
-
-def write_json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=1, default=str)
-    os.replace(tmp, path)
-
-
-def read_json(path: Path):
-    return json.loads(path.read_text())
-
-
-def meta_to_dict(meta: TableMeta) -> dict:
-    return {"database": meta.database, "name": meta.name, "key_columns": list(meta.key_columns),
-            "key_source": meta.key_source, "columns": [vars(c) for c in meta.columns]}
-
-
-def meta_from_dict(data: dict) -> TableMeta:
-    return TableMeta(data["database"], data["name"], tuple(Column(**c) for c in data["columns"]),
-                     tuple(data["key_columns"]), data["key_source"])
-
-
+from airflow_provider_dblog.core.tables import TableMeta
+from airflow_provider_dblog.store.atomic import read_json, write_json
+from airflow_provider_dblog.store.checkpoints import CheckpointState, checkpoint_state
+from airflow_provider_dblog.store.credentials import with_password
 @dataclass(frozen=True)
 class TablePlan:
     meta: TableMeta
@@ -58,6 +38,13 @@ class TablePlan:
     def chunk(self, chunk_id: int) -> ChunkRange:
         return self.chunks[chunk_id]
 
+    def key_span(self, chunk_ids: Sequence[int]) -> str:
+        """``[lo, hi)`` of consecutive chunks, for labels."""
+        first, last = self.chunk(chunk_ids[0]), self.chunk(chunk_ids[-1])
+        lo = "-∞" if first.lo is None else ",".join(map(str, first.lo))
+        hi = "∞" if last.hi is None else ",".join(map(str, last.hi))
+        return f"[{lo}, {hi})"
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -66,15 +53,14 @@ class Batch:
     chunk_ids: tuple[int, ...]
 
     def label(self, plan: TablePlan) -> str:
-        first, last = plan.chunk(self.chunk_ids[0]), plan.chunk(self.chunk_ids[-1])
-        lo = "-∞" if first.lo is None else ",".join(map(str, first.lo))
-        hi = "∞" if last.hi is None else ",".join(map(str, last.hi))
-        return f"{self.table} chunks {self.chunk_ids[0]}-{self.chunk_ids[-1]} [{lo}, {hi})"
+        return f"{self.table} chunks {self.chunk_ids[0]}-{self.chunk_ids[-1]} {plan.key_span(self.chunk_ids)}"
 
 
 class StateDir:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        self._plan: tuple[tuple, dict] | None = None  # (file identity, parsed plan): parsed once per change
+        self._tables: tuple[dict, dict] | None = None
 
     # ---- plan ----
     @property
@@ -88,19 +74,27 @@ class StateDir:
         if not self.has_plan():
             raise DblogError(f"no plan in {self.path}: run `dblog plan --source URI --table DB.TABLE --state "
                              f"{self.path}` first")
-        return read_json(self.plan_file)
+        stat = self.plan_file.stat()
+        identity = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        if self._plan is None or self._plan[0] != identity:
+            self._plan = (identity, read_json(self.plan_file))
+        return self._plan[1]
 
     def source(self) -> SourceConfig:
-        return SourceConfig.parse(self.load_raw()["source"]).resolve_password()
+        return with_password(SourceConfig.parse(self.load_raw()["source"]))
 
     def options(self) -> dict:
         return self.load_raw().get("options", {})
 
     def tables(self) -> dict[str, TablePlan]:
         raw = self.load_raw()
-        return {name: TablePlan(meta_from_dict(t["meta"]), tuple(ChunkRange.from_dict(c) for c in t["chunks"]),
+        if self._tables is not None and self._tables[0] is raw:
+            return self._tables[1]
+        tables = {name: TablePlan(TableMeta.from_dict(t["meta"]), tuple(ChunkRange.from_dict(c) for c in t["chunks"]),
                                 t["strategy"], BinlogPosition.from_dict(t["planned_at"]), t.get("planned_gtid"))
-                for name, t in raw["tables"].items()}
+                  for name, t in raw["tables"].items()}
+        self._tables = (raw, tables)
+        return tables
 
     def table(self, name: str) -> TablePlan:
         tables = self.tables()
@@ -125,7 +119,7 @@ class StateDir:
         raw["source"] = source.public_uri
         raw.setdefault("options", {}).update(options)
         name = plan.meta.qualified
-        raw["tables"][name] = {"meta": meta_to_dict(plan.meta), "chunks": [c.to_dict() for c in plan.chunks],
+        raw["tables"][name] = {"meta": plan.meta.to_dict(), "chunks": [c.to_dict() for c in plan.chunks],
                                "strategy": plan.strategy, "planned_at": plan.planned_at.to_dict(),
                                "planned_gtid": plan.planned_gtid}
         kept = [b for b in raw["batches"] if b["table"] != name]
@@ -148,13 +142,42 @@ class StateDir:
             return {}
         return {int(p.stem.split("-")[1]): read_json(p) for p in sorted(folder.glob("chunk-*.json"))}
 
+    def pending_chunks(self, batch_index: int, force: bool = False,
+                       chunk_ids: Sequence[int] | None = None) -> tuple[str, list[int]]:
+        """The batch's table and its chunks to read: ``chunk_ids`` of it (default all), unreported unless ``force``."""
+        batch = self.batch(batch_index)
+        wanted = list(batch.chunk_ids if chunk_ids is None else [c for c in chunk_ids if c in batch.chunk_ids])
+        done = self.reports(batch.table) if not force else {}
+        return batch.table, [c for c in wanted if c not in done]
+
+    def unreported_chunks(self, table: str) -> list[int]:
+        """The table's chunks without a report, in batch order (one read of its reports)."""
+        done = self.reports(table)
+        return [c for b in self.batches() if b.table == table for c in b.chunk_ids if c not in done]
+
     # ---- offsets & checkpoints ----
     @property
     def offsets_file(self) -> Path:
         return self.path / "offsets.json"
 
+    def write_offsets(self, offsets: dict[str, TableOffsets]) -> None:
+        write_json(self.offsets_file, {"tables": {name: o.to_dict() for name, o in offsets.items()},
+                                       "built_at": time.time()})
+
+    def offsets(self) -> dict[str, TableOffsets]:
+        """The offset map ``dblog report`` built: per table, chunk boundaries and high watermarks."""
+        if not self.offsets_file.exists():
+            raise DblogError(f"no offset map in {self.path}: run `dblog report --state {self.path}` first")
+        return {name: TableOffsets.from_dict(d) for name, d in read_json(self.offsets_file)["tables"].items()}
+
+    def offsets_built_at(self) -> float:
+        return float(read_json(self.offsets_file).get("built_at") or self.offsets_file.stat().st_mtime)
+
     def checkpoint_dir(self, table: str) -> Path:
         return self.path / "checkpoints" / table
+
+    def checkpoint(self, table: str) -> CheckpointState:
+        return checkpoint_state(self.checkpoint_dir(table))
 
     # ---- catch-up checks ----
     def caught_up_file(self, table: str) -> Path:
@@ -182,3 +205,12 @@ class StateDir:
         if start <= position <= end:
             return end, float(data.get("checked_at") or path.stat().st_mtime)
         return None
+
+    def resume_position(self, table: str, min_hw: BinlogPosition) -> BinlogPosition:
+        """Where the tail resumes: the checkpoint's latest offset; without one the min HW, or the end of
+        a recorded catch-up check that covers it (the streaming source's first offset starts there)."""
+        checkpoint = self.checkpoint(table)
+        if checkpoint.kind != "none":
+            return checkpoint.position
+        checked = self.caught_up(table, min_hw)
+        return checked[0] if checked else min_hw

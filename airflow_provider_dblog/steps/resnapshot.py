@@ -1,6 +1,7 @@
-"""Which chunks a re-snapshot re-reads: by chunk id, by key range, and/or by a row filter.
+"""Re-snapshot selection: which chunks a re-snapshot re-reads: by chunk id, by key range, and/or by a row filter.
 
-Pure functions over the plan and a dialect (no Airflow), so they are testable alone.
+The parsing and validation are pure functions; ``select_chunks`` is the step the CLI
+(``dblog resnapshot``) and ``ResnapshotPlannerOperator`` both call.
 
 * **Key range** ``lo``/``hi`` (both inclusive, either may be omitted): every chunk whose ``[lo, hi)``
   bounds overlap the range. Overlap is decided in the database's key order (the dialect's
@@ -22,7 +23,11 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
 
-from airflow_provider_dblog.errors import DblogError
+from airflow_provider_dblog.core.chunks import locate
+from airflow_provider_dblog.core.config import SourceConfig, compress_ids, parse_chunk_ids
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.source import open_dialect
+from airflow_provider_dblog.store.state import StateDir
 
 FILTER_HELP = ("a filter is one boolean condition on the table's columns, e.g. status = 'late' AND id >= 100; "
                "allowed: column names, numbers, 'strings', = <> != < <= > >=, AND OR NOT, IS [NOT] NULL, IN (...), "
@@ -59,10 +64,9 @@ def reject_unsafe(text) -> str:
     return text
 
 
-def filter_sql(text: str, columns: Sequence[str]) -> str:
-    """The filter rebuilt from validated tokens, identifiers quoted; raises ``DblogError`` otherwise."""
-    from airflow_provider_dblog.dialects.mysql_types import quote_ident
-
+def filter_sql(text: str, columns: Sequence[str], quote_ident) -> str:
+    """The filter rebuilt from validated tokens, identifiers quoted by ``quote_ident`` (the dialect's);
+    raises ``DblogError`` otherwise."""
     text = reject_unsafe(text)
     by_lower = {c.lower(): c for c in columns}
     out: list[str] = []
@@ -150,28 +154,8 @@ def _convert(value: Any, col) -> Any:
     return str(value)
 
 
-def parse_chunk_ids(value: Any) -> list[int] | None:
-    if value is None or value == "" or value == []:
-        return None
-    parts = value if isinstance(value, (list, tuple)) else re.split(r"[,\s]+", str(value).strip())
-    ids: set[int] = set()
-    for part in parts:
-        text = str(part).strip()
-        if not text:
-            continue
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", text)
-        if not match:
-            raise DblogError(f"bad chunk id {text!r}: use numbers and ranges like 3,5-7")
-        lo = int(match.group(1))
-        hi = int(match.group(2) or lo)
-        ids.update(range(lo, hi + 1))
-    return sorted(ids)
-
-
 def chunks_in_range(dialect, meta, chunks, lo: tuple | None, hi: tuple | None) -> list[int]:
     """Ids of the chunks whose bounds overlap ``lo <= key <= hi``, in the database's key order."""
-    from airflow_provider_dblog.core.chunks import locate
-
     ordered = sorted(chunks, key=lambda c: c.id)
     if lo is None and hi is None:
         return [c.id for c in ordered]
@@ -188,25 +172,69 @@ def chunks_in_range(dialect, meta, chunks, lo: tuple | None, hi: tuple | None) -
     return [c.id for c in ordered[first:last + 1]]
 
 
-def chunks_matching(dialect, meta, chunks, chunk_ids: Sequence[int], condition: str,
-                    lo: tuple | None, hi: tuple | None) -> list[int]:
-    """Of ``chunk_ids``, those holding at least one row with ``condition`` inside ``[lo, hi]`` now."""
-    by_id = {c.id: c for c in chunks}
-    table = dialect.table_sql(meta)
-    key_range = []
-    if lo is not None:
-        key_range.append(dialect.range_condition(meta, lo, None))
-    if hi is not None:
-        key_range.append(f"NOT {dialect._compare(meta, hi, '>', '>')}")
-    try:
-        dialect.query(f"SELECT 1 FROM {table} WHERE ({condition}) LIMIT 0")
-    except Exception as exc:  # the server's own verdict on the (validated) condition
-        message = str(exc.args[-1]) if getattr(exc, "args", None) else str(exc)
-        raise DblogError(f"filter rejected by the database: {message}") from None
-    found = []
-    for cid in chunk_ids:
-        chunk = by_id[cid]
-        where = " AND ".join([dialect.range_condition(meta, chunk.lo, chunk.hi), *key_range, f"({condition})"])
-        if dialect.query(f"SELECT 1 FROM {table} WHERE {where} LIMIT 1"):
-            found.append(cid)
-    return found
+def select_chunks(state_dir: str, table: Any, key_lo: Any = None, key_hi: Any = None, chunk_ids: Any = None,
+                  filter: Any = None, source: SourceConfig | None = None) -> dict:
+    """The chunks of ``table`` to re-read (each selection optional, combined with AND), grouped by batch:
+    ``{"table", "what", "chunks": [...], "batches": [{"batch", "chunks", "label"}]}``. ``source``: the
+    connection to use (default: the state's, with its stored password)."""
+    if filter not in (None, ""):
+        reject_unsafe(filter)  # before anything else touches the input
+    if not table or not str(table).strip():
+        raise DblogError("say which table to re-snapshot (table = DB.TABLE)")
+    table = str(table).strip()
+    state = StateDir(state_dir)
+    plan = state.table(table)
+    meta = plan.meta
+    if filter not in (None, ""):
+        filter_sql(filter, meta.column_names, str)  # every column and token checked before connecting
+    wanted = parse_chunk_ids(chunk_ids)
+    all_ids = [c.id for c in plan.chunks]
+    if wanted is not None:
+        unknown = sorted(set(wanted) - set(all_ids))
+        if unknown:
+            raise DblogError(f"{table} has chunks 0-{len(all_ids) - 1}; no chunk {compress_ids(unknown)}")
+    ids = wanted if wanted is not None else all_ids
+    lo, hi = parse_key(key_lo, meta), parse_key(key_hi, meta)
+    condition = None
+    if lo is not None or hi is not None or filter not in (None, ""):
+        dialect = open_dialect(source or state.source(), state.options())
+        try:
+            if filter not in (None, ""):
+                condition = filter_sql(filter, meta.column_names, dialect.quote_identifier)
+            if lo is not None or hi is not None:
+                in_range = set(chunks_in_range(dialect, meta, plan.chunks, lo, hi))
+                ids = [c for c in ids if c in in_range]
+            if condition and ids:
+                chosen_chunks = [plan.chunk(c) for c in ids]
+                ids = dialect.chunks_matching(meta, chosen_chunks, condition, lo, hi)
+        finally:
+            dialect.close()
+    chosen = sorted(set(ids))
+    what = " and ".join(part for part in (
+        f"chunks {compress_ids(wanted)}" if wanted else "",
+        f"keys {key_lo if lo is not None else '-∞'} .. {key_hi if hi is not None else '∞'}"
+        if lo is not None or hi is not None else "",
+        f"rows where {condition}" if condition else "") if part) or "the whole table"
+    batches = []
+    for batch in state.batches():
+        mine = [c for c in batch.chunk_ids if c in chosen] if batch.table == table else []
+        if mine:
+            batches.append({"batch": batch.index, "chunks": mine,
+                            "label": f"re-snapshot {table} chunks {compress_ids(mine)} {plan.key_span(mine)}"})
+    return {"table": table, "what": what, "chunks": chosen, "batches": batches}
+
+
+def resnapshot(state_dir: str, sink: str, table: Any, key_lo: Any = None, key_hi: Any = None, chunk_ids: Any = None,
+               filter: Any = None, dry_run: bool = False, spark=None) -> dict:
+    """Select chunks (``select_chunks``) and re-read them (``--force``): each replaces its key range at
+    its new high watermark while a tail may keep running."""
+    from airflow_provider_dblog.steps.snapshot import snapshot_batch
+
+    selection = select_chunks(state_dir, table, key_lo, key_hi, chunk_ids, filter)
+    rows = 0
+    if not dry_run:
+        for batch in selection["batches"]:
+            reports = snapshot_batch(state_dir, batch["batch"], sink, force=True, chunk_ids=batch["chunks"],
+                                     spark=spark)
+            rows += sum(r["rows"] for r in reports)
+    return {**selection, "rows": rows, "dry_run": dry_run}

@@ -10,58 +10,36 @@ that position (``STATE/caught_up/DB.TABLE.json``) moves it to where the check en
 """
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 from typing import Sequence
 
+from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
-from airflow_provider_dblog.errors import DblogError
-
-
-def _numbered(folder: Path) -> list[Path]:
-    if not folder.is_dir():
-        return []
-    return sorted((p for p in folder.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+from airflow_provider_dblog.source import open_dialect
+from airflow_provider_dblog.store.checkpoints import last_commit
+from airflow_provider_dblog.store.state import StateDir
 
 
 def tail_progress(state_dir: str, table: str) -> tuple[BinlogPosition, float, str]:
     """(committed position, when it was committed (epoch s), where that came from) for ``table``."""
-    from airflow_provider_dblog.pipeline import load_offsets
-    from airflow_provider_dblog.state import StateDir, read_json
-
     state = StateDir(state_dir)
-    found = _committed(state, table)
+    found = last_commit(state.checkpoint_dir(table))
     if found is None:
-        offsets = load_offsets(state)
+        offsets = state.offsets()
         if table not in offsets:
             raise DblogError(f"{table} is not in the offset map of {state_dir}: run the initial load first")
-        built_at = float(read_json(state.offsets_file).get("built_at") or state.offsets_file.stat().st_mtime)
-        found = offsets[table].min_hw, built_at, "offset map (no tail batch yet)"
+        found = offsets[table].min_hw, state.offsets_built_at(), "offset map (no tail batch yet)"
     checked = state.caught_up(table, found[0])  # a catch-up that found no change of the table since then
     if checked is not None and checked[0] > found[0]:
         return checked[0], checked[1], f"catch-up check (no changes of the table since {found[2]})"
     return found
 
 
-def _committed(state, table: str) -> tuple[BinlogPosition, float, str] | None:
-    checkpoint = state.checkpoint_dir(table)
-    for commit in reversed(_numbered(checkpoint / "commits")):
-        offsets = checkpoint / "offsets" / commit.name
-        if offsets.exists():
-            last = offsets.read_text().strip().splitlines()[-1]
-            return BinlogPosition.from_dict(json.loads(last)), commit.stat().st_mtime, f"tail batch {commit.name}"
-    return None
-
-
 def check_tail_health(state_dir: str, source_position: BinlogPosition, max_stall_seconds: float,
                       tables: Sequence[str] | None = None, now: float | None = None) -> dict:
     """Per table: lag and stall; raises ``DblogError`` naming every stalled table."""
-    from airflow_provider_dblog.pipeline import load_offsets
-    from airflow_provider_dblog.state import StateDir
-
     now = time.time() if now is None else now
-    names = list(tables or sorted(load_offsets(StateDir(state_dir))))
+    names = list(tables or sorted(StateDir(state_dir).offsets()))
     report, stalled = {}, []
     for name in names:
         position, progressed_at, origin = tail_progress(state_dir, name)
@@ -76,3 +54,18 @@ def check_tail_health(state_dir: str, source_position: BinlogPosition, max_stall
         raise DblogError("tail stalled: " + "; ".join(stalled) + ". Check the tail job (its logs, the binlog "
                          "retention, the source connection).")
     return report
+
+
+def check_health(state_dir: str, max_stall_seconds: float, tables: Sequence[str] | None = None,
+                 source=None) -> dict | None:
+    """The health check against the live source; None while the initial load has no offset map yet.
+    ``source``: the ``SourceConfig`` to use (default: the state's, with its stored password)."""
+    state = StateDir(state_dir)
+    if not state.offsets_file.exists():
+        return None
+    dialect = open_dialect(source or state.source(), state.options())
+    try:
+        position = dialect.current_position()
+    finally:
+        dialect.close()
+    return check_tail_health(state_dir, position, max_stall_seconds, tables)

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from airflow_provider_dblog.dialects.base import Column
+from airflow_provider_dblog.core.tables import Column, TableMeta
 
 TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bit", "geometry",
@@ -51,6 +51,11 @@ def arrow_type(col: Column) -> pa.DataType:
     if t in BINARY_TYPES:
         return pa.binary()
     return pa.string()
+
+
+def arrow_schema(meta: TableMeta) -> pa.Schema:
+    """The lake's columns of a table (key columns never null)."""
+    return pa.schema([pa.field(c.name, arrow_type(c), c.nullable or c.name in meta.key_columns) for c in meta.columns])
 
 
 def is_collated_text(col: Column) -> bool:

@@ -4,7 +4,7 @@ python-mysql-replication decodes every value through generic per-column Python (
 a dict of "none sources" per value: ≈70–80 µs per row of TPC-H ``orders``), and dblog then had to
 convert some of its values again. For each table layout this module compiles one straight-line
 function that reads a whole row image with precompiled ``struct`` formats and produces the values
-the lake stores (the Arrow schema of ``mysql_types.arrow_type``): several times faster per row.
+the lake stores (the Arrow schema of ``types.arrow_type``): several times faster per row.
 
 A layout it cannot decode exactly (MySQL's binary JSON is decoded through the library's parser,
 but pre-5.6 temporal types, unknown character sets, or a table map whose columns differ from the
@@ -22,8 +22,8 @@ from typing import Callable, Sequence
 
 import pyarrow as pa
 
-from airflow_provider_dblog.dialects.base import Column, TableMeta
-from airflow_provider_dblog.dialects.mysql_types import (
+from airflow_provider_dblog.core.tables import Column, TableMeta
+from airflow_provider_dblog.source.mysql.types import (
     _enum_values, _format_time, _json_text_keys, _type_argument, arrow_type,
 )
 
@@ -335,6 +335,7 @@ class RowImages:
 def _body(event) -> tuple[bytes, int, int] | None:
     """(buffer, start, end) of the row images of a library event not read yet, or None when the
     event is not a plain full-image one (a partial JSON update, a columns-present bitmap with gaps)."""
+    # private fields of python-mysql-replication 1.0.17 (pinned in pyproject; tests/integration/test_row_decoder.py)
     wrapper = event.packet
     packet = wrapper.packet
     if getattr(wrapper, "_BinLogPacketWrapper__data_buffer", b"") or event.event_type == 39:  # PARTIAL_UPDATE_ROWS

@@ -12,55 +12,13 @@ the row with the greatest ``_pos`` wins, and ``_op = 'd'`` means deleted.
 from __future__ import annotations
 
 import os
-import sys
-import tempfile
-import threading
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from airflow_provider_dblog.core.events import ChangeEvent
-
-
-class _PandasHiddenFrom:
-    """An import hook that makes ``import pandas`` fail, but only in the threads listed."""
-
-    def __init__(self):
-        self.threads: set[int] = set()
-
-    def find_spec(self, name, path=None, target=None):
-        if threading.get_ident() in self.threads and (name == "pandas" or name.startswith("pandas.")):
-            raise ModuleNotFoundError("pandas is not imported for a conversion of Python values", name=name)
-        return None
-
-
-_PANDAS_HIDDEN = _PandasHiddenFrom()
-
-
-@contextmanager
-def python_values_to_arrow() -> Iterator[None]:
-    """Wrap ``pa.array``/``from_pylist`` of Python values. Arrow's converter imports pandas on its
-    first call (to recognise pandas' NA values), ≈0.2-0.5 s of CPU in every process that merges a
-    watermark window or writes change events, although no pandas object is ever converted here.
-    Inside this block, and only in this thread, ``import pandas`` fails and Arrow converts without it;
-    ``to_pandas``/``from_pandas`` elsewhere still import pandas as usual."""
-    if "pandas" in sys.modules:
-        yield
-        return
-    ident = threading.get_ident()
-    if _PANDAS_HIDDEN not in sys.meta_path:
-        sys.meta_path.insert(0, _PANDAS_HIDDEN)
-    nested = ident in _PANDAS_HIDDEN.threads
-    _PANDAS_HIDDEN.threads.add(ident)
-    try:
-        yield
-    finally:
-        if not nested:
-            _PANDAS_HIDDEN.threads.discard(ident)
 
 
 def changelog_schema(source: pa.Schema) -> pa.Schema:
@@ -115,27 +73,9 @@ def event_rows(events: Sequence[ChangeEvent], chunks: Sequence[int], source: pa.
     C++ call each (the tail's hot path: no Python dict per row is built here)."""
     schema = changelog_schema(source)
     image_type = schema.field("_before").type
-    with python_values_to_arrow():
-        images = pa.array([e.after if e.after is not None else e.before for e in events], image_type)
-        columns = images.flatten() + [
-            pa.array([e.op for e in events], pa.string()), pa.array([e.pos.encode() for e in events], pa.string()),
-            pa.array([e.ts_ms for e in events], pa.int64()), pa.array([e.kind for e in events], pa.string()),
-            pa.array(chunks, pa.int32()), pa.array([e.before for e in events], image_type)]
+    images = pa.array([e.after if e.after is not None else e.before for e in events], image_type)
+    columns = images.flatten() + [
+        pa.array([e.op for e in events], pa.string()), pa.array([e.pos.encode() for e in events], pa.string()),
+        pa.array([e.ts_ms for e in events], pa.int64()), pa.array([e.kind for e in events], pa.string()),
+        pa.array(chunks, pa.int32()), pa.array([e.before for e in events], image_type)]
     return pa.Table.from_arrays(columns, schema=schema)
-
-
-def dictionary_columns(schema: pa.Schema) -> list[str]:
-    """The columns worth dictionary-encoding: text, binary and dates often repeat (flags, codes,
-    statuses, days) and are cheap to hash; numbers and timestamps rarely repeat, and hashing them
-    took 40% of a chunk's write for 12% smaller files (TPC-H lineitem, benchmarks/analysis.md)."""
-    wanted = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_date)
-    return [f.name for f in schema if any(is_type(f.type) for is_type in wanted)]
-
-
-def write_atomic(table: pa.Table, path: Path) -> None:
-    """Replace ``path`` in one rename: readers see the old file or the new one, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    pq.write_table(table, tmp, compression="snappy", use_dictionary=dictionary_columns(table.schema))
-    os.replace(tmp, path)

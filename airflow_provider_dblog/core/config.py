@@ -1,0 +1,140 @@
+"""Where the source is, and the one place that validates the options users give (CLI, DAG params,
+connection extras): each check raises ``DblogError`` with the one-line fix."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+from urllib.parse import unquote, urlparse
+
+from airflow_provider_dblog.core.errors import DblogError
+
+PASSWORD_ENV = "DBLOG_SOURCE_PASSWORD"
+STRATEGIES = ("auto", "position", "watermark_table", "consistent_snapshot")
+DEFAULT_CHUNK_SIZE = 100_000
+DEFAULT_BATCH_SIZE = 8
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Where the source is. ``password`` is never serialised: see ``public_uri``."""
+
+    host: str
+    port: int
+    user: str
+    password: str = field(default="", repr=False)
+    database: str = ""
+    scheme: str = "mysql"
+
+    @classmethod
+    def parse(cls, uri: str) -> "SourceConfig":
+        parsed = urlparse(uri)
+        if parsed.scheme not in ("mysql", "mariadb") or not parsed.hostname or not parsed.username:
+            raise DblogError("bad --source: expected mysql://USER[:PASSWORD]@HOST:PORT[/DB]")
+        try:
+            port = parsed.port or 3306
+        except ValueError:
+            raise DblogError("bad --source: the port is not a number (mysql://USER@HOST:PORT)") from None
+        return cls(parsed.hostname, port, unquote(parsed.username), unquote(parsed.password or ""),
+                   parsed.path.lstrip("/"), "mysql")
+
+    @property
+    def public_uri(self) -> str:
+        """The URI without the password: safe for logs, state files and XComs."""
+        return f"{self.scheme}://{self.user}@{self.host}:{self.port}" + (f"/{self.database}" if self.database else "")
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def with_password(self, password: str) -> "SourceConfig":
+        return replace(self, password=password)
+
+
+def watermark_strategy(value: Any) -> str:
+    strategy = str(value or "auto").strip()
+    if strategy not in STRATEGIES:
+        raise DblogError(f"unknown watermark strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    return strategy
+
+
+def positive_int(value: Any, name: str) -> int:
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise DblogError(f"{name} must be a whole number, got {value!r}") from None
+    if number <= 0:
+        raise DblogError(f"{name} must be a positive number, got {number}")
+    return number
+
+
+def table_names(value: Any) -> list[str]:
+    """``DB.TABLE`` names from a list or a comma/space separated string."""
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else re.split(r"[,\s]+", str(value).strip())
+    tables = [str(t).strip() for t in items if str(t).strip()]
+    for table in tables:
+        if table.count(".") < 1:
+            raise DblogError(f"bad table name {table!r}: use DB.TABLE")
+    return tables
+
+
+def column_list(value: Any) -> list[str] | None:
+    """``COL[,COL]`` (or a list) -> the columns; None when empty."""
+    if value in (None, "", []):
+        return None
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return [str(c).strip() for c in items if str(c).strip()] or None
+
+
+def truthy(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on") if isinstance(value, str) else bool(value)
+
+
+def server_id_range(value: Any) -> tuple[int, int] | None:
+    """``[lo, hi]``, ``"lo-hi"`` or ``"lo,hi"`` -> (lo, hi); None when not set."""
+    if value in (None, "", []):
+        return None
+    try:
+        parts = value.replace(",", "-").split("-") if isinstance(value, str) else list(value)
+        lo, hi = (int(str(p).strip()) for p in parts)
+    except (TypeError, ValueError):
+        raise DblogError(f"bad server_id_range {value!r} in the connection extras: use [LO, HI] or \"LO-HI\"") from None
+    if not 0 < lo <= hi < 2 ** 32:
+        raise DblogError(f"bad server_id_range {value!r}: need 0 < LO <= HI < 4294967296, and no replica of the source "
+                         f"may use a server id in it")
+    return lo, hi
+
+
+def compress_ids(ids: Sequence[int]) -> str:
+    """[1,2,3,7] -> '1-3,7'"""
+    out, ids = [], sorted(ids)
+    start = prev = ids[0]
+    for i in ids[1:] + [None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+        if i is not None:
+            start = prev = i
+    return ",".join(out)
+
+
+def parse_chunk_ids(value: Any) -> list[int] | None:
+    """``"3,5-7"`` or ``[3, 5]`` -> sorted ids; None when empty."""
+    if value is None or value == "" or value == []:
+        return None
+    parts = value if isinstance(value, (list, tuple)) else re.split(r"[,\s]+", str(value).strip())
+    ids: set[int] = set()
+    for part in parts:
+        text = str(part).strip()
+        if not text:
+            continue
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", text)
+        if not match:
+            raise DblogError(f"bad chunk id {text!r}: use numbers and ranges like 3,5-7")
+        lo = int(match.group(1))
+        hi = int(match.group(2) or lo)
+        ids.update(range(lo, hi + 1))
+    return sorted(ids)

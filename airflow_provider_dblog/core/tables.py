@@ -1,0 +1,56 @@
+"""A source table as the pipeline sees it: columns and the key that identifies a row and orders chunks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    data_type: str          # information_schema DATA_TYPE, lower case
+    column_type: str        # full COLUMN_TYPE, e.g. "bigint(20) unsigned"
+    nullable: bool = True
+    charset: str | None = None
+    collation: str | None = None
+    precision: int | None = None
+    scale: int | None = None
+    char_length: int | None = None
+
+    @property
+    def unsigned(self) -> bool:
+        return "unsigned" in self.column_type
+
+
+@dataclass(frozen=True)
+class TableMeta:
+    """``key_columns`` identify a row and order chunks; ``key_source`` says where they came from."""
+
+    database: str
+    name: str
+    columns: tuple[Column, ...]
+    key_columns: tuple[str, ...]
+    key_source: str  # primary | unique | chunk_key
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.database}.{self.name}"
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        return next(c for c in self.columns if c.name == name)
+
+    @property
+    def key_unique(self) -> bool:
+        return self.key_source != "chunk_key"
+
+    def to_dict(self) -> dict:
+        return {"database": self.database, "name": self.name, "key_columns": list(self.key_columns),
+                "key_source": self.key_source, "columns": [vars(c) for c in self.columns]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TableMeta":
+        return cls(data["database"], data["name"], tuple(Column(**c) for c in data["columns"]),
+                   tuple(data["key_columns"]), data["key_source"])

@@ -1,0 +1,93 @@
+"""The ``DataSourceDialect`` protocol (Flink CDC's name): exactly what the readers and steps call.
+
+One implementation per database family (``source/mysql``); ``tests/unit/fake_dialect.py`` is an
+in-memory one for tests of the algorithm."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Protocol, Sequence
+
+import pyarrow as pa
+
+from airflow_provider_dblog.core.chunks import ChunkRange, Key
+from airflow_provider_dblog.core.config import SourceConfig
+from airflow_provider_dblog.core.events import ChangeEvent
+from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.tables import TableMeta
+
+
+@dataclass(frozen=True)
+class RangeScan:
+    """Whether a binlog range holds no change of some tables: ``clean`` proves it; otherwise ``reason``."""
+
+    clean: bool
+    events: int
+    reason: str = ""
+
+
+class Watermark(Protocol):
+    """A snapshot window: ``low()`` before the SELECT, ``high()`` after it, then the events in it."""
+
+    def low(self) -> None: ...
+
+    def high(self) -> None: ...
+
+    def window(self) -> tuple[BinlogPosition, BinlogPosition, list[ChangeEvent]]:
+        """(LW, HW, the table's events between them)."""
+
+
+class DataSourceDialect(Protocol):
+    config: SourceConfig
+
+    # ---- planning ----
+    def check_source(self) -> None:
+        """Raise ``DblogError`` naming the setting or privilege to fix if CDC cannot work here."""
+
+    def describe_table(self, table: str, chunk_key: Sequence[str] | None = None) -> TableMeta: ...
+
+    def split_chunks(self, meta: TableMeta, chunk_size: int) -> list[ChunkRange]: ...
+
+    def resolve_strategy(self, strategy: str, meta: TableMeta) -> str:
+        """``auto`` -> the best watermark strategy this server supports; others are checked."""
+
+    # ---- snapshot ----
+    def arrow_schema(self, meta: TableMeta) -> pa.Schema: ...
+
+    def read_snapshot(self, meta: TableMeta, chunk: ChunkRange) -> pa.Table:
+        """The chunk's rows as one SELECT sees them, in ``arrow_schema`` types."""
+
+    def watermark(self, strategy: str, meta: TableMeta) -> Watermark: ...
+
+    def sort_keys(self, meta: TableMeta, keys: Sequence[Key]) -> list[tuple]:
+        """Values whose Python order (and equality) is the database's order of ``keys``."""
+
+    # ---- binlog ----
+    def current_position(self) -> BinlogPosition: ...
+
+    def gtid_position(self) -> str | None: ...
+
+    def ensure_available(self, position: BinlogPosition) -> None:
+        """Raise if the binlog needed to read from ``position`` was purged."""
+
+    def read_changes(self, start: BinlogPosition, end: BinlogPosition | None,
+                     tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1)) -> Iterator[ChangeEvent]:
+        """Row changes of ``tables`` with ``start < pos <= end`` (end None: up to now); with
+        ``share=(k, n)`` only the k-th of n interleaved shares, for parallel decoding."""
+
+    def commit_after(self, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
+        """A transaction boundary about ``max_events`` events after ``start`` (a micro-batch limit)."""
+
+    def scan_changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[str]) -> RangeScan:
+        """A cheap proof that ``[start, end)`` holds no row change of ``tables``."""
+
+    def range_bytes(self, start: BinlogPosition, end: BinlogPosition) -> int | None:
+        """Binlog bytes in ``[start, end)``; None when unknown."""
+
+    # ---- re-snapshot selection ----
+    def quote_identifier(self, name: str) -> str: ...
+
+    def chunks_matching(self, meta: TableMeta, chunks: Sequence[ChunkRange], condition: str,
+                        lo: Key | None, hi: Key | None) -> list[int]:
+        """Ids of ``chunks`` holding a row with ``condition`` and ``lo <= key <= hi`` now."""
+
+    def close(self) -> None: ...

@@ -1,0 +1,54 @@
+"""Key order as the database sees it: collation weights for text keys, plain values otherwise."""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Sequence
+
+from airflow_provider_dblog.core.chunks import Key
+from airflow_provider_dblog.core.tables import Column, TableMeta
+from airflow_provider_dblog.source.mysql.connection import MySqlClient
+from airflow_provider_dblog.source.mysql.types import is_collated_text
+
+MAX_CACHED_WEIGHTS = 200_000
+
+
+def _naive_utc(value):
+    """TIMESTAMP keys arrive naive from SELECTs (UTC session) and aware from the binlog path."""
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return value
+
+
+class KeyOrder:
+    """``sort_keys``: values whose Python order (and equality) is the database's order of keys."""
+
+    def __init__(self, client: MySqlClient):
+        self.client = client
+        self._weights: dict[tuple[str, str], bytes] = {}
+
+    def sort_keys(self, meta: TableMeta, keys: Sequence[Key]) -> list[tuple]:
+        columns = [meta.column(c) for c in meta.key_columns]
+        per_column = []
+        for i, col in enumerate(columns):
+            values = [k[i] for k in keys]
+            if is_collated_text(col):
+                weights = self._weights_for(col, {v for v in values if v is not None})
+                per_column.append([(v is not None, weights.get(v, b"")) for v in values])
+            else:
+                per_column.append([(v is not None, _naive_utc(v) if v is not None else 0) for v in values])
+        return [tuple(col[j] for col in per_column) for j in range(len(keys))]
+
+    def _weights_for(self, col: Column, values: set[str]) -> dict[str, bytes]:
+        missing = [v for v in values if (col.collation, v) not in self._weights]
+        nopad = "nopad" in (col.collation or "").lower() or "0900" in (col.collation or "")
+        pad = "" if nopad or not col.char_length else f" AS CHAR({int(col.char_length)})"
+        for i in range(0, len(missing), 200):
+            batch = missing[i:i + 200]
+            items = ", ".join(f"WEIGHT_STRING(CONVERT(%s USING {col.charset}) COLLATE {col.collation}{pad})"
+                              for _ in batch)
+            row = self.client.query(f"SELECT {items}", batch)[0]
+            for value, weight in zip(batch, row):
+                self._weights[(col.collation, value)] = bytes(weight or b"")
+        if len(self._weights) > MAX_CACHED_WEIGHTS:
+            self._weights = {(col.collation, v): self._weights[(col.collation, v)] for v in values}
+        return {v: self._weights[(col.collation, v)] for v in values}

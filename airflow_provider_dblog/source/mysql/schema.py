@@ -1,0 +1,93 @@
+"""What the server must offer (binlog settings, privileges) and what a table looks like."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import pymysql
+
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.tables import Column, TableMeta
+from airflow_provider_dblog.source.mysql.connection import MySqlClient
+
+# What check_source() requires of the server (docker-compose.yaml is tested against this).
+REQUIRED_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
+SERVER_CONFIG_FIX = ("start the server with --log-bin --binlog-format=ROW --binlog-row-image=FULL "
+                     "--binlog-row-metadata=FULL --server-id=N")
+
+
+def check_source(client: MySqlClient) -> None:
+    log_bin, fmt, image = client.query("SELECT @@GLOBAL.log_bin, @@GLOBAL.binlog_format, @@GLOBAL.binlog_row_image")[0]
+    where = f"on {client.config.address}"
+    if str(log_bin) not in ("1", "ON"):
+        raise DblogError(f"binary logging is off {where} (log_bin=OFF): {SERVER_CONFIG_FIX}")
+    if str(fmt).upper() != "ROW":
+        raise DblogError(f"binlog_format is {fmt} {where}, CDC needs ROW: {SERVER_CONFIG_FIX}")
+    if str(image).upper() != "FULL":
+        raise DblogError(f"binlog_row_image is {image} {where}, CDC needs FULL: {SERVER_CONFIG_FIX}")
+    try:
+        metadata = client.scalar("SELECT @@GLOBAL.binlog_row_metadata")
+    except pymysql.MySQLError:
+        metadata = None  # older than MySQL 8.0.1 / MariaDB 10.5
+    if str(metadata).upper() != "FULL":
+        raise DblogError(f"binlog_row_metadata is {metadata} {where}, CDC needs FULL (column names in the "
+                         f"binlog): {SERVER_CONFIG_FIX}")
+    check_privileges(client)
+
+
+def check_privileges(client: MySqlClient) -> None:
+    grants = " ".join(row[0] for row in client.query("SHOW GRANTS")).upper()
+    if "ALL PRIVILEGES ON *.*" in grants or "SUPER" in grants:
+        return
+    missing = []
+    if "REPLICATION SLAVE" not in grants and "REPLICATION REPLICA" not in grants:
+        missing.append("REPLICATION SLAVE")
+    if not any(p in grants for p in ("REPLICATION CLIENT", "BINLOG MONITOR", "REPLICATION SLAVE ADMIN")):
+        missing.append("BINLOG MONITOR" if client.is_mariadb else "REPLICATION CLIENT")
+    if missing:
+        user = client.config.user
+        raise DblogError(f"user {user} lacks {' and '.join(missing)} on {client.config.address}: "
+                         f"GRANT {', '.join(missing)} ON *.* TO '{user}'@'%'")
+
+
+def describe_table(client: MySqlClient, table: str, chunk_key: Sequence[str] | None = None) -> TableMeta:
+    if "." not in table:
+        raise DblogError(f"bad table name {table!r}: use DB.TABLE")
+    database, name = table.split(".", 1)
+    rows = client.query(
+        "SELECT COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE), IS_NULLABLE = 'YES', CHARACTER_SET_NAME, "
+        "COLLATION_NAME, NUMERIC_PRECISION, NUMERIC_SCALE, CHARACTER_MAXIMUM_LENGTH "
+        "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+        (database, name))
+    if not rows:
+        raise DblogError(f"unknown table {table} on {client.config.address}: check the name "
+                         f"(DB.TABLE, case-sensitive on Linux) and that {client.config.user} may SELECT it")
+    columns = tuple(Column(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6], r[7], r[8]) for r in rows)
+    if client.is_mariadb:  # MariaDB reports JSON as longtext guarded by json_valid()
+        json_cols = {r[0] for r in client.query(
+            "SELECT CONSTRAINT_NAME FROM information_schema.CHECK_CONSTRAINTS "
+            "WHERE CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s AND CHECK_CLAUSE LIKE 'json_valid(%%'",
+            (database, name))}
+        columns = tuple(Column(c.name, "json", c.column_type, c.nullable, c.charset, c.collation, c.precision,
+                               c.scale, c.char_length) if c.name in json_cols else c for c in columns)
+    keys = client.query(
+        "SELECT INDEX_NAME, COLUMN_NAME, NULLABLE FROM information_schema.STATISTICS "
+        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND NON_UNIQUE = 0 ORDER BY INDEX_NAME = 'PRIMARY' DESC, "
+        "INDEX_NAME, SEQ_IN_INDEX", (database, name))
+    indexes: dict[str, list[tuple[str, bool]]] = {}
+    for index, column, nullable in keys:
+        indexes.setdefault(index, []).append((column, nullable == "YES"))
+    names = {c.name for c in columns}
+    if chunk_key:
+        unknown = [c for c in chunk_key if c not in names]
+        if unknown:
+            raise DblogError(f"--chunk-key {','.join(unknown)} is not a column of {table}: "
+                             f"choose from {', '.join(c.name for c in columns)}")
+        unique = any([c for c, _ in cols] == list(chunk_key) for cols in indexes.values())
+        return TableMeta(database, name, columns, tuple(chunk_key), "unique" if unique else "chunk_key")
+    if "PRIMARY" in indexes:
+        return TableMeta(database, name, columns, tuple(c for c, _ in indexes["PRIMARY"]), "primary")
+    for cols in indexes.values():
+        if not any(nullable for _, nullable in cols):
+            return TableMeta(database, name, columns, tuple(c for c, _ in cols), "unique")
+    raise DblogError(f"table {table} has no primary key or NOT NULL unique key: add one, or pass "
+                     f"--chunk-key COL[,COL] (an indexed column to split on)")

@@ -1,0 +1,167 @@
+"""Tail: stream the binlog into the lake, one Structured Streaming query per table, until caught up
+(``available_now``) or stopped; log lag per table while it runs.
+
+Before Spark starts, an available-now tail skips tables whose binlog range provably holds no change
+(``DataSourceDialect.scan_changes``) and, on local CLI runs, reads small cold ranges in this process
+(``local.catch_up``)."""
+from __future__ import annotations
+
+import fcntl
+import logging
+import threading
+import time
+from collections import deque
+from contextlib import contextmanager
+
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.source import open_dialect
+from airflow_provider_dblog.spark.tail_queries import end_offsets, start_queries, watch
+from airflow_provider_dblog.store.state import StateDir
+
+log = logging.getLogger("dblog")
+
+
+def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seconds: float = 1.0,
+             max_events: int = 0, tables: list[str] | None = None, spark=None,
+             stop_event: threading.Event | None = None, progress_seconds: float = 10.0,
+             decode_parallelism: int = 0, driver_catch_up_bytes: int = 0) -> dict:
+    """Run the tail; ``driver_catch_up_bytes`` > 0 lets a cold available-now catch-up of at most that much
+    binlog run in this process (local runs only: ``local.catch_up``)."""
+    state = StateDir(state_dir)
+    with tail_lock(state):
+        offsets = state.offsets()
+        names = tables or sorted(offsets)
+        unknown = [t for t in names if t not in offsets]
+        if unknown:
+            raise DblogError(f"{', '.join(unknown)} not in the offset map of {state.path}: plan, snapshot and "
+                             f"report it first")
+        dialect = open_dialect(state.source(), state.options())
+        try:
+            for name in names:  # a clear error before Spark starts, if the binlog to resume from is gone
+                dialect.ensure_available(state.resume_position(name, offsets[name].min_hw))
+            settled: dict[str, BinlogPosition] = {}
+            rows: dict[str, int] = {}
+            skipped, in_driver = [], []
+            if available_now:  # before Spark: nothing to read, or little enough to read here
+                now = dialect.current_position()
+                for name in names:
+                    if skip_catch_up(state, dialect, name, offsets[name].min_hw, now):
+                        skipped.append(name)
+                    elif driver_catch_up_bytes > 0:
+                        from airflow_provider_dblog.local.catch_up import catch_up_in_driver
+
+                        read = catch_up_in_driver(state, sink, dialect, name, offsets[name], now,
+                                                  driver_catch_up_bytes)
+                        if read is None:
+                            continue
+                        in_driver.append(name)
+                        rows[name] = read
+                    else:
+                        continue
+                    settled[name] = now
+            todo = [name for name in names if name not in settled]
+            started = time.time()
+            tracker = LagTracker(dialect)
+            if todo:
+                queries = start_queries(state, sink, todo, available_now, trigger_seconds, max_events,
+                                        decode_parallelism, spark)
+                last_log = [0.0]
+
+                def tick(progress: dict) -> None:
+                    tracker.sample()
+                    if time.time() - last_log[0] >= progress_seconds:
+                        last_log[0] = time.time()
+                        log.info("tail: %s rows so far; lag %s", {**rows, **progress},
+                                 tracker.lag({**settled, **end_offsets(queries)}))
+
+                rows.update(watch(queries, lambda: stop_event is not None and stop_event.is_set(), tick))
+                settled.update(end_offsets(queries))
+            lag = tracker.lag(settled)
+        finally:
+            dialect.close()
+    rows = {name: rows.get(name, 0) for name in sorted(names)}
+    log.info("tail: %s rows in %.1fs; lag %s", rows, time.time() - started, lag)
+    summary = {"rows": rows, "lag": lag, "seconds": round(time.time() - started, 1)}
+    if skipped:
+        summary["skipped"] = {name: str(settled[name]) for name in sorted(skipped)}
+    if in_driver:
+        summary["caught_up_in_driver"] = {name: str(settled[name]) for name in sorted(in_driver)}
+    return summary
+
+
+@contextmanager
+def tail_lock(state: StateDir):
+    """One tail per state directory at a time on this host (Spark only guards a checkpoint within one
+    JVM): a second tail, e.g. a scheduled catch-up beside a running one, waits, then resumes."""
+    state.path.mkdir(parents=True, exist_ok=True)
+    with open(state.path / "tail.lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("another tail of %s is running; waiting for it to finish", state.path)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def skip_catch_up(state: StateDir, dialect, table: str, min_hw: BinlogPosition, now: BinlogPosition) -> bool:
+    """An available-now catch-up of ``table`` can be skipped when the binlog from the tail's position to
+    ``now`` holds no row event of it; then record ``[position, now)`` as checked (state.caught_up) and
+    return True.
+
+    Without a checkpoint the record moves the query's later start (``initialOffset``) to ``now``, so an
+    idle table does not pin old binlog files. With a checkpoint, only a position in the server's current
+    binlog file is skipped: past a rotation the query runs, so that its checkpoint leaves files that may
+    be purged. A micro-batch planned but not committed always runs.
+    """
+    checkpoint = state.checkpoint(table)
+    if checkpoint.kind == "pending":
+        return False
+    position = min_hw if checkpoint.kind == "none" else checkpoint.position
+    if checkpoint.kind == "committed" and position.file != now.file:
+        log.info("tail: %s resumes at %s, before the current binlog %s: running the catch-up", table, position,
+                 now.file)
+        return False
+    if now < position:
+        return False
+    checked = state.caught_up(table, position)
+    scan_from = checked[0] if checked else position
+    scan = dialect.scan_changes(scan_from, now, [table]) if scan_from < now else None
+    if scan is not None and not scan.clean:
+        log.info("tail: %s may have changes in [%s, %s) (%s): running the catch-up", table, scan_from, now,
+                 scan.reason)
+        return False
+    state.write_caught_up(table, position, now)
+    log.info("tail: %s has no changes in [%s, %s): skipped (%d binlog events checked%s)", table, position, now,
+             scan.events if scan else 0,
+             "; the first tail starts at the end" if checkpoint.kind == "none" else "; checkpoint kept")
+    return True
+
+
+class LagTracker:
+    """How far the tail is behind the source, in bytes and in seconds.
+
+    The server's position is sampled while the tail runs; "seconds behind" is how long ago the server
+    was where the tail is now (0 when caught up), so it needs no clock in the binlog events.
+    """
+
+    def __init__(self, dialect):
+        self.dialect = dialect
+        self.samples: deque[tuple[float, BinlogPosition]] = deque(maxlen=50_000)
+
+    def sample(self) -> None:
+        self.samples.append((time.time(), self.dialect.current_position()))
+
+    def lag(self, positions: dict[str, BinlogPosition]) -> dict:
+        """Per table the lag of its position."""
+        if not self.samples:
+            self.sample()
+        now_t, now = self.samples[-1]
+        out = {}
+        for name, pos in sorted(positions.items()):
+            later = [t for t, p in self.samples if p > pos]
+            seconds = 0.0 if pos >= now else now_t - (later[0] if later else self.samples[0][0])
+            out[name] = {"offset": str(pos), "seconds_behind": round(seconds, 1),
+                         "bytes_behind": now.offset - pos.offset if now.seq == pos.seq else None,
+                         "files_behind": now.seq - pos.seq}
+        return out

@@ -1,0 +1,45 @@
+"""The one reader of Spark's Structured Streaming checkpoint (``STATE/checkpoints/DB.TABLE``): which
+micro-batch offsets were planned (``offsets/N``) and which committed (``commits/N``)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from airflow_provider_dblog.core.positions import BinlogPosition
+
+
+def _numbered(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+
+
+def _end_offset(offsets_file: Path) -> BinlogPosition:
+    return BinlogPosition.from_dict(json.loads(offsets_file.read_text().strip().splitlines()[-1]))
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """``kind``: "none" (no offset logged yet), "committed" (the last planned batch committed) or
+    "pending" (it did not: a restarted query runs it again); ``position``: that batch's end offset."""
+
+    kind: str
+    position: BinlogPosition | None
+
+
+def checkpoint_state(checkpoint: Path) -> CheckpointState:
+    files = _numbered(checkpoint / "offsets")
+    if not files:
+        return CheckpointState("none", None)
+    committed = (checkpoint / "commits" / files[-1].name).exists()
+    return CheckpointState("committed" if committed else "pending", _end_offset(files[-1]))
+
+
+def last_commit(checkpoint: Path) -> tuple[BinlogPosition, float, str] | None:
+    """(end offset of the last committed micro-batch, when it committed, its name) or None."""
+    for commit in reversed(_numbered(checkpoint / "commits")):
+        offsets = checkpoint / "offsets" / commit.name
+        if offsets.exists():
+            return _end_offset(offsets), commit.stat().st_mtime, f"tail batch {commit.name}"
+    return None
