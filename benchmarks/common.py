@@ -92,7 +92,7 @@ SERVER_FLAGS = ("--local-infile=1", "--innodb-buffer-pool-size=2G", "--max-binlo
 
 
 def start_server(datadir: Path, flags: tuple[str, ...] = SERVER_FLAGS):
-    from airflow_provider_dblog.local_mariadb import LocalMariaDB
+    from tests.support.local_mariadb import LocalMariaDB
 
     return LocalMariaDB(datadir, extra_flags=flags).start(timeout=180)
 

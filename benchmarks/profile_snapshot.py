@@ -3,7 +3,7 @@
     python benchmarks/profile_snapshot.py --source mysql://root@127.0.0.1:PORT --table tpch.orders \
         --chunk-size 187500 [--watermark consistent_snapshot] [--out DIR]
 
-For every chunk of the plan it runs the same steps as ``airflow_provider_dblog.snapshot.run_chunk``
+For every chunk of the plan it runs the same steps as ``airflow_provider_dblog.readers.chunk_reader.run_chunk``
 (watermark low, connectorx SELECT, casts, watermark high, window read, output build, pyarrow write),
 timing each, and also times a plain ``SELECT *`` of the same range with connectorx (no exactness
 casts) to show what the casts cost. Chunks run one after another; with local[2] the ideal Spark
@@ -27,7 +27,7 @@ def import_seconds() -> float:
     import subprocess
 
     code = ("import time; t=time.perf_counter(); import pyarrow, pyarrow.parquet, connectorx, pymysql, "
-            "pymysqlreplication, airflow_provider_dblog.snapshot, airflow_provider_dblog.dialects.mysql; "
+            "pymysqlreplication, airflow_provider_dblog.readers, airflow_provider_dblog.source.mysql; "
             "print(time.perf_counter()-t)")
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
@@ -47,11 +47,13 @@ def main() -> None:
     import connectorx as cx
     import pyarrow as pa
 
-    from airflow_provider_dblog.dialects.base import SourceConfig
-    from airflow_provider_dblog.dialects.mysql import MySqlDialect
-    from airflow_provider_dblog.dialects.mysql_types import cast_snapshot_column, quote_ident
-    from airflow_provider_dblog.lake import snapshot_rows, write_atomic
-    from airflow_provider_dblog.snapshot import merge_selected
+    from airflow_provider_dblog.core.config import SourceConfig
+    from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
+    from airflow_provider_dblog.source.mysql.types import cast_snapshot_column, quote_ident
+    from airflow_provider_dblog.core.window import merge_window
+    from airflow_provider_dblog.source.mysql.sql import range_condition, snapshot_sql
+    from airflow_provider_dblog.store.atomic import write_parquet
+    from airflow_provider_dblog.store.lake import snapshot_rows
 
     config = SourceConfig.parse(args.source)
     dialect = MySqlDialect(config)
@@ -78,24 +80,24 @@ def main() -> None:
         mark = dialect.watermark(strategy, meta)
         mark.low()
         lap("watermark_low")
-        raw = cx.read_sql(uri, dialect.snapshot_sql(meta, chunk), return_type="arrow")
+        raw = cx.read_sql(uri, snapshot_sql(meta, chunk), return_type="arrow")
         lap("connectorx_select_with_casts")
         selected = pa.table([cast_snapshot_column(raw.column(f.name), meta.column(f.name), f.type) for f in schema],
                             schema=schema) if raw.num_rows else schema.empty_table()
         lap("arrow_casts")
         mark.high()
         lap("watermark_high")
-        lw, hw, events = mark.window(meta)
+        lw, hw, events = mark.window()
         lap("window_read")
-        merged = merge_selected(dialect, meta, chunk, selected, events)
+        merged = merge_window(selected, meta.key_columns, chunk, events, lambda keys: dialect.sort_keys(meta, keys))
         lap("merge")
         table = snapshot_rows(merged, hw.as_snapshot().encode(), chunk.id, 0, schema)
         lap("build_output")
-        write_atomic(table, out / f"chunk-{chunk.id}.parquet")
+        write_parquet(table, out / f"chunk-{chunk.id}.parquet")
         lap("parquet_write")
         rows += merged.num_rows
         plain_sql = (f"SELECT * FROM {quote_ident(meta.database)}.{quote_ident(meta.name)} "
-                     f"WHERE {dialect.range_condition(meta, chunk.lo, chunk.hi)}")
+                     f"WHERE {range_condition(meta, chunk.lo, chunk.hi)}")
         cx.read_sql(uri, plain_sql, return_type="arrow")
         lap("reference_connectorx_plain_select")
     dialect.close()

@@ -26,33 +26,29 @@ def main() -> None:
     args = parser.parse_args()
 
     from airflow_provider_dblog.core.positions import BinlogPosition
-    from airflow_provider_dblog.pipeline import dialect_for, load_offsets
+    from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
+    from airflow_provider_dblog.source import open_dialect
     from airflow_provider_dblog.spark.binlog_source import BinlogStreamReader
-    from airflow_provider_dblog.state import StateDir
+    from airflow_provider_dblog.store.state import StateDir
 
     state = StateDir(args.state)
     plan = state.table(args.table)
-    offsets = load_offsets(state)[args.table]
-    dialect = dialect_for(state.source(), state.options())
+    offsets = state.offsets()[args.table]
+    dialect = open_dialect(state.source(), state.options())
     file, pos = args.start.rsplit(":", 1)
     start = BinlogPosition.at(file, int(pos))
     end = dialect.current_position()
     out = {"start": str(start), "end": str(end)}
 
     t = time.perf_counter()
-    n = sum(1 for kind, _, _ in dialect.binlog_items(start, end, [plan.meta]) if kind == "row")
+    n = sum(1 for kind, _, _ in dialect.stream.items(start, end, [plan.meta]) if kind == "row")
     out["1_binlog_items"] = {"rows": n, "seconds": round(time.perf_counter() - t, 3)}
 
     t = time.perf_counter()
     events = list(dialect.read_changes(start, end, [plan.meta]))
     out["2_read_changes"] = {"rows": len(events), "seconds": round(time.perf_counter() - t, 3)}
 
-    try:
-        reader = BinlogStreamReader(state, plan, offsets, dialect, 0)
-    except TypeError:  # the reader's constructor changed: build it the way the data source does
-        from airflow_provider_dblog.spark.binlog_source import BinlogDataSource
-
-        reader = BinlogDataSource({"state": str(state.path), "table": args.table}).streamReader(None)
+    reader = BinlogStreamReader(TableChangeReader(plan.meta, offsets, dialect), 0)
     # every partition the source plans for [start, end), one after another (a Spark task each)
     parts = reader.partitions(start.to_dict(), end.to_dict())
     per_part = []

@@ -400,7 +400,7 @@ def markdown(results: dict) -> str:
         out += ["", analysis.read_text().strip(), ""]
     out += ["## Method", "",
             "- Data: `tpchgen-cli tbl` at the scale factor, loaded with `LOAD DATA LOCAL INFILE` into a private "
-            "MariaDB (`airflow_provider_dblog.local_mariadb`, ROW/FULL binlog) with primary keys "
+            "MariaDB (`tests/support/local_mariadb.py`, ROW/FULL binlog) with primary keys "
             "`orders(o_orderkey)` (sparse keys) and `lineitem(l_orderkey, l_linenumber)` (composite); the load "
             "is not binlogged. Data and datadir are cached under `.bench/`. A warm-up `mariadb --quick` scan "
             "of each table precedes its measurements, so every reader sees a warm buffer pool.",

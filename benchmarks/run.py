@@ -201,8 +201,8 @@ def verify(server, table: str, state: Path, sink: Path, log_path: Path, work: Pa
     import pyarrow.parquet as pq
 
     from airflow_provider_dblog.core.chunks import ChunkRange
-    from airflow_provider_dblog.pipeline import dialect_for
-    from airflow_provider_dblog.state import StateDir
+    from airflow_provider_dblog.source import open_dialect as dialect_for
+    from airflow_provider_dblog.store.state import StateDir
 
     common.dblog(["tail", "--state", str(state), "--sink", str(sink), "--available-now", "--table", table],
                  log_path.with_suffix(".tail.log"))

@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from airflow_provider_dblog.airflow.local_metadata import LocalAirflowMetadata  # noqa: E402
+from tests.support.local_metadata import LocalAirflowMetadata  # noqa: E402
 
 BIN = Path(sys.executable).parent
 AIRFLOW = str(BIN / "airflow")
@@ -332,7 +332,7 @@ def behind(source, tail_pos) -> str:
 
 
 def tail_status(state: Path, server) -> dict:
-    from airflow_provider_dblog.airflow.health import tail_progress
+    from airflow_provider_dblog.steps.health import tail_progress
 
     now = source_position(server)
     out = {}
@@ -401,7 +401,7 @@ def cleanup(parts: dict) -> None:
 
 
 def run(args, base: Path, parts: dict) -> int:
-    from airflow_provider_dblog.local_mariadb import LocalMariaDB
+    from tests.support.local_mariadb import LocalMariaDB
 
     state, sink, mirror = base / "state", base / "lake", base / "mirror"
     home, logs = base / "airflow", base / "logs"
@@ -455,9 +455,9 @@ def run(args, base: Path, parts: dict) -> int:
     os.environ["DBLOG_SOURCE_PASSWORD"] = PASSWORD
     os.environ["DBLOG_CREDENTIALS"] = env["DBLOG_CREDENTIALS"]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from airflow_provider_dblog.pipeline import verify_mirror
-    from airflow_provider_dblog.spark.session import local_session
-    from airflow_provider_dblog.spark.tail_job import changelog, write_mirror
+    from airflow_provider_dblog.steps.mirror import compare_with_source
+    from airflow_provider_dblog.local.session import local_session
+    from airflow_provider_dblog.spark.mirror import changelog, write_mirror
 
     results, stream_rows = {}, {}
     with stderr_to(logs / "verify.log"):  # Spark's JVM logs and progress bars
@@ -477,7 +477,7 @@ def run(args, base: Path, parts: dict) -> int:
 
 def summarize(args, base, version, server, airflow, counts, ops, load_seconds, tail_seconds, after_load, after_tail,
               results, stream_rows) -> None:
-    from airflow_provider_dblog.state import StateDir
+    from airflow_provider_dblog.store.state import StateDir
 
     plan = StateDir(base / "state").tables()
     report = airflow.metadata.xcom("dblog_initial_load", "report") or {}

@@ -19,7 +19,7 @@ os.environ.setdefault("DBLOG_SPARK_CDS_DIR", str(ROOT / ".pytest-cds"))  # never
 
 from hypothesis import settings  # noqa: E402
 
-from airflow_provider_dblog.local_mariadb import LocalMariaDB  # noqa: E402
+from tests.support.local_mariadb import LocalMariaDB  # noqa: E402
 
 # timings on this machine are noisy: no per-example deadline, a fixed seed for reproducible CI
 settings.register_profile("dblog", deadline=None, derandomize=True, database=None)
@@ -54,7 +54,7 @@ def db(mariadb):
 
 @pytest.fixture(scope="session")
 def spark():
-    from airflow_provider_dblog.spark.session import local_session
+    from airflow_provider_dblog.local.session import local_session
 
     session = local_session("dblog-tests")
     yield session

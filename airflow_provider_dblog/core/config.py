@@ -13,6 +13,8 @@ PASSWORD_ENV = "DBLOG_SOURCE_PASSWORD"
 STRATEGIES = ("auto", "position", "watermark_table", "consistent_snapshot")
 DEFAULT_CHUNK_SIZE = 100_000
 DEFAULT_BATCH_SIZE = 8
+# URI schemes that have a dialect (``source.register_dialect`` adds one, e.g. the tests' in-memory source)
+SOURCE_SCHEMES = {"mysql": "mysql", "mariadb": "mysql"}
 
 
 @dataclass(frozen=True)
@@ -29,14 +31,14 @@ class SourceConfig:
     @classmethod
     def parse(cls, uri: str) -> "SourceConfig":
         parsed = urlparse(uri)
-        if parsed.scheme not in ("mysql", "mariadb") or not parsed.hostname or not parsed.username:
+        if parsed.scheme not in SOURCE_SCHEMES or not parsed.hostname or not parsed.username:
             raise DblogError("bad --source: expected mysql://USER[:PASSWORD]@HOST:PORT[/DB]")
         try:
             port = parsed.port or 3306
         except ValueError:
             raise DblogError("bad --source: the port is not a number (mysql://USER@HOST:PORT)") from None
         return cls(parsed.hostname, port, unquote(parsed.username), unquote(parsed.password or ""),
-                   parsed.path.lstrip("/"), "mysql")
+                   parsed.path.lstrip("/"), SOURCE_SCHEMES[parsed.scheme])
 
     @property
     def public_uri(self) -> str:

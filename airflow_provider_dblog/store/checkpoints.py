@@ -3,8 +3,8 @@ micro-batch offsets were planned (``offsets/N``) and which committed (``commits/
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from airflow_provider_dblog.core.positions import BinlogPosition
 
@@ -19,8 +19,7 @@ def _end_offset(offsets_file: Path) -> BinlogPosition:
     return BinlogPosition.from_dict(json.loads(offsets_file.read_text().strip().splitlines()[-1]))
 
 
-@dataclass(frozen=True)
-class CheckpointState:
+class CheckpointState(NamedTuple):
     """``kind``: "none" (no offset logged yet), "committed" (the last planned batch committed) or
     "pending" (it did not: a restarted query runs it again); ``position``: that batch's end offset."""
 

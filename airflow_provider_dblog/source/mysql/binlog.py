@@ -113,7 +113,7 @@ def commit_after(client: MySqlClient, start: BinlogPosition, max_events: int) ->
 
 
 def scan_table_events(client: MySqlClient, start: BinlogPosition, end: BinlogPosition, tables: Iterable[str],
-                      max_events: int = MAX_SCAN_EVENTS) -> RangeScan:
+                      max_events: int = MAX_SCAN_EVENTS, page: int = SCAN_PAGE) -> RangeScan:
     """Whether ``[start, end)`` holds no row event of ``tables``. Every rows event follows a ``Table_map``
     naming its table, so a range without one of them holds no change of it. Names compare case-
     insensitively: a false match only costs the caller the normal read, a missed one would lose changes."""
@@ -125,7 +125,7 @@ def scan_table_events(client: MySqlClient, start: BinlogPosition, end: BinlogPos
         if start.file not in files or end.file not in files:
             return RangeScan(False, 0, f"binlog {start.file if start.file not in files else end.file} is not listed")
         seen = 0
-        for event in listed_events(client, start, files[:files.index(end.file) + 1]):
+        for event in listed_events(client, start, files[:files.index(end.file) + 1], page):
             if event.file == end.file and event.pos >= end.offset:
                 break
             seen += 1

@@ -30,10 +30,10 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from airflow_provider_dblog.airflow.local_metadata import LocalAirflowMetadata
-from airflow_provider_dblog.local_mariadb import free_port
+from tests.support.local_metadata import LocalAirflowMetadata
+from tests.support.local_mariadb import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 AIRFLOW = str(BIN / "airflow")
 PASSWORD = "s3cret-Pa55"
@@ -167,14 +167,14 @@ def source_position(mariadb):
 
 
 def assert_mirror_equals_source(af: AirflowHome, spark, tmp_path, monkeypatch) -> dict:
-    from airflow_provider_dblog.dialects.base import PASSWORD_ENV
-    from airflow_provider_dblog.pipeline import verify_mirror
-    from airflow_provider_dblog.spark.tail_job import write_mirror
+    from airflow_provider_dblog.core.config import PASSWORD_ENV
+    from airflow_provider_dblog.steps.mirror import compare_with_source
+    from airflow_provider_dblog.spark.mirror import write_mirror
 
     monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
     out = str(tmp_path / "mirror")
     write_mirror(af.state, af.sink, af.table, out, spark=spark)
-    result = verify_mirror(af.state, out, af.table)
+    result = compare_with_source(af.state, out, af.table)
     assert result["equal"], result
     return result
 
@@ -244,7 +244,7 @@ try:
 except AirflowFailException as exc:
     out["operator_injection"] = str(exc)
 
-from airflow_provider_dblog.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError
 try:
     check_map_length(3, "snapshot batches", 30)
 except DblogError as exc:
@@ -403,7 +403,7 @@ def continuous_tail(af: AirflowHome) -> subprocess.Popen:
 
 
 def wait_tail_caught_up(af: AirflowHome, tail: subprocess.Popen, timeout: float = 150) -> None:
-    from airflow_provider_dblog.airflow.health import tail_progress
+    from airflow_provider_dblog.steps.health import tail_progress
 
     target = source_position(af.mariadb)
     deadline = time.time() + timeout
@@ -419,7 +419,7 @@ def wait_tail_caught_up(af: AirflowHome, tail: subprocess.Popen, timeout: float 
 @pytest.mark.slow
 def test_api_resnapshot_and_cleared_instance_converge_while_the_tail_runs(airflow, initial_load, spark, tmp_path,
                                                                          monkeypatch):
-    from airflow_provider_dblog.state import StateDir
+    from airflow_provider_dblog.store.state import StateDir
 
     state = StateDir(airflow.state)
     plan = state.table(airflow.table)

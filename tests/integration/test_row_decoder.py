@@ -15,10 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.chunks import ChunkRange
-from airflow_provider_dblog.dialects import mysql_rows
-from airflow_provider_dblog.dialects.base import Column, SourceConfig, TableMeta
-from airflow_provider_dblog.dialects.mysql import MySqlDialect
-from airflow_provider_dblog.lake import event_rows
+from airflow_provider_dblog.source.mysql import rows as mysql_rows
+from airflow_provider_dblog.core.config import SourceConfig
+from airflow_provider_dblog.core.tables import Column, TableMeta
+from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
+from airflow_provider_dblog.store.lake import event_rows
 
 COLUMNS = {
     "ti": "TINYINT", "tiu": "TINYINT UNSIGNED", "si": "SMALLINT", "siu": "SMALLINT UNSIGNED",
@@ -125,7 +126,7 @@ def test_binlog_images_equal_the_snapshot_for_every_type(typed, rows):
 
     mariadb.sql("DELETE FROM decoder.t")
     start = dialect.current_position()
-    conn = dialect.connect("decoder")
+    conn = dialect.client.connect("decoder")
     with conn.cursor() as cur:
         cur.execute("BEGIN")
         for i, row in enumerate(rows):
@@ -142,7 +143,7 @@ def test_binlog_images_equal_the_snapshot_for_every_type(typed, rows):
     mysql_rows.compile_row_decoder = spy
     mysql_rows._DECODERS.clear()  # decoders are cached per process: compile them for this check
     try:
-        items = [p for kind, _, p in dialect.binlog_items(start, dialect.current_position(), [meta]) if kind == "row"]
+        items = [p for kind, _, p in dialect.stream.items(start, dialect.current_position(), [meta]) if kind == "row"]
     finally:
         mysql_rows.compile_row_decoder = real_compile
     assert compiled and all(d is not None for d in compiled), "the compiled decoder did not decode these events"
@@ -189,12 +190,12 @@ def test_extreme_values_decode_exactly(typed):
          "dec2": Decimal("-0.000000000000000000000000000001"), "tm4": "-00:00:00.0001",
          "tm1": "-00:00:01.9", "f": 1.5, "d": -0.0},
     ]
-    conn = dialect.connect("decoder")
+    conn = dialect.client.connect("decoder")
     with conn.cursor() as cur:
         for i, row in enumerate(edges):
             _insert(cur, i, row)
     conn.close()
-    items = [p for kind, _, p in dialect.binlog_items(start, dialect.current_position(), [meta]) if kind == "row"]
+    items = [p for kind, _, p in dialect.stream.items(start, dialect.current_position(), [meta]) if kind == "row"]
     assert _lake_values(meta, dialect, [a for _, _, a, _ in items]) == _snapshot(meta, dialect)
 
 
@@ -249,7 +250,7 @@ def test_random_seed_rows_decode_like_the_library_where_the_library_is_exact(typ
     mariadb.sql("DELETE FROM decoder.t")
     start = dialect.current_position()
     rnd = random.Random(5)
-    conn = dialect.connect("decoder")
+    conn = dialect.client.connect("decoder")
     with conn.cursor() as cur:
         for i in range(200):
             cur.execute("INSERT INTO t (id, i, bi, dec1, da, dtm6, vc, tx, e, d) VALUES "
@@ -260,11 +261,11 @@ def test_random_seed_rows_decode_like_the_library_where_the_library_is_exact(typ
                          "x" * rnd.randint(0, 99), rnd.choice("ab"), rnd.random()))
     conn.close()
     end = dialect.current_position()
-    fast = [p for kind, _, p in dialect.binlog_items(start, end, [meta]) if kind == "row"]
+    fast = [p for kind, _, p in dialect.stream.items(start, end, [meta]) if kind == "row"]
     real_compile = mysql_rows.compile_row_decoder
     mysql_rows.compile_row_decoder = lambda columns, meta_: None
     try:
-        library = [p for kind, _, p in dialect.binlog_items(start, end, [meta]) if kind == "row"]
+        library = [p for kind, _, p in dialect.stream.items(start, end, [meta]) if kind == "row"]
     finally:
         mysql_rows.compile_row_decoder = real_compile
     assert len(fast) == 200 and fast == library

@@ -9,7 +9,7 @@ from airflow_provider_dblog.core.chunks import (
     ChunkRange, batches, chunks_from_boundaries, decode_key, encode_key, even_boundaries, even_step, locate,
 )
 from airflow_provider_dblog.core.events import row_change
-from airflow_provider_dblog.core.normalize import last_images, merge_window
+from airflow_provider_dblog.core.window import merge_window
 from airflow_provider_dblog.core.offsets import TableOffsets, is_after
 from airflow_provider_dblog.core.positions import SNAPSHOT_ROW, BinlogPosition
 
@@ -80,12 +80,12 @@ def test_primary_key_change_is_delete_plus_insert_with_distinct_positions():
 
 
 # --- the window merge, checked against a model of the database -------------------------------
-ops = st.lists(st.tuples(st.sampled_from("iudk"), st.integers(0, 30), st.integers(0, 30), st.integers()),
+ops = st.lists(st.tuples(st.sampled_from("iudk"), st.integers(0, 30), st.integers(0, 30), st.integers(-2**63, 2**63 - 1)),
                max_size=40)
 
 
 @settings(max_examples=300)
-@given(st.dictionaries(st.integers(0, 30), st.integers(), max_size=25), ops, st.data(),
+@given(st.dictionaries(st.integers(0, 30), st.integers(-2**63, 2**63 - 1), max_size=25), ops, st.data(),
        st.integers(0, 30), st.integers(0, 30))
 def test_merge_yields_the_chunk_state_at_high_watermark(initial, operations, data, lo, width):
     """Whatever moment of the window the SELECT saw, merged rows == the chunk's rows at HW."""
@@ -109,11 +109,13 @@ def test_merge_yields_the_chunk_state_at_high_watermark(initial, operations, dat
             events += row_change("t", pos, ("id",), before, {"id": k2, "v": before["v"]})
         history.append(dict(state))
     hi = lo + width
-    in_chunk = lambda key: lo <= key[0] < hi  # noqa: E731
     seen = data.draw(st.sampled_from(history))  # the SELECT's read view: any point in the window
-    selected = [((k,), {"id": k, "v": v}) for k, v in seen.items() if lo <= k < hi]
-    merged = merge_window(selected, last_images(events, in_chunk))
-    assert sorted((r["id"], r["v"]) for r in merged) == sorted((k, v) for k, v in state.items() if lo <= k < hi)
+    schema = pa.schema([pa.field("id", pa.int64(), False), pa.field("v", pa.int64())])
+    selected = pa.Table.from_pylist([{"id": k, "v": v} for k, v in seen.items() if lo <= k < hi], schema=schema)
+    chunk = ChunkRange(0, (lo,), (hi,))
+    merged = merge_window(selected, ("id",), chunk, data.draw(st.permutations(events)), lambda keys: list(keys))
+    assert sorted((r["id"], r["v"]) for r in merged.to_pylist()) == sorted(
+        (k, v) for k, v in state.items() if lo <= k < hi)
 
 
 # --- the emit rule ---------------------------------------------------------------------------
@@ -150,7 +152,7 @@ KEY_TYPES = {"int": (pa.int64(), st.integers(-2**63, 2**63 - 1)),
 @given(data=st.data(), kinds=st.lists(st.sampled_from(sorted(KEY_TYPES)), min_size=1, max_size=2),
        chunks=st.integers(1, 3))
 def test_rows_with_keys_is_exact_tuple_membership(data, kinds, chunks):
-    from airflow_provider_dblog.snapshot import rows_with_keys
+    from airflow_provider_dblog.core.window import rows_with_keys
 
     columns = [f"k{i}" for i in range(len(kinds))]
     rows = data.draw(st.lists(st.tuples(*(KEY_TYPES[k][1] for k in kinds)), max_size=30))

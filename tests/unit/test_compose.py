@@ -23,9 +23,10 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from airflow_provider_dblog.dialects.mysql import REQUIRED_SETTINGS, WATERMARK_TABLE
+from airflow_provider_dblog.source.mysql.schema import REQUIRED_SETTINGS
+from airflow_provider_dblog.source.mysql.watermarks import WATERMARK_TABLE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +211,7 @@ def test_executors_run_the_drivers_python_version_at_the_same_path(compose):
     conf = json.loads(environment(airflow)["DBLOG_SPARK_CONF"])
     python = conf["spark.pyspark.python"]
     assert conf["spark.pyspark.driver.python"] == python
-    assert 'uv venv --python "${PYTHON_VERSION}"' in text and f" {Path(python).parents[1]}" in text
+    assert 'uv venv --python "${PYTHON_VERSION}"' in text and f" {Path(python).parents[2]}" in text
     _, airflow_text = dockerfile(airflow)
     assert f"> {python}" in airflow_text  # the Airflow image's wrapper at the same path
     assert conf["spark.driver.host"] == airflow["hostname"]

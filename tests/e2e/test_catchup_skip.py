@@ -7,16 +7,19 @@ import time
 
 import pytest
 
-from airflow_provider_dblog.airflow.health import check_tail_health, tail_progress
+from airflow_provider_dblog.steps.health import check_tail_health, tail_progress
 from airflow_provider_dblog.core.positions import BinlogPosition
-from airflow_provider_dblog.dialects.base import SourceConfig
-from airflow_provider_dblog.dialects.mysql import MySqlDialect
-from airflow_provider_dblog.dialects.mysql_binlog_scan import scan_table_events
-from airflow_provider_dblog.lake import stream_dir
-from airflow_provider_dblog.pipeline import build_offsets, load_offsets, plan_table, snapshot_batch
-from airflow_provider_dblog.spark.tail_job import _checkpoint_position, _resume_position, run_tail, write_mirror
-from airflow_provider_dblog.state import StateDir
-from tests.lakecheck import compare_mirror
+from airflow_provider_dblog.core.config import SourceConfig
+from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
+from airflow_provider_dblog.source.mysql.binlog import scan_table_events
+from airflow_provider_dblog.store.lake import stream_dir
+from airflow_provider_dblog.spark.mirror import write_mirror
+from airflow_provider_dblog.steps.plan import plan_table
+from airflow_provider_dblog.steps.report import build_offsets
+from airflow_provider_dblog.steps.snapshot import snapshot_batch
+from airflow_provider_dblog.steps.tail import run_tail
+from airflow_provider_dblog.store.state import StateDir
+from tests.support.lakecheck import compare_mirror
 
 
 def _position(mariadb) -> BinlogPosition:
@@ -49,23 +52,23 @@ def test_scan_sees_only_row_events_of_the_asked_table(mariadb, db):
         mariadb.sql(f"INSERT INTO {db}.a VALUES (1, 1, 1)")
         end = _position(mariadb)
         mariadb.sql(f"UPDATE {db}.ab SET id = 2")
-        scan = scan_table_events(dialect, start, middle, [f"{db}.a"])
+        scan = scan_table_events(dialect.client, start, middle, [f"{db}.a"])
         assert scan.clean and scan.events > 0
-        scan = scan_table_events(dialect, start, end, [f"{db}.a"])
+        scan = scan_table_events(dialect.client, start, end, [f"{db}.a"])
         assert not scan.clean and f"{db}.a at " in scan.reason
-        assert scan_table_events(dialect, middle, end, [f"{db}.A"]).clean is False  # case-insensitive
-        assert scan_table_events(dialect, end, _position(mariadb), [f"{db}.a"]).clean
-        assert scan_table_events(dialect, end, end, [f"{db}.a"]).clean
+        assert scan_table_events(dialect.client, middle, end, [f"{db}.A"]).clean is False  # case-insensitive
+        assert scan_table_events(dialect.client, end, _position(mariadb), [f"{db}.a"]).clean
+        assert scan_table_events(dialect.client, end, end, [f"{db}.a"]).clean
         # the bound: past max_events the scan gives up (the caller then runs the query)
-        scan = scan_table_events(dialect, start, middle, [f"{db}.a"], max_events=3, page=2)
+        scan = scan_table_events(dialect.client, start, middle, [f"{db}.a"], max_events=3, page=2)
         assert not scan.clean and "more than 3" in scan.reason
         # across a rotation: a later file is scanned too
         mariadb.sql("FLUSH BINARY LOGS")
         mariadb.sql(f"DELETE FROM {db}.a")
         after = _position(mariadb)
         assert after.seq > end.seq
-        assert not scan_table_events(dialect, end, after, [f"{db}.a"]).clean
-        assert scan_table_events(dialect, end, after, [f"{db}.zz"]).clean
+        assert not scan_table_events(dialect.client, end, after, [f"{db}.a"]).clean
+        assert scan_table_events(dialect.client, end, after, [f"{db}.zz"]).clean
     finally:
         dialect.close()
 
@@ -93,11 +96,11 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
     """(a) nothing since the snapshot: no query, no stream directory, the mirror still works; a change
     of ANOTHER table is skipped too, a change of the table is read, from where the check ended."""
     table, state, sink = _loaded(mariadb, db, spark, tmp_path)
-    min_hw = load_offsets(StateDir(state))[table].min_hw
+    min_hw = StateDir(state).offsets()[table].min_hw
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert summary["rows"] == {table: 0} and table in summary["skipped"]
     assert summary["lag"][table]["offset"] == summary["skipped"][table]
-    assert not stream_dir(sink, table).exists() and _checkpoint_position(StateDir(state), table) == ("none", None)
+    assert not stream_dir(sink, table).exists() and StateDir(state).checkpoint(table) == ("none", None)
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m0")
 
     # (b) changes of another table only: still skipped, and the recorded position moves on
@@ -106,7 +109,7 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
     mariadb.sql(f"UPDATE {db}.other SET v = 2")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert table in summary["skipped"]
-    resume = _resume_position(StateDir(state), table, min_hw)
+    resume = StateDir(state).resume_position(table, min_hw)
     assert resume > min_hw and resume.seq > min_hw.seq  # an idle table does not pin the old binlog file
     health = check_tail_health(state, _position(mariadb), max_stall_seconds=1, tables=[table])
     assert health[table]["behind"] is False and "catch-up check" in health[table]["from"]
@@ -116,7 +119,7 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
                 f"INSERT INTO {table} VALUES (5000, 'new', 1)")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert "skipped" not in summary and summary["rows"][table] == 5 + 10 + 1
-    kind, position = _checkpoint_position(StateDir(state), table)
+    kind, position = StateDir(state).checkpoint(table)
     assert kind == "committed" and position == _position(mariadb)
     stream = spark.read.parquet(str(stream_dir(sink, table)))
     assert stream.where(f"_pos <= '{resume.encode()}'").count() == 0
@@ -130,19 +133,19 @@ def test_checkpoint_skips_in_the_current_file_and_runs_across_a_rotation(mariadb
     table, state, sink = _loaded(mariadb, db, spark, tmp_path)
     mariadb.sql(f"UPDATE {table} SET n = -n WHERE id <= 3")
     assert "skipped" not in run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
-    _, checkpoint = _checkpoint_position(StateDir(state), table)
+    _, checkpoint = StateDir(state).checkpoint(table)
 
     mariadb.sql(f"INSERT INTO {db}.other VALUES (7, 7)")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert table in summary["skipped"] and summary["rows"] == {table: 0}
-    assert _checkpoint_position(StateDir(state), table) == ("committed", checkpoint)
+    assert StateDir(state).checkpoint(table) == ("committed", checkpoint)
     progress, _, origin = tail_progress(state, table)
     assert progress == _position(mariadb) and "catch-up check" in origin
 
     _flush_binary_logs(mariadb)
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert "skipped" not in summary and summary["rows"] == {table: 0}
-    kind, moved = _checkpoint_position(StateDir(state), table)
+    kind, moved = StateDir(state).checkpoint(table)
     assert kind == "committed" and moved.seq > checkpoint.seq and moved == _position(mariadb)
 
     mariadb.sql(f"DELETE FROM {table} WHERE id = 1")
@@ -159,11 +162,11 @@ def test_small_cold_catch_ups_run_in_the_driver_then_the_stream_continues(mariad
     streaming query then starts where they ended; a chunk rerun supersedes catch-up rows. The mirror
     equals the source after each step, and no change is written twice."""
     table, state, sink = _loaded(mariadb, db, spark, tmp_path)
-    min_hw = load_offsets(StateDir(state))[table].min_hw
+    min_hw = StateDir(state).offsets()[table].min_hw
     mariadb.sql(f"UPDATE {table} SET v = 'one' WHERE id <= 100", f"DELETE FROM {table} WHERE id BETWEEN 500 AND 509")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)
     assert table in summary["caught_up_in_driver"] and summary["rows"][table] == 110
-    assert _checkpoint_position(StateDir(state), table) == ("none", None) and not stream_dir(sink, table).exists()
+    assert StateDir(state).checkpoint(table) == ("none", None) and not stream_dir(sink, table).exists()
     files = sorted((tmp_path / "sink" / table / "catchup").glob("*.parquet"))
     assert [f.name for f in files] == [f"{min_hw.encode()}.parquet"]
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m1")
@@ -178,7 +181,7 @@ def test_small_cold_catch_ups_run_in_the_driver_then_the_stream_continues(mariad
     assert sorted((tmp_path / "sink" / table / "catchup").glob("*.parquet")) == files
 
     # a second small catch-up continues the recorded range
-    end_of_first = _resume_position(StateDir(state), table, min_hw)
+    end_of_first = StateDir(state).resume_position(table, min_hw)
     mariadb.sql(f"UPDATE {table} SET n = -n WHERE id BETWEEN 50 AND 149", f"INSERT INTO {table} VALUES (7000, 'x', 7)")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)
     assert summary["rows"][table] == 101

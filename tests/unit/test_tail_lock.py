@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import threading
 
-from airflow_provider_dblog.spark.tail_job import tail_lock
-from airflow_provider_dblog.state import StateDir
+from airflow_provider_dblog.steps.tail import tail_lock
+from airflow_provider_dblog.store.state import StateDir
 
 
 def test_a_second_tail_waits_for_the_first(tmp_path):

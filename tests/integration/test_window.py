@@ -8,10 +8,10 @@ from decimal import Decimal
 import pytest
 
 from airflow_provider_dblog.core.positions import BinlogPosition
-from airflow_provider_dblog.dialects.base import SourceConfig
-from airflow_provider_dblog.dialects.mysql import MySqlDialect
-from airflow_provider_dblog.snapshot import read_chunk
-from tests.workload import Writer, replay_binlog
+from airflow_provider_dblog.core.config import SourceConfig
+from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
+from airflow_provider_dblog.readers.chunk_reader import read_chunk
+from tests.support.workload import Writer, replay_binlog
 
 ROWS = 50_000
 
@@ -70,11 +70,12 @@ def test_window_spanning_a_binlog_rotation(mariadb, db):
     mariadb.sql(f"UPDATE {db}.r SET v = 10 WHERE id = 1", "FLUSH BINARY LOGS",
                 f"DELETE FROM {db}.r WHERE id = 2", f"UPDATE {db}.r SET id = 30 WHERE id = 3")
     mark.high()
-    lw, hw, events = mark.window(meta)
+    lw, hw, events = mark.window()
     assert hw.seq == lw.seq + 1
-    from airflow_provider_dblog.snapshot import merge_selected
+    from airflow_provider_dblog.core.window import merge_window
 
-    rows = merge_selected(dialect, meta, ChunkRange(0, None, None), selected, events).to_pylist()
+    rows = merge_window(selected, meta.key_columns, ChunkRange(0, None, None), events,
+                        lambda keys: dialect.sort_keys(meta, keys)).to_pylist()
     assert sorted((r["id"], r["v"]) for r in rows) == [(1, 10), (30, 3)]
     assert [e.op for e in events] == ["u", "d", "d", "c"]
     assert all(isinstance(e.pos, BinlogPosition) for e in events)
@@ -87,13 +88,13 @@ def test_connections_share_one_tls_context_and_the_low_watermark_reuses_the_open
     dialect = MySqlDialect(SourceConfig.parse(mariadb.uri()))
     mariadb.sql(f"CREATE TABLE {db}.c (id INT PRIMARY KEY)", f"INSERT INTO {db}.c VALUES (1)")
     meta = dialect.describe_table(f"{db}.c")
-    control, other = dialect.conn, dialect.connect()
+    control, other = dialect.client.conn, dialect.client.connect()
     assert control.ctx is other.ctx
     other.close()
     mark = dialect.watermark("consistent_snapshot", meta)
     mark.low()
-    assert dialect.conn is control and dialect.scalar("SELECT @@in_transaction") == 0
+    assert dialect.client.conn is control and dialect.client.scalar("SELECT @@in_transaction") == 0
     mariadb.sql(f"UPDATE {db}.c SET id = 2")
     mark.high()
-    lw, hw, events = mark.window(meta)
+    lw, hw, events = mark.window()
     assert lw < hw and [(e.op, e.key) for e in events] == [("d", (1,)), ("c", (2,))]

@@ -1,7 +1,7 @@
 """A throwaway private MariaDB with a ROW/FULL binlog, for tests, the demo and the benchmarks.
 
 It never touches the system's MariaDB: own datadir, own socket, a free loopback port, stopped
-by PID. ``python -m airflow_provider_dblog.local_mariadb start DIR`` prints its URI.
+by PID. ``python -m tests.support.local_mariadb start DIR`` prints its URI.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def find_mariadbd() -> str:
     for candidate in (shutil.which("mariadbd"), "/usr/sbin/mariadbd", "/usr/local/sbin/mariadbd"):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    subprocess.run(["bash", str(Path(__file__).resolve().parents[1] / "scripts" / "system-deps.sh")], check=True)
+    subprocess.run(["bash", str(Path(__file__).resolve().parents[2] / "scripts" / "system-deps.sh")], check=True)
     return shutil.which("mariadbd") or "/usr/sbin/mariadbd"
 
 
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     """``start DIR`` runs a server in the foreground until SIGTERM/SIGINT, printing its URI."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 2 or argv[0] != "start":
-        print("usage: python -m airflow_provider_dblog.local_mariadb start DIR", file=sys.stderr)
+        print("usage: python -m tests.support.local_mariadb start DIR", file=sys.stderr)
         return 2
     server = LocalMariaDB(Path(argv[1] or tempfile.mkdtemp(prefix="dblog-mariadb-")))
     server.start()

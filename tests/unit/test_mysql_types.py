@@ -8,10 +8,11 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dblog.dialects.base import Column, SourceConfig
-from airflow_provider_dblog.dialects.mysql import binlog_status_sql
-from airflow_provider_dblog.dialects.mysql_types import arrow_type, binlog_converter
-from airflow_provider_dblog.errors import DblogError
+from airflow_provider_dblog.core.config import SourceConfig
+from airflow_provider_dblog.core.tables import Column
+from airflow_provider_dblog.source.mysql.connection import binlog_status_sql
+from airflow_provider_dblog.source.mysql.types import arrow_type, binlog_converter
+from airflow_provider_dblog.core.errors import DblogError
 
 
 def col(data_type, column_type=None, **kw):

@@ -9,7 +9,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_dblog.lake import snapshot_rows, write_atomic
+from airflow_provider_dblog.store.atomic import write_parquet
+from airflow_provider_dblog.store.lake import snapshot_rows
 
 
 def test_text_binary_and_dates_are_dictionary_encoded_numbers_are_not(tmp_path):
@@ -21,7 +22,7 @@ def test_text_binary_and_dates_are_dictionary_encoded_numbers_are_not(tmp_path):
                     schema=source)
     table = snapshot_rows(rows, "pos", 3, 0, source)
     path = tmp_path / "chunk.parquet"
-    write_atomic(table, path)
+    write_parquet(table, path)
 
     assert pq.read_table(path).equals(table)
     meta = pq.ParquetFile(path).metadata.row_group(0)
@@ -37,12 +38,13 @@ def test_building_a_chunk_file_does_not_import_pandas(tmp_path):
     code = f"""
 import sys
 import pyarrow as pa
-from airflow_provider_dblog.lake import snapshot_rows, write_atomic
+from airflow_provider_dblog.store.atomic import write_parquet
+from airflow_provider_dblog.store.lake import snapshot_rows
 from pathlib import Path
 source = pa.schema([("id", pa.int64()), ("name", pa.string())])
 rows = pa.Table.from_arrays([pa.nulls(3, pa.int64()), pa.nulls(3, pa.string())], schema=source)
 table = snapshot_rows(rows, "mysql-bin.000001:00000004", 2, 1700000000000, source)
-write_atomic(table, Path({str(tmp_path / "c.parquet")!r}))
+write_parquet(table, Path({str(tmp_path / "c.parquet")!r}))
 assert table.column("_pos").to_pylist() == ["mysql-bin.000001:00000004"] * 3, table
 assert table.column("_chunk").to_pylist() == [2] * 3 and table.column("_ts_ms").to_pylist() == [1700000000000] * 3
 print("pandas" in sys.modules)
@@ -51,28 +53,19 @@ print("pandas" in sys.modules)
     assert out.strip() == "False"
 
 
-def test_change_events_and_merged_rows_convert_without_importing_pandas():
-    """Arrow's converter of Python values imports pandas on its first call (≈0.2-0.5 s of CPU in each
-    process that merges a window or writes change events); inside ``python_values_to_arrow`` it
-    does not, the values are exact, and pandas still imports normally afterwards."""
-    code = """
-import sys, datetime as dt
-from decimal import Decimal
-import pyarrow as pa
-from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.positions import BinlogPosition
-from airflow_provider_dblog.lake import event_rows, python_values_to_arrow
-source = pa.schema([("id", pa.int64()), ("price", pa.decimal128(15, 2)), ("day", pa.date32()), ("name", pa.string())])
-row = {"id": 7, "price": Decimal("-12.05"), "day": dt.date(2024, 2, 29), "name": "\u00e9t\u00e9"}
-events = [ChangeEvent("db.t", "c", BinlogPosition.at("mysql-bin.000002", 400), (7,), row, None, 1)]
-table = event_rows(events, [0], source)
-with python_values_to_arrow():
-    merged = pa.Table.from_pylist([row], schema=source)
-assert "pandas" not in sys.modules
-assert table.select(source.names).to_pylist() == [row] == merged.to_pylist(), table
-import pandas
-assert merged.to_pandas().shape == (1, 4)
-print("ok")
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+def test_change_events_keep_exact_values():
+    """A change event's images become changelog rows with exact values (DECIMAL, dates, text)."""
+    from airflow_provider_dblog.core.events import ChangeEvent
+    from airflow_provider_dblog.core.positions import BinlogPosition
+    from airflow_provider_dblog.store.lake import event_rows
+
+    source = pa.schema([("id", pa.int64()), ("price", pa.decimal128(15, 2)), ("day", pa.date32()), ("name", pa.string())])
+    row = {"id": 7, "price": Decimal("-12.05"), "day": dt.date(2024, 2, 29), "name": "\u00e9t\u00e9"}
+    before = {**row, "price": Decimal("1.00")}
+    events = [ChangeEvent("db.t", "u", BinlogPosition.at("mysql-bin.000002", 400), (7,), row, before, 1),
+              ChangeEvent("db.t", "d", BinlogPosition.at("mysql-bin.000002", 500), (7,), None, row, 2)]
+    table = event_rows(events, [0, 0], source)
+    assert table.select(source.names).to_pylist() == [row, row]  # a delete keeps its before image in place
+    assert table.column("_op").to_pylist() == ["u", "d"] and table.column("_kind").to_pylist() == ["+U", "-D"]
+    assert table.column("_before").to_pylist() == [before, row]
+    assert table.column("_pos").to_pylist() == [e.pos.encode() for e in events]

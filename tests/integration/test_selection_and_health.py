@@ -8,11 +8,13 @@ import time
 
 import pytest
 
-from airflow_provider_dblog.airflow import selection
-from airflow_provider_dblog.airflow.health import check_tail_health, tail_progress
+from airflow_provider_dblog.core.config import parse_chunk_ids
+from airflow_provider_dblog.source.mysql.types import quote_ident
+from airflow_provider_dblog.steps import resnapshot as selection
+from airflow_provider_dblog.steps.health import check_tail_health, tail_progress
 from airflow_provider_dblog.core.positions import BinlogPosition
-from airflow_provider_dblog.errors import DblogError
-from airflow_provider_dblog.state import StateDir
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.store.state import StateDir
 
 COLUMNS = ("id", "status", "amount", "Note")
 
@@ -35,7 +37,7 @@ COLUMNS = ("id", "status", "amount", "Note")
 ])
 def test_filter_rejects_injection_with_a_clear_message(text, reason):
     with pytest.raises(DblogError) as err:
-        selection.filter_sql(text, COLUMNS)
+        selection.filter_sql(text, COLUMNS, quote_ident)
     message = str(err.value)
     assert message.startswith("filter rejected"), message
     assert reason in message, message
@@ -44,12 +46,12 @@ def test_filter_rejects_injection_with_a_clear_message(text, reason):
 def test_the_drop_table_filter_message_says_what_a_filter_is():
     with pytest.raises(DblogError, match=r"filter rejected: ';' \(a second statement\) is not allowed in a filter; "
                                          r"a filter is one boolean condition on the table's columns"):
-        selection.filter_sql("1=1; DROP TABLE x", COLUMNS)
+        selection.filter_sql("1=1; DROP TABLE x", COLUMNS, quote_ident)
 
 
 def test_filter_is_rebuilt_with_quoted_identifiers():
     sql = selection.filter_sql("status = 'it''s late' and (AMOUNT >= -1.5e2 or note is not null) "
-                               "AND id NOT IN (1, 2) and `status` like 'l%' AND id between 3 and 9", COLUMNS)
+                               "AND id NOT IN (1, 2) and `status` like 'l%' AND id between 3 and 9", COLUMNS, quote_ident)
     assert sql == ("`status` = 'it''s late' AND ( `amount` >= -1.5e2 OR `Note` IS NOT NULL ) AND `id` NOT IN "
                    "( 1 , 2 ) AND `status` LIKE 'l%' AND `id` BETWEEN 3 AND 9")
 
@@ -64,19 +66,20 @@ def test_filter_param_pattern_blocks_the_obvious():
 
 
 def test_chunk_id_lists():
-    assert selection.parse_chunk_ids("3, 5-7") == [3, 5, 6, 7]
-    assert selection.parse_chunk_ids([2, 1]) == [1, 2]
-    assert selection.parse_chunk_ids(None) is None
+    assert parse_chunk_ids("3, 5-7") == [3, 5, 6, 7]
+    assert parse_chunk_ids([2, 1]) == [1, 2]
+    assert parse_chunk_ids(None) is None
     with pytest.raises(DblogError, match="bad chunk id"):
-        selection.parse_chunk_ids("1;2")
+        parse_chunk_ids("1;2")
 
 
 # ---- key ranges against a real plan ----------------------------------------------------------
 @pytest.fixture
 def planned(mariadb, source_uri, db, tmp_path):
-    from airflow_provider_dblog.dialects.base import SourceConfig
-    from airflow_provider_dblog.pipeline import dialect_for, plan_table
-    from airflow_provider_dblog.state import StateDir
+    from airflow_provider_dblog.core.config import SourceConfig
+    from airflow_provider_dblog.source import open_dialect
+    from airflow_provider_dblog.steps.plan import plan_table
+    from airflow_provider_dblog.store.state import StateDir
 
     mariadb.sql(f"CREATE TABLE {db}.t (id INT PRIMARY KEY, status VARCHAR(10), amount INT)",
                 f"INSERT INTO {db}.t SELECT seq, IF(seq % 100 = 0, 'late', 'ok'), seq FROM seq_1_to_1000", db=db)
@@ -87,7 +90,7 @@ def planned(mariadb, source_uri, db, tmp_path):
     plan_table(source, f"{db}.t", state, chunk_size=250, batch_size=2, save_password=False)
     plan_table(source, f"{db}.s", state, chunk_size=100, batch_size=2, save_password=False)
     st = StateDir(state)
-    dialect = dialect_for(source)
+    dialect = open_dialect(source)
     yield st, dialect
     dialect.close()
 
@@ -121,7 +124,7 @@ def test_key_range_uses_the_collation_order(planned, db):
     # case-insensitive collation: 'b0100' sorts with 'B0100'; Python's order would put it after every 'a'
     ids = selection.chunks_in_range(dialect, meta, plan.chunks, ("b0100",), ("b0100",))
     assert len(ids) == 1
-    expected = int(dialect.scalar(
+    expected = int(dialect.client.scalar(
         f"SELECT COUNT(*) FROM {db}.s WHERE code < 'b0100'")) // 100  # chunk holding that key
     assert ids == [expected]
 
@@ -130,13 +133,13 @@ def test_filter_narrows_to_chunks_holding_matching_rows(planned, db):
     state, dialect = planned
     plan = state.table(f"{db}.t")
     meta = plan.meta
-    condition = selection.filter_sql("status = 'late' AND amount >= 500", meta.column_names)
-    ids = selection.chunks_matching(dialect, meta, plan.chunks, [0, 1, 2, 3], condition, None, None)
+    condition = selection.filter_sql("status = 'late' AND amount >= 500", meta.column_names, quote_ident)
+    ids = dialect.chunks_matching(meta, plan.chunks, condition, None, None)
     assert ids == [1, 2, 3]   # 500 is in chunk 1, 600/700 in chunk 2, 800.. in chunk 3
-    ids = selection.chunks_matching(dialect, meta, plan.chunks, [0, 1, 2, 3], condition, (501,), (760,))
+    ids = dialect.chunks_matching(meta, plan.chunks, condition, (501,), (760,))
     assert ids == [2]         # 600, 700 (800 is past the range, 500 before it)
     with pytest.raises(DblogError, match="filter rejected by the database"):
-        selection.chunks_matching(dialect, meta, plan.chunks, [0], "`status` = = 1", None, None)
+        dialect.chunks_matching(meta, plan.chunks[:1], "`status` = = 1", None, None)
 
 
 # ---- tail health -----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_dblog.local_mariadb import LocalMariaDB
+from tests.support.local_mariadb import LocalMariaDB
 
 DBLOG = str(Path(sys.executable).parent / "dblog")
 
@@ -100,7 +100,7 @@ def test_unknown_table_and_no_primary_key(mariadb, db, tmp_path):
 def test_bad_arguments(mariadb, db, tmp_path):
     assert "expected mysql://" in one_error_line(plan("postgres://x@y:1", f"{db}.t", tmp_path)[2])
     assert "positive" in one_error_line(plan(mariadb.uri(), f"{db}.t", tmp_path, "--chunk-size", "0")[2])
-    assert "unknown --watermark" in one_error_line(plan(mariadb.uri(), f"{db}.t", tmp_path, "--watermark", "x")[2])
+    assert "unknown watermark strategy 'x'" in one_error_line(plan(mariadb.uri(), f"{db}.t", tmp_path, "--watermark", "x")[2])
     code, _, err = dblog("snapshot", "--state", str(tmp_path / "nothing"), "--batch", "0", "--sink", str(tmp_path))
     assert code != 0 and "no plan in" in one_error_line(err)
 

@@ -13,15 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_dblog.dialects.base import SourceConfig
-from airflow_provider_dblog.lake import stream_dir
-from airflow_provider_dblog.local_mariadb import LocalMariaDB
-from airflow_provider_dblog.pipeline import build_offsets, plan_table, snapshot_batch, snapshot_table
-from airflow_provider_dblog.spark.session import BackgroundSession
-from airflow_provider_dblog.spark.tail_job import DRIVER_CATCH_UP_BYTES, run_tail, write_mirror
-from airflow_provider_dblog.state import StateDir
-from tests.lakecheck import SEED_SQL, TYPES_DDL, compare_mirror, typed_mutation, typed_row
-from tests.workload import Writer
+from airflow_provider_dblog.core.config import SourceConfig
+from airflow_provider_dblog.store.lake import stream_dir
+from tests.support.local_mariadb import LocalMariaDB
+from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
+from airflow_provider_dblog.local.chunk_readers import snapshot_table
+from airflow_provider_dblog.local.session import BackgroundSession
+from airflow_provider_dblog.spark.mirror import write_mirror
+from airflow_provider_dblog.steps.plan import plan_table
+from airflow_provider_dblog.steps.report import build_offsets
+from airflow_provider_dblog.steps.snapshot import snapshot_batch
+from airflow_provider_dblog.steps.tail import run_tail
+from airflow_provider_dblog.store.state import StateDir
+from tests.support.lakecheck import SEED_SQL, TYPES_DDL, compare_mirror, typed_mutation, typed_row
+from tests.support.workload import Writer
 
 pytestmark = pytest.mark.slow
 DBLOG = str(Path(sys.executable).parent / "dblog")
@@ -295,6 +300,11 @@ class SlowStart(BackgroundSession):
         return self.spark
 
 
+def on_spark(state, sink, spark):
+    """What `dblog run` gives ``snapshot_table``: a batch's chunks read on ``spark``."""
+    return lambda batch, chunk_ids: snapshot_batch(state, batch, sink, chunk_ids=chunk_ids, spark=spark)
+
+
 def _planned(mariadb, db, tmp_path, rows):
     table = load_table(mariadb, db, rows)
     state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
@@ -304,7 +314,8 @@ def _planned(mariadb, db, tmp_path, rows):
 
 def test_the_driver_reads_the_last_chunks_while_spark_starts(mariadb, db, spark, tmp_path):
     table, state, sink, chunk_ids = _planned(mariadb, db, tmp_path, 20_000)
-    by_spark = {r["chunk"] for r in snapshot_table(state, sink, table, SlowStart(spark, state, table, 3))}
+    slow = SlowStart(spark, state, table, 3)
+    by_spark = {r["chunk"] for r in snapshot_table(state, sink, table, on_spark(state, sink, slow), slow)}
     by_driver = set(chunk_ids) - by_spark
     assert len(by_driver) >= 3 and by_driver == set(chunk_ids[-len(by_driver):]), (by_driver, by_spark)
     assert set(StateDir(state).reports(table)) == set(chunk_ids)
@@ -315,7 +326,7 @@ def test_the_driver_reads_the_last_chunks_while_spark_starts(mariadb, db, spark,
 def test_a_table_the_driver_reads_before_spark_is_up_never_waits_for_spark(mariadb, db, spark, tmp_path):
     table, state, sink, chunk_ids = _planned(mariadb, db, tmp_path, 10_000)
     never = SlowStart(spark, state, table, None)
-    assert snapshot_table(state, sink, table, never) == [] and never.gets == 0
+    assert snapshot_table(state, sink, table, on_spark(state, sink, never), never) == [] and never.gets == 0
     assert set(StateDir(state).reports(table)) == set(chunk_ids)
     build_offsets(state)
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
@@ -324,21 +335,21 @@ def test_a_table_the_driver_reads_before_spark_is_up_never_waits_for_spark(maria
 def test_a_chunk_the_driver_failed_to_read_is_read_by_spark(mariadb, db, spark, tmp_path, monkeypatch):
     import threading
 
-    from airflow_provider_dblog import snapshot
+    from airflow_provider_dblog.local import chunk_readers
 
     table, state, sink, chunk_ids = _planned(mariadb, db, tmp_path, 10_000)
     failed = []
 
-    def run_chunk_failing_in_the_driver_injected(state_, sink_, table_, chunk_id, dialect):
+    def run_chunk_failing_in_the_driver_injected(state_, sink_, plan_, chunk_id, dialect):
         if threading.current_thread().name == "dblog-driver-chunks":
             failed.append(chunk_id)
             raise ConnectionError("injected: connection lost")
         raise AssertionError("Spark's executors never call the driver's patched function")
 
-    monkeypatch.setattr(snapshot, "run_chunk", run_chunk_failing_in_the_driver_injected)
+    monkeypatch.setattr(chunk_readers, "run_chunk", run_chunk_failing_in_the_driver_injected)
     slow = SlowStart(spark, state, table, None)
     slow.ready = lambda: bool(failed)  # Spark is up once the driver's first read failed
-    reports = snapshot_table(state, sink, table, slow)
+    reports = snapshot_table(state, sink, table, on_spark(state, sink, slow), slow)
     assert 1 <= len(failed) <= 2 and sorted(failed) == chunk_ids[-len(failed):]  # the last, one per reader thread
     assert sorted(r["chunk"] for r in reports) == chunk_ids  # Spark read all, the failed one in its own pass
     build_offsets(state)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from airflow_provider_dblog.spark import session
+from airflow_provider_dblog.local import session
 
 
 def _dead_pid() -> int:
@@ -44,13 +44,13 @@ def test_one_driver_writes_the_archive_and_later_ones_map_it(tmp_path, monkeypat
 def test_a_damaged_archive_means_a_normal_start_and_a_clean_stdout(tmp_path):
     env = {**os.environ, "DBLOG_SPARK_CDS_DIR": str(tmp_path), "DBLOG_SPARK_CDS": "1"}
     key_of = ("import os, sys; os.environ['PYSPARK_PYTHON'] = sys.executable; "
-              "from airflow_provider_dblog.spark import session as s; "
+              "from airflow_provider_dblog.local import session as s; "
               "print(s.class_data_sharing_options(True, s._local_spark_home()).rsplit('/', 1)[-1].split('.')[0])")
     key = subprocess.run([sys.executable, "-c", key_of], env=env, capture_output=True, text=True, check=True).stdout.strip()
     for leftover in tmp_path.glob("*.dumping"):
         leftover.unlink()
     (tmp_path / f"{key}.jsa").write_bytes(b"not an archive" * 1000)
-    script = ("from airflow_provider_dblog.spark.session import local_session; s = local_session('cds-test'); "
+    script = ("from airflow_provider_dblog.local.session import local_session; s = local_session('cds-test'); "
               "assert 'SharedArchiveFile' in s.sparkContext.getConf().get('spark.driver.extraJavaOptions'); "
               "print(s.range(5).count())")
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
@@ -73,7 +73,7 @@ def _installed(folder, package: str, version: str) -> str:
 
 
 def test_bundled_zips_move_behind_the_same_installed_version(tmp_path):
-    from airflow_provider_dblog.spark.worker_daemon import prefer_installed_packages
+    from airflow_provider_dblog.local.worker_daemon import prefer_installed_packages
 
     pyspark_zip = _bundle(tmp_path / "pyspark.zip", "pyspark", "4.3.0")
     py4j_zip = _bundle(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")
@@ -116,7 +116,7 @@ PROBE_SCRIPT = """
 import json, sys, tempfile
 from pathlib import Path
 from pyspark.sql.datasource import DataSource, DataSourceReader
-from airflow_provider_dblog.spark.session import local_session
+from airflow_provider_dblog.local.session import local_session
 spark = local_session("worker-test")
 planner_report = Path(tempfile.mkdtemp()) / "planner.txt"
 
@@ -160,10 +160,10 @@ def _compiled(path: str) -> bool:
 
 
 @pytest.mark.slow
-def test_python_processes_and_driver_start_without_compiling_pyspark_or_importing_pandas():
-    """Spark's pyspark.zip has no bytecode: every Python process must import the installed, compiled pyspark."""
+def test_python_processes_start_without_compiling_pyspark():
+    """Spark's pyspark.zip has no bytecode: every Python process of a local run imports the installed,
+    compiled pyspark, and task workers never import pandas."""
     result = _probe(dict(os.environ))
-    assert result["driver_pandas"] is False
     assert _compiled(result["planner"]), result
     for worker in result["workers"]:
         assert _compiled(worker["pyspark"]) and worker["worker_loaded"] and not worker["pandas"], worker
@@ -190,6 +190,35 @@ def test_task_slots_of_a_master(master, slots):
                                                      (2, "local[3]", True), (0, "local[2]", True),
                                                      (2, "spark://h:7077", True), (4, "local[4]", False)])
 def test_dblog_run_starts_spark_only_when_it_adds_task_slots(threads, master, needed):
-    from airflow_provider_dblog.pipeline import driver_reading_needs_spark
+    from airflow_provider_dblog.local.chunk_readers import driver_reading_needs_spark
 
     assert driver_reading_needs_spark(threads, master) is needed
+
+
+STOCK_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from airflow_provider_dblog.spark.session import spark_session
+conf = spark_session("probe").sparkContext.getConf()
+print(json.dumps({k: conf.get(k) for k in ("spark.python.daemon.module", "spark.driver.extraJavaOptions",
+                                             "spark.sql.shuffle.partitions", "spark.sql.session.timeZone")}))
+"""
+
+
+@pytest.mark.slow
+def test_spark_submit_applications_get_the_stock_session_with_the_users_settings(tmp_path):
+    """Under spark-submit none of the local tuning applies, and dblog overrides no setting the user gave
+    (it adds only the UTC session time zone its rows need)."""
+    import pyspark
+
+    script = tmp_path / "probe.py"
+    script.write_text(STOCK_PROBE)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    submit = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
+    done = subprocess.run([submit, "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=7", str(script), root],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable})
+    assert done.returncode == 0, done.stderr[-3000:]
+    conf = json.loads(done.stdout.strip().splitlines()[-1])
+    assert conf == {"spark.python.daemon.module": None, "spark.driver.extraJavaOptions": None,
+                    "spark.sql.shuffle.partitions": "7", "spark.sql.session.timeZone": "UTC"}

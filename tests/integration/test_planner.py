@@ -3,9 +3,15 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_dblog.dialects.base import SourceConfig
-from airflow_provider_dblog.dialects.mysql import MySqlDialect
-from airflow_provider_dblog.errors import DblogError
+from airflow_provider_dblog.core.config import SourceConfig
+from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.source.mysql.sql import range_condition, table_sql
+
+
+def count_rows(dialect, meta, chunk) -> int:
+    return int(dialect.client.scalar(f"SELECT COUNT(*) FROM {table_sql(meta)} "
+                                     f"WHERE {range_condition(meta, chunk.lo, chunk.hi)}"))
 
 CASES = {
     "empty": ("id INT PRIMARY KEY", []),
@@ -40,11 +46,11 @@ def _load(mariadb, db, name, ddl, rows):
 
 def _assert_exact_cover(dialect, meta, chunks):
     """Each row satisfies exactly one chunk's condition; the DB evaluates every condition."""
-    table = dialect.table_sql(meta)
-    total = dialect.scalar(f"SELECT COUNT(*) FROM {table}")
-    conds = " + ".join(f"({dialect.range_condition(meta, c.lo, c.hi)})" for c in chunks)
-    assert dialect.scalar(f"SELECT COUNT(*) FROM {table} WHERE ({conds}) <> 1") == 0
-    assert sum(dialect.count_rows(meta, c) for c in chunks) == total
+    table = table_sql(meta)
+    total = dialect.client.scalar(f"SELECT COUNT(*) FROM {table}")
+    conds = " + ".join(f"({range_condition(meta, c.lo, c.hi)})" for c in chunks)
+    assert dialect.client.scalar(f"SELECT COUNT(*) FROM {table} WHERE ({conds}) <> 1") == 0
+    assert sum(count_rows(dialect, meta, c) for c in chunks) == total
     assert chunks[0].lo is None and chunks[-1].hi is None
     assert [c.id for c in chunks] == list(range(len(chunks)))
 
@@ -58,12 +64,12 @@ def test_chunks_cover_every_row_once(mariadb, db, case, chunk_size):
     meta = dialect.describe_table(f"{db}.{case}")
     chunks = dialect.split_chunks(meta, chunk_size)
     _assert_exact_cover(dialect, meta, chunks)
-    total = dialect.scalar(f"SELECT COUNT(*) FROM {db}.{case}")
+    total = dialect.client.scalar(f"SELECT COUNT(*) FROM {db}.{case}")
     if total == 0:
         assert len(chunks) == 1
     if case in ("sparse", "varchar_ci", "composite", "datetime") and total > chunk_size:
         # boundaries queried from the DB: chunks hold exactly chunk_size rows but the last
-        assert all(dialect.count_rows(meta, c) == chunk_size for c in chunks[:-1])
+        assert all(count_rows(dialect, meta, c) == chunk_size for c in chunks[:-1])
 
 
 def test_composite_key_with_an_integer_lead_is_split_evenly_by_value(mariadb, db):
@@ -75,7 +81,7 @@ def test_composite_key_with_an_integer_lead_is_split_evenly_by_value(mariadb, db
     meta = dialect.describe_table(f"{db}.lines")
     chunks = dialect.split_chunks(meta, 1000)
     _assert_exact_cover(dialect, meta, chunks)
-    sizes = [dialect.count_rows(meta, c) for c in chunks]
+    sizes = [count_rows(dialect, meta, c) for c in chunks]
     assert len(chunks) in (12, 13) and all(900 <= n <= 1100 for n in sizes[:-1]), sizes
     assert all(c.lo is None or c.lo[1] == 1 for c in chunks)  # first line of the first order at or after a step
 
@@ -130,8 +136,8 @@ def test_planning_a_large_sparse_table_is_fast(mariadb, db):
 
 def test_planning_again_keeps_the_first_plan(mariadb, db, tmp_path):
     """A second `dblog plan` / `dblog run` on the same state resumes: same chunks, reports kept."""
-    from airflow_provider_dblog.pipeline import plan_table
-    from airflow_provider_dblog.state import StateDir
+    from airflow_provider_dblog.steps.plan import plan_table
+    from airflow_provider_dblog.store.state import StateDir
 
     _load(mariadb, db, "again", "id INT PRIMARY KEY", ["SELECT seq FROM seq_1_to_1000"])
     source = SourceConfig.parse(mariadb.uri())
@@ -147,8 +153,8 @@ def test_planning_again_keeps_the_first_plan(mariadb, db, tmp_path):
 
 
 def test_plan_records_position_and_gtid(mariadb, db, tmp_path):
-    from airflow_provider_dblog.pipeline import plan_table
-    from airflow_provider_dblog.state import StateDir
+    from airflow_provider_dblog.steps.plan import plan_table
+    from airflow_provider_dblog.store.state import StateDir
 
     _load(mariadb, db, "g", "id INT PRIMARY KEY", ["(1)"])
     plan_table(SourceConfig.parse(mariadb.uri()), f"{db}.g", str(tmp_path))
