@@ -365,6 +365,29 @@ def parse_dblog_log(text: str, started_at: float = 0.0, ended_at: float = 0.0) -
     return out
 
 
+def airflow_path(server, table: str, state: Path, sink: Path, chunk_size: int, watermark: str = "auto",
+                 batch_size: int = 10_000, log_dir: Path | None = None) -> Timed:
+    """The path Airflow runs, as whole processes one after another: `dblog plan` (the planner task),
+    one `spark-submit cli/spark_app.py snapshot --batch I` per batch (the mapped tasks; the stock Spark
+    session, none of the local start-up tuning), `dblog report`. ``seconds`` is their sum."""
+    code = Path(CODE["pythonpath"]) if CODE["pythonpath"] else ROOT
+    app = code / "airflow_provider_dblog" / "cli" / "spark_app.py"
+    submit = str(Path(PYTHON).parent / "spark-submit")
+    logs = (lambda name: log_dir / name) if log_dir else (lambda name: None)
+    plan = dblog(["plan", "--source", server.uri(), "--table", table, "--state", str(state), "--chunk-size",
+                  str(chunk_size), "--batch-size", str(batch_size), "--watermark", watermark], logs("plan.log"))
+    steps = [plan]
+    for batch in plan.json()["batches"]:
+        steps.append(run_timed([submit, "--master", SPARK_MASTER, str(app), "snapshot", "--state", str(state),
+                                "--batch", str(batch["batch"]), "--sink", str(sink)], logs(f"batch-{batch['batch']}.log")))
+    report = dblog(["report", "--state", str(state)], logs("report.log"))
+    steps.append(report)
+    return Timed(sum(t.seconds for t in steps), 0, report.stdout, None, steps[0].load_before, report.load_after,
+                 extra={"processes": len(steps), "batches": len(steps) - 2,
+                        "snapshot_s": round(sum(t.seconds for t in steps[1:-1]), 2)},
+                 started_at=steps[0].started_at)
+
+
 def dblog(args: list[str], log_path: Path | None = None, check: bool = True) -> Timed:
     return run_timed([DBLOG, *args], log_path, check=check)
 

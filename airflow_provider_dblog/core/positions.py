@@ -8,6 +8,8 @@ next position) plus the row's index inside the event, so that
 * a snapshot row carries its chunk's high watermark with ``row = SNAPSHOT_ROW``, which sorts after
   every event that the snapshot includes and before every event after it.
 
+The one codec of positions: ``to_dict``/``from_dict`` (state files, streaming offsets), ``encode``/
+``decode`` (the lake's ``_pos``), ``to_version``/``from_version`` (Delta app transactions).
 ``encode()`` gives a fixed-width string whose lexicographic order is the position order: that
 string is the ``_pos`` column of the lake, so Spark, pyarrow and SQL all order it correctly.
 """
@@ -17,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 SNAPSHOT_ROW = 99_999_999
+OFFSET_BITS = 40  # a binlog file is at most 1 GiB (max_binlog_size): offsets fit in 40 bits
 _FILE_RE = re.compile(r"^(?P<base>.+)\.(?P<seq>\d+)$")
 _ENCODED_RE = re.compile(r"^(\d{8})\.(\d{12})\.(\d{8})$")
 
@@ -59,6 +62,16 @@ class BinlogPosition:
     def as_snapshot(self) -> "BinlogPosition":
         """The position snapshot rows read at this high watermark carry."""
         return BinlogPosition(self.seq, self.offset, SNAPSHOT_ROW, self.file)
+
+    def to_version(self) -> int:
+        """The transaction boundary as one integer that orders like positions (a Delta app
+        transaction version: the lake records how far it got with it)."""
+        return (self.seq << OFFSET_BITS) | self.offset
+
+    @classmethod
+    def from_version(cls, version: int, base: str = "") -> "BinlogPosition":
+        seq, offset = version >> OFFSET_BITS, version & ((1 << OFFSET_BITS) - 1)
+        return cls(seq, offset, 0, f"{base}.{seq:06d}" if base else "")
 
     def to_dict(self) -> dict:
         return {"file": self.file, "pos": self.offset}

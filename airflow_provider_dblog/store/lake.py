@@ -28,6 +28,28 @@ def changelog_schema(source: pa.Schema) -> pa.Schema:
                       pa.field("_kind", pa.string()), pa.field("_chunk", pa.int32()), pa.field("_before", before)])
 
 
+def current_schema(source: pa.Schema) -> pa.Schema:
+    """``current``: the source's columns, the position and kind of the change that left the row, its chunk."""
+    return pa.schema([*[pa.field(f.name, f.type) for f in source], pa.field("_op", pa.string()),
+                      pa.field("_pos", pa.string()), pa.field("_ts_ms", pa.int64()), pa.field("_chunk", pa.int32())])
+
+
+def lake_uri(sink: str | os.PathLike, table: str, kind: str) -> str:
+    """``SINK/DB.TABLE/KIND`` for a local path or an object store URI (``s3://BUCKET/PREFIX``)."""
+    sink = str(sink)
+    if "://" not in sink:
+        sink = str(Path(sink).absolute())
+    return f"{sink.rstrip('/')}/{table}/{kind}"
+
+
+def changelog_uri(sink: str | os.PathLike, table: str) -> str:
+    return lake_uri(sink, table, "changelog")
+
+
+def current_uri(sink: str | os.PathLike, table: str) -> str:
+    return lake_uri(sink, table, "current")
+
+
 def table_dir(sink: str | os.PathLike, table: str) -> Path:
     return Path(sink) / table
 

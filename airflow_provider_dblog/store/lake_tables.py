@@ -1,0 +1,217 @@
+"""The lake's two Delta tables of one captured table, written with delta-rs (no Spark jars needed).
+
+    SINK/DB.TABLE/changelog   append-only: every snapshot row (``_op`` r) and every change (c/u/d)
+    SINK/DB.TABLE/current     the live rows, partitioned by ``_chunk``: a plain read shows no deleted row
+
+Commits are exactly-once and order-independent:
+
+* A chunk read appends its rows to the changelog, then replaces its chunk in ``current``: the chunk's
+  rows at its high watermark (HW), overlaid with every later change of its keys the changelog already
+  holds; keys in the chunk that are in neither are deleted. The commit records the chunk's HW as the app
+  transaction ``dblog-chunk-N``; an older HW than the recorded one changes nothing (a slow re-read).
+* A tail micro-batch ``[start, end)`` appends its changes to the changelog with the app transaction
+  ``dblog-tail`` = ``end``: a replayed batch (already recorded) writes nothing, and of two tails only
+  one can commit a batch (Delta refuses a concurrent transaction of the same app id). It then applies
+  every changelog change after ``current``'s own ``dblog-tail`` position to ``current``: per key the
+  greatest ``_pos`` wins, and a change at or before its chunk's recorded HW is already in that chunk.
+* A commit that loses a race (Delta's conflict check) is retried from a fresh read of both tables.
+
+The lake records how far the tail got (``tail_position``), so a tail whose Spark checkpoint is lost
+resumes from here.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.store.lake import changelog_schema, changelog_uri, current_schema, current_uri
+
+log = logging.getLogger("dblog")
+TAIL_APP = "dblog-tail"
+MAX_ATTEMPTS = 30
+
+
+def chunk_app(chunk_id: int) -> str:
+    return f"dblog-chunk-{chunk_id}"
+
+
+def quote(name: str) -> str:
+    """An identifier in delta-rs's SQL (DataFusion): double quotes keep case and odd characters."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _retrying(what: str, attempt_fn):
+    """Run ``attempt_fn`` until it commits: a commit that lost a race to another writer is retried
+    from a fresh read (Delta's optimistic concurrency)."""
+    from deltalake.exceptions import CommitFailedError
+
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            return attempt_fn()
+        except CommitFailedError as exc:
+            if attempt == MAX_ATTEMPTS:
+                raise DblogError(f"{what}: gave up after {attempt} commit conflicts ({str(exc).splitlines()[0]})") from None
+            time.sleep(min(0.05 * attempt, 1.0))
+
+
+class LakeTables:
+    """``changelog`` and ``current`` of one captured table."""
+
+    def __init__(self, sink: str, table: str, source: pa.Schema, key_columns: Sequence[str],
+                 storage_options: dict | None = None):
+        self.table, self.source, self.keys = table, source, tuple(key_columns)
+        self.changelog_uri, self.current_uri = changelog_uri(sink, table), current_uri(sink, table)
+        self.options = storage_options
+
+    # ---- opening ----
+    def _open(self, uri: str, schema: pa.Schema, partition_by: list[str] | None):
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        for _ in range(3):
+            try:
+                return DeltaTable(uri, storage_options=self.options)
+            except TableNotFoundError:
+                try:
+                    return DeltaTable.create(uri, schema, mode="ignore", partition_by=partition_by,
+                                             storage_options=self.options)
+                except Exception:  # noqa: BLE001 - another writer created it at the same moment: open it
+                    continue
+        return DeltaTable(uri, storage_options=self.options)
+
+    def changelog(self):
+        return self._open(self.changelog_uri, changelog_schema(self.source), None)
+
+    def current(self):
+        return self._open(self.current_uri, current_schema(self.source), ["_chunk"])
+
+    # ---- positions the lake records ----
+    def tail_position(self) -> BinlogPosition | None:
+        """How far the tail's changes are in the changelog (None before its first batch)."""
+        return _version_position(self.changelog().transaction_version(TAIL_APP))
+
+    # ---- snapshot chunks ----
+    def commit_chunk(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> bool:
+        """Append the chunk's rows (changelog schema) and replace its chunk in ``current``; False when a
+        later read of the chunk is already in ``current`` (this one changes nothing there)."""
+        from deltalake import write_deltalake
+
+        write_deltalake(self.changelog(), rows, mode="append", storage_options=self.options)
+        return _retrying(f"replacing chunk {chunk_id} of {self.table}",
+                         lambda: self._replace_chunk(chunk_id, hw, rows))
+
+    def _replace_chunk(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> bool:
+        from deltalake import CommitProperties, Transaction
+
+        current = self.current()
+        recorded = _version_position(current.transaction_version(chunk_app(chunk_id)))
+        if recorded is not None and recorded >= hw.boundary():
+            return False
+        hw_pos = hw.as_snapshot().encode()
+        later = self._changes(pc.field("_chunk") == chunk_id, pc.field("_pos") > hw_pos)
+        state = latest_per_key(pa.concat_tables([rows.select(later.schema.names), later]), self.keys)
+        live = state.filter(pc.not_equal(state["_op"], "d")).select(current_schema(self.source).names)
+        on = " AND ".join([f"t._chunk = {int(chunk_id)}", "s._chunk = t._chunk",
+                           *(f"t.{quote(k)} = s.{quote(k)}" for k in self.keys)])
+        (current.merge(live, on, source_alias="s", target_alias="t", commit_properties=CommitProperties(
+            app_transactions=[Transaction(chunk_app(chunk_id), hw.boundary().to_version())]))
+         .when_matched_update_all()
+         .when_not_matched_insert_all()
+         .when_not_matched_by_source_delete(f"t._chunk = {int(chunk_id)}")
+         .execute())
+        return True
+
+    # ---- tail micro-batches ----
+    def commit_stream(self, rows: pa.Table, end: BinlogPosition) -> str:
+        """Commit a micro-batch ending at ``end`` (changes in changelog schema). Only changes after the
+        position the changelog records are appended, so a replayed batch, or one another tail committed
+        first, adds nothing twice. Returns "committed", or "replayed" when the lake already had it all."""
+        outcome = _retrying(f"appending changes to {self.changelog_uri}", lambda: self._append_changes(rows, end))
+        _retrying(f"updating the current state of {self.table}", lambda: self._apply_changes(end))
+        return outcome
+
+    def _append_changes(self, rows: pa.Table, end: BinlogPosition) -> str:
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        changelog = self.changelog()
+        recorded = _version_position(changelog.transaction_version(TAIL_APP))
+        if recorded is not None and recorded >= end.boundary():
+            return "replayed"
+        if recorded is not None:
+            rows = rows.filter(pc.greater(rows["_pos"], recorded.as_snapshot().encode()))
+        write_deltalake(changelog, rows, mode="append", storage_options=self.options,
+                        commit_properties=CommitProperties(
+                            app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())]))
+        return "committed"
+
+    def _apply_changes(self, end: BinlogPosition) -> None:
+        """Bring ``current`` from its recorded tail position to ``end`` with the changelog's changes."""
+        from deltalake import CommitProperties, Transaction
+
+        current = self.current()
+        applied = _version_position(current.transaction_version(TAIL_APP))
+        if applied is not None and applied >= end:
+            return
+        window = [pc.field("_pos") <= end.as_snapshot().encode()]
+        if applied is not None:
+            window.append(pc.field("_pos") > applied.as_snapshot().encode())
+        changes = latest_per_key(self._changes(*window), self.keys)
+        commit = CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())])
+        if changes.num_rows == 0:
+            from deltalake import write_deltalake
+
+            # nothing to change: record the position alone (an empty append commits the transaction)
+            write_deltalake(current, current_schema(self.source).empty_table(), mode="append",
+                            storage_options=self.options, commit_properties=commit)
+            return
+        hws = {c: _version_position(current.transaction_version(chunk_app(c)))
+               for c in pc.unique(changes["_chunk"]).to_pylist()}
+        chunk_hw = pa.array([(hws[c].as_snapshot().encode() if hws[c] else "") for c in changes["_chunk"].to_pylist()],
+                            pa.string())
+        source = changes.select(current_schema(self.source).names).append_column("_chunk_hw", chunk_hw)
+        on = " AND ".join(["s._chunk = t._chunk", *(f"t.{quote(k)} = s.{quote(k)}" for k in self.keys)])
+        columns = {quote(n): f"s.{quote(n)}" for n in current_schema(self.source).names}
+        (current.merge(source, on, source_alias="s", target_alias="t", commit_properties=commit)
+         .when_matched_delete("s._op = 'd' AND s._pos > t._pos")
+         .when_matched_update(columns, "s._op <> 'd' AND s._pos > t._pos")
+         .when_not_matched_insert(columns, "s._op <> 'd' AND s._pos > s._chunk_hw")
+         .execute())
+
+    def _changes(self, *filters) -> pa.Table:
+        """Changelog rows that are changes (not snapshot rows), in current-state columns, matching ``filters``."""
+        expression = pc.field("_op") != "r"
+        for f in filters:
+            expression = expression & f
+        names = [n for n in current_schema(self.source).names]
+        data = self.changelog().to_pyarrow_dataset().to_table(columns=names, filter=expression)
+        return data.cast(current_schema(self.source))
+
+    # ---- reading ----
+    def read_current(self, columns: Sequence[str] | None = None) -> pa.Table:
+        return self.current().to_pyarrow_table(columns=list(columns) if columns else None)
+
+
+def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """Per key the row with the greatest ``_pos`` (deletes included: the caller decides)."""
+    if rows.num_rows == 0:
+        return rows
+    ordered = rows.sort_by([(k, "ascending") for k in keys] + [("_pos", "descending")])
+    if ordered.num_rows == 1:
+        return ordered
+    same = None  # row i has the key of row i - 1 (keys are never null)
+    for k in keys:
+        col = ordered[k]
+        eq = pc.equal(col.slice(1), col.slice(0, len(col) - 1))
+        same = eq if same is None else pc.and_(same, eq)
+    first = pa.concat_arrays([pa.array([True]), pc.invert(same).combine_chunks()])
+    return ordered.filter(first)
+
+
+def _version_position(version: int | None) -> BinlogPosition | None:
+    return None if version is None else BinlogPosition.from_version(version)
