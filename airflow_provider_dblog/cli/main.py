@@ -118,13 +118,13 @@ def cmd_tail(args) -> dict:
 def cmd_mirror(args) -> dict:
     from airflow_provider_dblog.steps.mirror import mirror
 
-    return mirror(args.state, args.sink, args.table, args.out, spark=_session(args, "dblog-mirror"))
+    return mirror(args.state, args.sink, args.table, args.out)
 
 
 def cmd_verify(args) -> dict:
     from airflow_provider_dblog.steps.mirror import verify
 
-    return verify(args.state, args.sink, args.table, args.out, spark=_session(args, "dblog-mirror"))
+    return verify(args.state, args.sink, args.table, args.out)
 
 
 def cmd_resnapshot(args) -> dict:

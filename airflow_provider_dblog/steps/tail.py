@@ -64,18 +64,19 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             started = time.time()
             tracker = LagTracker(dialect)
             if todo:
-                queries = start_queries(state, sink, todo, available_now, trigger_seconds, max_events,
-                                        decode_parallelism, spark)
+                queries, sinks = start_queries(state, sink, todo, available_now, trigger_seconds, max_events,
+                                               decode_parallelism, spark)
                 last_log = [0.0]
 
-                def tick(progress: dict) -> None:
+                def tick() -> None:
                     tracker.sample()
                     if time.time() - last_log[0] >= progress_seconds:
                         last_log[0] = time.time()
-                        log.info("tail: %s rows so far; lag %s", {**rows, **progress},
+                        log.info("tail: %s rows so far; lag %s", {**rows, **{n: s.rows for n, s in sinks.items()}},
                                  tracker.lag({**settled, **end_offsets(queries)}))
 
-                rows.update(watch(queries, lambda: stop_event is not None and stop_event.is_set(), tick))
+                watch(queries, lambda: stop_event is not None and stop_event.is_set(), tick)
+                rows.update({name: s.rows for name, s in sinks.items()})
                 settled.update(end_offsets(queries))
             lag = tracker.lag(settled)
         finally:

@@ -14,18 +14,17 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dblog.core.config import SourceConfig
-from airflow_provider_dblog.store.lake import stream_dir
 from tests.support.local_mariadb import LocalMariaDB
 from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
 from airflow_provider_dblog.local.chunk_readers import snapshot_table
 from airflow_provider_dblog.local.session import BackgroundSession
-from airflow_provider_dblog.spark.mirror import write_mirror
+from airflow_provider_dblog.steps.mirror import mirror
 from airflow_provider_dblog.steps.plan import plan_table
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
 from airflow_provider_dblog.store.state import StateDir
-from tests.support.lakecheck import SEED_SQL, TYPES_DDL, compare_mirror, typed_mutation, typed_row
+from tests.support.lakecheck import assert_each_change_once, SEED_SQL, TYPES_DDL, compare_mirror, typed_mutation, typed_row
 from tests.support.workload import Writer
 
 pytestmark = pytest.mark.slow
@@ -46,17 +45,13 @@ def snapshot_all(state, sink, spark, table):
 
 def assert_mirror_equals_source(spark, state, sink, table, port, tmp_path, name="mirror"):
     out = tmp_path / name
-    write_mirror(state, sink, table, str(out), spark=spark)
+    mirror(state, sink, table, str(out))
     problems = compare_mirror(str(out), port, table)
     assert not problems, f"{len(problems)} differences, e.g. {problems[:5]}"
 
 
 def assert_unique_stream_positions(spark, sink, table):
-    stream = stream_dir(sink, table)
-    if not (stream / "_spark_metadata").exists():
-        return
-    df = spark.read.parquet(str(stream))
-    assert df.count() == df.select("_pos").distinct().count(), "a change was written twice"
+    assert_each_change_once(sink, table)
 
 
 @pytest.mark.parametrize("strategy", ["consistent_snapshot", "watermark_table", "position"])
@@ -73,7 +68,7 @@ def test_lake_converges_under_concurrent_writes(mariadb, db, spark, tmp_path, st
         snapshot_all(state, sink, spark, table)
         summary = build_offsets(state)
         assert summary["chunks"] == plan["tables"][table]["chunks"] >= 9
-        # consistent_snapshot: the first catch-up reads in the driver (SINK/T/catchup), then the streaming
+        # consistent_snapshot: the first catch-up reads in the driver, then the streaming
         # query continues from where it ended; the other strategies stream from the start
         first = run_tail(state, sink, available_now=True, spark=spark,
                          driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES if strategy == "consistent_snapshot" else 0)
@@ -248,7 +243,7 @@ def test_case_insensitive_keys_are_located_in_database_order(mariadb, db, spark,
     mariadb.sql(f"UPDATE {table} SET v = 2 WHERE k = 'B'")
     run_tail(state, sink, available_now=True, spark=spark)
     out = tmp_path / "mirror"
-    write_mirror(state, sink, table, str(out), spark=spark)
+    mirror(state, sink, table, str(out))
     import pyarrow.parquet as pq
 
     rows = sorted((r["k"], r["v"]) for r in pq.read_table(out).to_pylist())
@@ -267,7 +262,7 @@ def test_chunk_rerun_repairs_changes_the_lake_never_saw(mariadb, db, spark, tmp_
     mariadb.sql("SET sql_log_bin = 0", f"DELETE FROM {table} WHERE id IN (10, 6001)",
                 f"UPDATE {table} SET n_v = -1 WHERE id = 2500", f"INSERT INTO {table} (id) VALUES (3333333)")
     out = tmp_path / "before"
-    write_mirror(state, sink, table, str(out), spark=spark)
+    mirror(state, sink, table, str(out))
     assert len(compare_mirror(str(out), mariadb.port, table)) == 4
     chunks = StateDir(state).table(table).chunks
     holding = {c.id for c in chunks for key in (10, 6001, 2500, 3333333)

@@ -202,16 +202,3 @@ class InMemoryDialect:
 
 
 register_dialect("memory", lambda config, options: InMemoryDialect(SERVERS[config.host], config))
-
-
-def current_state(changelog: pa.Table, snapshot_hws: dict[int, str], key_columns: Sequence[str]) -> dict[tuple, dict]:
-    """The lake's current state, computed in Python: stream rows at or before their chunk's latest
-    snapshot HW are superseded by it; then per key the greatest ``_pos`` wins; deletes drop the key."""
-    latest: dict[tuple, dict] = {}
-    for row in changelog.to_pylist():
-        if row["_op"] != "r" and row["_chunk"] in snapshot_hws and row["_pos"] <= snapshot_hws[row["_chunk"]]:
-            continue
-        key = tuple(row[c] for c in key_columns)
-        if key not in latest or row["_pos"] > latest[key]["_pos"]:
-            latest[key] = row
-    return {k: {c: v for c, v in r.items() if not c.startswith("_")} for k, r in latest.items() if r["_op"] != "d"}

@@ -90,3 +90,20 @@ def compare_mirror(mirror_dir: str, port: int, table: str) -> list[str]:
             if not _same(value, have[key].get(col)):
                 problems.append(f"id {key} column {col}: source {value!r} != lake {have[key].get(col)!r}")
     return problems
+
+
+def lake_changes(sink: str, table: str):
+    """The changelog's change rows (not snapshot rows) of ``table``, read with deltalake as any user would."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    log = DeltaTable(f"{sink}/{table}/changelog").to_pyarrow_table()
+    return log.filter(pc.not_equal(log["_op"], "r"))
+
+
+def assert_each_change_once(sink: str, table: str) -> int:
+    """Every change is in the changelog exactly once (positions are unique per change); returns how many."""
+    changes = lake_changes(sink, table)
+    positions = changes["_pos"].to_pylist()
+    assert len(positions) == len(set(positions)), "a change was written twice"
+    return len(positions)
