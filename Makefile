@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 
-.PHONY: install system-deps test test-fast demo bench clean
+.PHONY: install system-deps lint-imports test test-fast demo bench clean
 
 $(BIN)/dblog: pyproject.toml
 	$(MAKE) system-deps
@@ -26,10 +26,14 @@ install: $(BIN)/dblog
 system-deps:
 	@bash scripts/system-deps.sh
 
-test: install
+# the house's import contracts (pyproject.toml [tool.importlinter]) first: an upward import fails the build
+lint-imports: install
+	$(BIN)/lint-imports --no-cache
+
+test: lint-imports
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-test-fast: install
+test-fast: lint-imports
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 demo: install
