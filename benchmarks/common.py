@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests/support: the private MariaDB the benchmarks load
 BENCH_DIR = Path(os.environ.get("DBLOG_BENCH_DIR", ROOT / ".bench"))
 VENV_BIN = Path(sys.executable).parent
 PYTHON = sys.executable

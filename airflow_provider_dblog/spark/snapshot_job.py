@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Sequence
 
-from airflow_provider_dblog.spark.session import spark_session
+from airflow_provider_dblog.spark.session import spark_context
 
 log = logging.getLogger("dblog")
 TASKS_PER_CORE = 4
@@ -33,7 +33,7 @@ def _read_chunks(state_dir: str, sink: str, plan, dialect):
 def run_chunks(state_dir: str, sink: str, plan, chunk_ids: Sequence[int], dialect, spark=None) -> list[dict]:
     """Read ``chunk_ids`` of ``plan`` on Spark's executors; returns their reports."""
     table = plan.meta.qualified
-    sc = spark_session("dblog-snapshot", spark).sparkContext
+    sc = spark_context("dblog-snapshot", spark)
     sc.setJobDescription(f"dblog snapshot {table}: {len(chunk_ids)} chunks")
     started = time.time()
     # several chunks per task: a task costs ≈0.1 s beyond its rows (60 lineitem chunks on local[2]: 17-22 s

@@ -7,7 +7,6 @@ import json
 import time
 from typing import Callable
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.errors import DblogError
@@ -20,12 +19,21 @@ from airflow_provider_dblog.store.state import StateDir
 
 class LakeSink:
     """``foreachBatch`` of one table's query, in the driver: the batch's changes (markers removed) are
-    committed to the lake at the batch's end position (the greatest marker)."""
+    committed to the changelog at the batch's end position (the greatest marker); ``current`` follows
+    every batch, or at most every ``merge_interval`` seconds (MERGE rewrites every file it touches: fewer,
+    larger merges cost less), and at ``flush()``."""
 
-    def __init__(self, lake: LakeTables):
-        self.lake = lake
+    def __init__(self, lake: LakeTables, merge_interval: float = 0.0):
+        self.lake, self.merge_interval = lake, merge_interval
         self.rows = 0
         self.position: BinlogPosition | None = None
+        self._merged_at = 0.0
+        self._pending = False
+
+    def flush(self) -> None:
+        if self._pending:
+            self.lake.update_current(self.position)
+            self._merged_at, self._pending = time.monotonic(), False
 
     def __call__(self, frame, batch_id: int) -> None:
         from airflow_provider_dblog.spark.binlog_source import END_MARKER
@@ -36,13 +44,16 @@ class LakeSink:
             return
         end = BinlogPosition.decode(pc.max(data.filter(markers)["_pos"]).as_py())
         rows = data.filter(pc.invert(markers)).cast(changelog_schema(self.lake.source))
-        if self.lake.commit_stream(rows, end) == "committed":
+        if self.lake.commit_stream(rows, end, update_current=False) == "committed":
             self.rows += rows.num_rows
-        self.position = end
+        self.position, self._pending = end, True
+        if time.monotonic() - self._merged_at >= self.merge_interval:
+            self.flush()
 
 
 def start_queries(state: StateDir, sink: str, names: list[str], available_now: bool, trigger_seconds: float,
-                  max_events: int, decode_parallelism: int = 0, spark=None) -> tuple[dict, dict]:
+                  max_events: int, decode_parallelism: int = 0, spark=None, merge_interval: float = 0.0
+                  ) -> tuple[dict, dict]:
     """Start one query per table; returns the queries and their lake sinks by table name."""
     from airflow_provider_dblog.source import open_dialect
     from airflow_provider_dblog.spark.binlog_source import SOURCE_NAME, BinlogDataSource
@@ -53,7 +64,7 @@ def start_queries(state: StateDir, sink: str, names: list[str], available_now: b
     queries, sinks = {}, {}
     for name in names:
         meta = state.table(name).meta
-        sinks[name] = LakeSink(LakeTables(sink, name, dialect.arrow_schema(meta), meta.key_columns))
+        sinks[name] = LakeSink(LakeTables(sink, name, dialect.arrow_schema(meta), meta.key_columns), merge_interval)
         reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("sink", str(sink))
                   .option("table", name)
                   .option("decodeParallelism", str(decode_parallelism or spark.sparkContext.defaultParallelism)))

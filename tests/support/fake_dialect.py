@@ -134,10 +134,19 @@ class InMemoryDialect:
     def check_source(self) -> None:
         pass
 
+    def list_tables(self) -> list[str]:
+        return sorted(self.server.metas)
+
     def describe_table(self, table: str, chunk_key=None) -> TableMeta:
         if table not in self.server.metas:
             raise DblogError(f"unknown table {table} on {self.server.name}")
-        return self.server.metas[table]
+        meta = self.server.metas[table]
+        if chunk_key:
+            return TableMeta(meta.database, meta.name, meta.columns, tuple(chunk_key), "chunk_key")
+        if not meta.key_columns:
+            raise DblogError(f"table {table} has no primary key or NOT NULL unique key: add one, or pass "
+                             f"--chunk-key COL[,COL]")
+        return meta
 
     def split_chunks(self, meta: TableMeta, chunk_size: int) -> list[ChunkRange]:
         keys = sorted(self.server.rows[meta.qualified])

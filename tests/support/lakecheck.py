@@ -78,8 +78,25 @@ def _same(want, have) -> bool:
 
 def compare_mirror(mirror_dir: str, port: int, table: str) -> list[str]:
     """Every difference between the mirror and ``SELECT *`` (empty: equal)."""
+    return compare_rows(pq.read_table(mirror_dir), port, table)
+
+
+def duckdb_current(sink: str, table: str, extensions: str):
+    """``SINK/DB.TABLE/current`` read by DuckDB 1.5.5 with the Delta extension from its PyPI wheel, as a
+    user would query the lake (no dblog code involved)."""
+    import duckdb
+    from duckdb_extensions import import_extension
+
+    con = duckdb.connect(config={"extension_directory": extensions})
+    import_extension("delta", con=con)
+    con.sql("LOAD delta")
+    return con.sql(f"SELECT * FROM delta_scan('{sink}/{table}/current')").arrow()
+
+
+def compare_rows(lake, port: int, table: str) -> list[str]:
+    """Every difference between the lake's rows (an Arrow table) and ``SELECT *`` (empty: equal)."""
     want = source_rows(port, table)
-    mirror = pq.read_table(mirror_dir)
+    mirror = lake.read_all() if hasattr(lake, "read_all") else lake
     extra_cols = [c for c in mirror.column_names if c not in next(iter(want.values()), {}) and not c.startswith("_")]
     problems = [f"unexpected column {c}" for c in extra_cols]
     have = {r["id"]: r for r in mirror.to_pylist()}
