@@ -465,42 +465,39 @@ def sample_keys(server, table: str, n: int, seed: int = 11) -> list:
 
 # ---- lake watcher (commit -> lake latency) --------------------------------------------------
 class LakeWatcher(threading.Thread):
-    """Polls a Spark file sink's ``_spark_metadata`` log: a file counts as *in the lake* only once a
-    committed batch lists it (what an exactly-once reader of the sink sees; part files that are
-    written but not yet committed are invisible). For every newly committed file it reads the
-    ``token`` column and records the first time each token was seen."""
+    """Polls a Delta table's log (the lake's changelog): a row counts as *in the lake* only once a
+    committed version adds its file (what any Delta reader sees; files written but not committed are
+    invisible). For every newly added file it reads the ``token`` column and records the first time
+    each token was seen."""
 
-    def __init__(self, stream_dir: Path, poll: float = 0.02, column: str = "token"):
+    def __init__(self, table_dir: Path, poll: float = 0.02, column: str = "token"):
         super().__init__(daemon=True)
-        self.stream_dir, self.poll, self.column = stream_dir, poll, column
+        self.table_dir, self.poll, self.column = Path(table_dir), poll, column
         self.seen_logs: set[str] = set()
-        self.seen_files: set[str] = set()
         self.visible: dict[int, float] = {}
         self.batches = 0
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
 
     def scan(self) -> None:
+        import urllib.parse
+
         import pyarrow.parquet as pq
 
-        meta = self.stream_dir / "_spark_metadata"
-        if not meta.exists():
+        log_dir = self.table_dir / "_delta_log"
+        if not log_dir.exists():
             return
-        names = [n for n in os.listdir(meta) if re.fullmatch(r"\d+(\.compact)?", n) and n not in self.seen_logs]
-        for name in sorted(names, key=lambda n: int(n.split(".")[0])):
+        names = [n for n in os.listdir(log_dir) if re.fullmatch(r"\d{20}\.json", n) and n not in self.seen_logs]
+        for name in sorted(names):
             now = time.time()
-            try:
-                lines = (meta / name).read_text().splitlines()[1:]
-            except FileNotFoundError:  # replaced by a compact file meanwhile
-                continue
             self.seen_logs.add(name)
+            adds = [json.loads(line)["add"] for line in (log_dir / name).read_text().splitlines()
+                    if line.startswith('{"add"')]
+            if not adds:
+                continue
             self.batches += 1
-            for line in lines:
-                entry = json.loads(line)
-                path = entry["path"].removeprefix("file://")
-                if entry.get("action", "add") != "add" or path in self.seen_files:
-                    continue
-                self.seen_files.add(path)
+            for add in adds:
+                path = self.table_dir / urllib.parse.unquote(add["path"])
                 tokens = pq.read_table(path, columns=[self.column]).column(0).to_pylist()
                 for token in tokens:
                     if token is not None and token not in self.visible:

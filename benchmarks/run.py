@@ -365,7 +365,7 @@ def bench_latency(server, work: Path, args, results: dict) -> None:
                              "--table", table, "--trigger-seconds", str(args.trigger_seconds)],
                             env=common.bench_env(), stdout=tail_log, stderr=subprocess.STDOUT, start_new_session=True,
                             cwd=BENCH_DIR)
-    watcher = common.LakeWatcher(sink / table / "stream")
+    watcher = common.LakeWatcher(sink / table / "changelog")
     watcher.start()
     token = 1
     try:

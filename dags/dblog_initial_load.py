@@ -33,12 +33,13 @@ with DAG(
     max_active_runs=1,
     tags=["dblog", "cdc"],
     doc_md=__doc__,
-    params=params("conn_id", "state", "sink", "tables", "chunk_size", "batch_size"),
+    params=params("conn_id", "state", "sink", "tables", "exclude", "chunk_size", "batch_size"),
 ) as dag:
     plan = ChunkPlannerOperator(
         task_id="plan",
         dblog_conn_id=template("conn_id"),
         tables=template("tables"),
+        exclude=template("exclude"),
         state_dir=template("state"),
         sink=template("sink"),
         chunk_size=template("chunk_size"),

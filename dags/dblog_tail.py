@@ -3,6 +3,7 @@
 * ``tail`` runs the Structured Streaming tail with ``--available-now``: it reads from its checkpoint
   to the source's current position and stops. ``max_active_runs=1`` (and a lock on the state
   directory taken by the application) keep a single writer appending at any time.
+* ``maintain`` compacts, checkpoints and vacuums the lake's Delta tables after the tail.
 * ``health_check`` fails the run when the source moved but no tail micro-batch committed for
   ``max_stall_seconds`` (default 30 min; keep it a few schedule intervals long). It runs beside the
   tail and judges the progress made up to now, so a tail that keeps failing or hangs is reported.
@@ -19,7 +20,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG
 
 from airflow_provider_dblog.airflow.dag_config import SPARK_CONN_ID, params, spark_conf, template
-from airflow_provider_dblog.airflow.operators import DblogSparkSubmitOperator, tail_kwargs
+from airflow_provider_dblog.airflow.operators import DblogMaintainOperator, DblogSparkSubmitOperator, tail_kwargs
 from airflow_provider_dblog.airflow.sensors import DblogTailHealthSensor
 
 with DAG(
@@ -32,8 +33,9 @@ with DAG(
     doc_md=__doc__,
     params=params("conn_id", "state", "sink", "max_stall_seconds"),
 ) as dag:
+    maintain = DblogMaintainOperator(task_id="maintain", state_dir=template("state"), sink=template("sink"))
     if os.environ.get("DBLOG_TAIL_MODE", "available_now") != "continuous":
-        DblogSparkSubmitOperator(
+        tail = DblogSparkSubmitOperator(
             task_id="tail",
             conn_id=SPARK_CONN_ID,
             conf=spark_conf(),
@@ -41,6 +43,7 @@ with DAG(
             execution_timeout=timedelta(hours=1),
             **tail_kwargs(template("state"), template("sink")),
         )
+        tail >> maintain
     DblogTailHealthSensor(
         task_id="health_check",
         dblog_conn_id=template("conn_id"),

@@ -32,7 +32,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 import airflow_provider_dblog
 from airflow_provider_dblog.airflow.hooks import DblogHook
-from airflow_provider_dblog.core.config import column_list, positive_int, table_names, truthy
+from airflow_provider_dblog.core.config import chunk_keys, positive_int, truthy
 from airflow_provider_dblog.core.errors import DblogError
 
 # the spark-submit application (``cli/spark_app.py``), by path: spark-submit runs it as a file
@@ -89,17 +89,18 @@ class ChunkPlannerOperator(BaseOperator):
     ``batch_label`` (table, chunk ids and key range: use ``map_index_template="{{ task.batch_label }}"``).
     """
 
-    template_fields: Sequence[str] = ("dblog_conn_id", "tables", "state_dir", "sink", "chunk_size", "batch_size",
-                                      "chunk_key", "watermark", "force")
+    template_fields: Sequence[str] = ("dblog_conn_id", "tables", "exclude", "state_dir", "sink", "chunk_size",
+                                      "batch_size", "chunk_key", "watermark", "force")
     ui_color = "#e8f4e8"
 
     def __init__(self, *, tables: str | Sequence[str], state_dir: str, sink: str,
                  dblog_conn_id: str = DEFAULT_CONN_ID, chunk_size: int | str = 100_000, batch_size: int | str = 8,
                  chunk_key: str | None = None, watermark: str | None = None, force: bool | str = False,
-                 **kwargs) -> None:
+                 exclude: str | Sequence[str] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.dblog_conn_id = dblog_conn_id
         self.tables = tables
+        self.exclude = exclude
         self.state_dir = state_dir
         self.sink = sink
         self.chunk_size = chunk_size
@@ -109,18 +110,18 @@ class ChunkPlannerOperator(BaseOperator):
         self.force = force
 
     def execute(self, context) -> list[dict]:
-        from airflow_provider_dblog.steps.plan import plan_tables
+        from airflow_provider_dblog.steps.plan import plan_tables, resolve_tables
 
         try:
-            tables = table_names(self.tables)
-            if not tables:
+            if not self.tables or not str(self.tables).strip():
                 raise DblogError("no tables to plan: set the tables param, the Variable dblog_tables or $DBLOG_TABLES "
-                                 "(DB.TABLE[,DB.TABLE...])")
+                                 "(DB.TABLE names or globs, comma-separated: shop.*,crm.customers)")
             chunk_size, batch_size = positive_int(self.chunk_size, "chunk_size"), positive_int(self.batch_size, "batch_size")
             hook = DblogHook(self.dblog_conn_id)
-            options = hook.options()
-            summary = plan_tables(hook.source_config(), tables, self.state_dir, chunk_size=chunk_size,
-                                  batch_size=batch_size, chunk_key=column_list(self.chunk_key),
+            options, source = hook.options(), hook.source_config()
+            tables = resolve_tables(source, patterns=self.tables, exclude=self.exclude or None, options=options)
+            summary = plan_tables(source, tables, self.state_dir, chunk_keys(self.chunk_key, tables),
+                                  chunk_size=chunk_size, batch_size=batch_size,
                                   watermark=str(self.watermark or "") or hook.watermark(),
                                   watermark_table=options.get("watermark_table"), save_password=False, options=options)
             batches = [b for b in summary["batches"] if b["table"] in tables]
@@ -281,3 +282,24 @@ class ResnapshotPlannerOperator(BaseOperator):
                 "name": f"dblog-resnapshot-{b['batch']}", "batch_label": b["label"]} for b in selection["batches"]]
         check_map_length(len(out), "re-snapshot batches")
         return out
+
+
+class DblogMaintainOperator(BaseOperator):
+    """Compacts, checkpoints and vacuums the lake's Delta tables (``dblog maintain``); no Spark needed."""
+
+    template_fields: Sequence[str] = ("state_dir", "sink", "retention_hours")
+    ui_color = "#eef6e8"
+
+    def __init__(self, *, state_dir: str, sink: str, retention_hours: float | str = 168, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.state_dir = state_dir
+        self.sink = sink
+        self.retention_hours = retention_hours
+
+    def execute(self, context) -> dict:
+        from airflow_provider_dblog.steps.maintain import maintain
+
+        try:
+            return maintain(self.state_dir, self.sink, retention_hours=float(self.retention_hours))
+        except (DblogError, ValueError) as exc:
+            raise _fail(DblogError(str(exc))) from None

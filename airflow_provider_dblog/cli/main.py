@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 
-from airflow_provider_dblog.core.config import column_list, parse_chunk_ids
+from airflow_provider_dblog.core.config import chunk_keys, parse_chunk_ids
 from airflow_provider_dblog.core.errors import DblogError
 
 log = logging.getLogger("dblog")
@@ -73,11 +73,23 @@ def _session(args, app_name: str, short_lived: bool = True):
     return lazy_local_session(app_name, short_lived)
 
 
-def cmd_plan(args) -> dict:
-    from airflow_provider_dblog.steps.plan import plan_table
+def _capture(args):
+    """The source and the tables a plan or run names (``--table`` or ``--tables``/``--exclude``)."""
+    from airflow_provider_dblog.steps.plan import resolve_tables
 
-    return plan_table(_source(args.source), args.table, args.state, args.chunk_size, args.batch_size,
-                      column_list(args.chunk_key), args.watermark, args.watermark_table)
+    if args.exclude and not args.tables:
+        raise DblogError("--exclude needs --tables PATTERNS")
+    source = _source(args.source)
+    tables = resolve_tables(source, args.table, args.tables, args.exclude)
+    return source, tables, chunk_keys(args.chunk_key, tables)
+
+
+def cmd_plan(args) -> dict:
+    from airflow_provider_dblog.steps.plan import plan_tables
+
+    source, tables, keys = _capture(args)
+    return plan_tables(source, tables, args.state, keys, chunk_size=args.chunk_size, batch_size=args.batch_size,
+                       watermark=args.watermark, watermark_table=args.watermark_table)
 
 
 def cmd_snapshot(args) -> dict:
@@ -112,19 +124,25 @@ def cmd_tail(args) -> dict:
     return run_tail(args.state, args.sink, available_now=not args.continuous, trigger_seconds=args.trigger_seconds,
                     max_events=args.max_events, tables=[args.table] if args.table else None,
                     stop_event=_stop_on_signals(), spark=_session(args, "dblog-tail", short_lived=False),
-                    driver_catch_up_bytes=catch_up)
+                    driver_catch_up_bytes=catch_up, merge_interval=args.merge_interval)
 
 
 def cmd_mirror(args) -> dict:
     from airflow_provider_dblog.steps.mirror import mirror
 
-    return mirror(args.state, args.sink, args.table, args.out, spark=_session(args, "dblog-mirror"))
+    return mirror(args.state, args.sink, args.table, args.out)
 
 
 def cmd_verify(args) -> dict:
     from airflow_provider_dblog.steps.mirror import verify
 
-    return verify(args.state, args.sink, args.table, args.out, spark=_session(args, "dblog-mirror"))
+    return verify(args.state, args.sink, args.table, args.out)
+
+
+def cmd_maintain(args) -> dict:
+    from airflow_provider_dblog.steps.maintain import maintain
+
+    return maintain(args.state, args.sink, [args.table] if args.table else None, args.retention_hours)
 
 
 def cmd_resnapshot(args) -> dict:
@@ -137,8 +155,9 @@ def cmd_resnapshot(args) -> dict:
 def cmd_run(args) -> dict:
     from airflow_provider_dblog.steps.run import run_capture
 
-    return run_capture(_source(args.source), args.table, args.state, args.sink, args.chunk_size, args.batch_size,
-                       column_list(args.chunk_key), args.watermark, args.watermark_table, args.driver_threads)
+    source, tables, keys = _capture(args)
+    return run_capture(source, tables, args.state, args.sink, args.chunk_size, args.batch_size, keys, args.watermark,
+                       args.watermark_table, args.driver_threads)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -150,11 +169,16 @@ def build_parser() -> argparse.ArgumentParser:
     def planning(p):
         p.add_argument("--source", required=True, help="mysql://USER[:PASSWORD]@HOST:PORT[/DB] (or password in "
                                                         "$DBLOG_SOURCE_PASSWORD)")
-        p.add_argument("--table", required=True, help="DB.TABLE")
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("--table", help="DB.TABLE")
+        which.add_argument("--tables", help="comma-separated DB.TABLE names or globs: 'shop.*,crm.customers'")
+        p.add_argument("--exclude", help="with --tables: names or globs to leave out, e.g. 'shop.tmp_*'")
         p.add_argument("--state", required=True, help="state directory (plan, chunk reports, offsets, checkpoints)")
         p.add_argument("--chunk-size", type=int, default=100_000, help="rows per chunk (default 100000)")
         p.add_argument("--batch-size", type=int, default=8, help="chunks per Spark application (default 8)")
-        p.add_argument("--chunk-key", help="COL[,COL]: split on these columns (tables without a primary key)")
+        p.add_argument("--chunk-key", action="append",
+                       help="DB.TABLE=COL[,COL] (repeatable; COL[,COL] with --table): split on these columns "
+                            "(tables without a primary key)")
         p.add_argument("--watermark", default="auto",
                        help="auto | position | watermark_table | consistent_snapshot (default auto)")
         p.add_argument("--watermark-table", help="DB.TABLE for watermark_table (default DB._dblog_watermark)")
@@ -184,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table", help="only this table (default: every planned table)")
     p.add_argument("--max-events", type=int, default=0, help="binlog events per micro-batch (0: no limit)")
     p.add_argument("--trigger-seconds", type=float, default=1.0, help="micro-batch interval with --continuous")
+    p.add_argument("--merge-interval", type=float, default=0.0,
+                   help="update the lake's current tables at most every this many seconds (default 0: every "
+                        "micro-batch); the changelog commits every micro-batch either way")
     p.add_argument("--driver-catch-up-mb", type=float, default=None,
                    help="--available-now without a checkpoint: read at most this much binlog in this process "
                         "instead of starting a streaming query (default 64; 0: always Spark)")
@@ -210,6 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="chunks read in this process at once (default 2); a local Spark starts only if it runs "
                         "more tasks at once ($DBLOG_SPARK_MASTER, default local[2]); 0: Spark reads every chunk")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("maintain", help="compact, checkpoint and vacuum the lake's Delta tables")
+    p.add_argument("--state", required=True)
+    p.add_argument("--sink", required=True)
+    p.add_argument("--table", help="only this table (default: every planned table)")
+    p.add_argument("--retention-hours", type=float, default=168.0,
+                   help="keep files older versions need for this long (default 168: a week)")
+    p.set_defaults(func=cmd_maintain)
 
     p = sub.add_parser("resnapshot", help="re-read chunks of a table (by id, key range and/or row filter) while "
                                           "the tail may run: each replaces its key range at its new HW")

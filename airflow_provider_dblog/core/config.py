@@ -82,6 +82,48 @@ def table_names(value: Any) -> list[str]:
     return tables
 
 
+_PATTERN = re.compile(r"^[^.\s]+\.[^\s]+$")
+
+
+def table_patterns(value: Any, flag: str = "--tables") -> list[str]:
+    """Comma-separated ``DB.TABLE`` names or shell-style globs (``shop.*``, ``shop.order_*``)."""
+    items = value if isinstance(value, (list, tuple)) else str(value or "").split(",")
+    patterns = [str(p).strip() for p in items]
+    for pattern in patterns:
+        if not pattern or not _PATTERN.match(pattern) or pattern.count("[") != pattern.count("]"):
+            raise DblogError(f"bad {flag} pattern {pattern!r}: use comma-separated DB.TABLE names or globs "
+                             f"like shop.* or shop.order_?")
+    return patterns
+
+
+def match_tables(available: Sequence[str], include: Sequence[str], exclude: Sequence[str] = ()) -> list[str]:
+    """The ``available`` tables matching an ``include`` pattern and no ``exclude`` pattern, sorted."""
+    from fnmatch import fnmatchcase
+
+    return sorted(t for t in available if any(fnmatchcase(t, p) for p in include)
+                  and not any(fnmatchcase(t, p) for p in exclude))
+
+
+def chunk_keys(values: Any, tables: Sequence[str]) -> dict[str, list[str]]:
+    """``--chunk-key`` values: ``DB.TABLE=COL[,COL]`` per table, or a bare ``COL[,COL]`` for a single table."""
+    items = values if isinstance(values, (list, tuple)) else ([values] if values else [])
+    out: dict[str, list[str]] = {}
+    for item in items:
+        for part in [p for p in str(item).split(";") if p.strip()]:
+            table, _, columns = part.rpartition("=")
+            cols = column_list(columns)
+            if not cols:
+                raise DblogError(f"bad --chunk-key {part!r}: use DB.TABLE=COL[,COL] (or COL[,COL] with one --table)")
+            if table:
+                out[table.strip()] = cols
+            elif len(tables) == 1:
+                out[tables[0]] = cols
+            else:
+                raise DblogError(f"--chunk-key {part!r} names no table but the plan has {len(tables)}: "
+                                 f"use DB.TABLE=COL[,COL]")
+    return out
+
+
 def column_list(value: Any) -> list[str] | None:
     """``COL[,COL]`` (or a list) -> the columns; None when empty."""
     if value in (None, "", []):

@@ -73,6 +73,11 @@ class BinlogPosition:
         seq, offset = version >> OFFSET_BITS, version & ((1 << OFFSET_BITS) - 1)
         return cls(seq, offset, 0, f"{base}.{seq:06d}" if base else "")
 
+    def in_file_of(self, other: "BinlogPosition") -> "BinlogPosition":
+        """This position with the binlog file name it has in ``other``'s naming (same base name)."""
+        base = other.file.rsplit(".", 1)[0] if other.file else ""
+        return BinlogPosition(self.seq, self.offset, self.row, f"{base}.{self.seq:06d}" if base else self.file)
+
     def to_dict(self) -> dict:
         return {"file": self.file, "pos": self.offset}
 

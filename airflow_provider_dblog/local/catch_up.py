@@ -3,8 +3,8 @@
 On a small binlog range the start of Spark and of a streaming query (JVM, Python data source workers,
 the first micro-batch: ≈6 s here) costs more than the reading itself (≈40k changes/s on one core,
 ≈200 bytes per change of a 9-column row). The same reader as the streaming source (emit rule, chunk of
-each key) writes ``SINK/T/catchup/FROM.parquet`` (a rerun after a crash replaces it); then ``[FROM, now)``
-is recorded as caught up, so a later streaming tail starts at ``now``.
+each key) commits the range to the lake like a micro-batch ending at ``now``; then ``[FROM, now)`` is
+recorded as caught up, so a later streaming tail starts at ``now``.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
 from airflow_provider_dblog.source.dialect import DataSourceDialect
-from airflow_provider_dblog.store.atomic import write_parquet
-from airflow_provider_dblog.store.lake import catchup_file
+from airflow_provider_dblog.store.lake import changelog_schema
+from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
@@ -36,11 +36,12 @@ def catch_up_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, t
     if size is None or size > limit_bytes or now <= start:
         return None
     started = time.time()
-    reader = TableChangeReader(state.table(table).meta, offsets, dialect)
-    batches = list(reader.batches(start, now))
-    rows = sum(b.num_rows for b in batches)
-    if rows:
-        write_parquet(pa.Table.from_batches(batches), catchup_file(sink, table, start.encode()))
+    meta = state.table(table).meta
+    schema = dialect.arrow_schema(meta)
+    batches = list(TableChangeReader(meta, offsets, dialect).batches(start, now))
+    changes = pa.Table.from_batches(batches, schema=changelog_schema(schema))
+    LakeTables(sink, table, schema, meta.key_columns).commit_stream(changes, now)
+    rows = changes.num_rows
     state.write_caught_up(table, start, now)
     log.info("tail: %s caught up in the driver: %d rows from %s bytes of binlog [%s, %s) in %.1fs "
              "(a streaming tail continues from there)", table, rows, f"{size:,}", start, now, time.time() - started)

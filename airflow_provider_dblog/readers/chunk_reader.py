@@ -16,8 +16,8 @@ from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.core.window import merge_window
 from airflow_provider_dblog.source.dialect import DataSourceDialect
-from airflow_provider_dblog.store.atomic import write_parquet
-from airflow_provider_dblog.store.lake import snapshot_file, snapshot_rows
+from airflow_provider_dblog.store.lake import snapshot_rows
+from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir, TablePlan
 
 log = logging.getLogger(__name__)
@@ -44,21 +44,22 @@ def read_chunk(dialect: DataSourceDialect, meta: TableMeta, chunk: ChunkRange, s
 
 
 def run_chunk(state: StateDir, sink: str, plan: TablePlan, chunk_id: int, dialect: DataSourceDialect) -> dict:
-    """Read one chunk, replace its output file, then write its report (the report last: a chunk
-    with a report always has its output)."""
+    """Read one chunk, commit it to the lake (changelog rows + its range in ``current``), then write its
+    report (the report last: a chunk with a report is always in the lake)."""
     table = plan.meta.qualified
     chunk = plan.chunk(chunk_id)
     started = time.time()
     read = read_chunk(dialect, plan.meta, chunk, plan.strategy)
     schema = dialect.arrow_schema(plan.meta)
-    path = snapshot_file(sink, table, chunk_id)
     hw_encoded = read.hw.as_snapshot().encode()
-    write_parquet(snapshot_rows(read.rows, hw_encoded, chunk_id, int(time.time() * 1000), schema), path)
+    lake = LakeTables(sink, table, schema, plan.meta.key_columns)
+    applied = lake.commit_chunk(chunk_id, read.hw, snapshot_rows(read.rows, hw_encoded, chunk_id,
+                                                                  int(time.time() * 1000), schema))
     bounds = chunk.to_dict()
     report = {"table": table, "chunk": chunk_id, "lo": bounds["lo"], "hi": bounds["hi"],
               "lw": read.lw.to_dict(), "hw": read.hw.to_dict(), "hw_encoded": hw_encoded,
               "rows": read.rows.num_rows, "selected": read.selected, "window_events": read.window_events,
-              "strategy": plan.strategy, "path": str(path), "seconds": round(time.time() - started, 3),
+              "strategy": plan.strategy, "applied": applied, "seconds": round(time.time() - started, 3),
               "finished_at": time.time()}
     state.write_report(table, chunk_id, report)
     log.info("chunk %s/%d %s: %d rows, window %s..%s with %d events, %.2fs", table, chunk_id, chunk.describe(),

@@ -43,6 +43,9 @@ class DataSourceDialect(Protocol):
     def check_source(self) -> None:
         """Raise ``DblogError`` naming the setting or privilege to fix if CDC cannot work here."""
 
+    def list_tables(self) -> list[str]:
+        """Every user table the login may read, as ``DB.TABLE`` (system schemas and dblog's own excluded)."""
+
     def describe_table(self, table: str, chunk_key: Sequence[str] | None = None) -> TableMeta: ...
 
     def split_chunks(self, meta: TableMeta, chunk_size: int) -> list[ChunkRange]: ...

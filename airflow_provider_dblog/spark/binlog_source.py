@@ -3,7 +3,10 @@
 Offsets are binlog positions at transaction boundaries (``{"file": ..., "pos": ...}``), so a
 micro-batch ``[start, end)`` always holds whole transactions and a restarted query re-reads exactly
 the same events. The first offset is the smallest chunk HW of the offset map (or the end of a recorded
-catch-up check covering it); each partition runs ``readers.binlog_reader`` over the range.
+catch-up check covering it, or the position the lake recorded if that is later: a tail whose checkpoint
+was lost resumes from the lake); each partition runs ``readers.binlog_reader`` over the range and ends
+with one marker row (``_op`` = "m", ``_pos`` = the range's end) that tells the lake sink where the
+micro-batch ends (``tail_queries.LakeSink``).
 
 The password never passes through Spark options (they appear in plans and logs): the driver resolves
 it from ``$DBLOG_SOURCE_PASSWORD`` or the credentials file, and it reaches executors only inside the
@@ -21,9 +24,11 @@ from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.lake import changelog_schema
+from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
 
 SOURCE_NAME = "dblog_binlog"
+END_MARKER = "m"
 
 
 def spark_schema(arrow_schema: pa.Schema):
@@ -41,7 +46,7 @@ class BinlogRange(InputPartition):
 
 
 class BinlogDataSource(DataSource):
-    """Options: ``state`` (state directory), ``table`` (DB.TABLE), ``maxEventsPerTrigger``,
+    """Options: ``state`` (state directory), ``sink`` (the lake), ``table`` (DB.TABLE), ``maxEventsPerTrigger``,
     ``decodeParallelism`` (Spark tasks that share the decoding of each micro-batch)."""
 
     @classmethod
@@ -56,12 +61,18 @@ class BinlogDataSource(DataSource):
     def streamReader(self, schema) -> "BinlogStreamReader":
         state, table = StateDir(self.options["state"]), self.options["table"]
         offsets = state.offsets()[table]
-        reader = TableChangeReader(state.table(table).meta, offsets, open_dialect(state.source(), state.options()))
+        meta = state.table(table).meta
+        dialect = open_dialect(state.source(), state.options())
+        reader = TableChangeReader(meta, offsets, dialect)
         # a recorded catch-up check covering the min HW (no row event of the table in [min HW, to)):
         # the first offset may be ``to``, so that an idle table does not pin old binlog files
         checked = state.caught_up(table, offsets.min_hw)
+        floors = [checked[0]] if checked else []
+        lake = LakeTables(self.options["sink"], table, dialect.arrow_schema(meta), meta.key_columns).tail_position()
+        if lake is not None:
+            floors.append(lake.in_file_of(offsets.min_hw))
         return BinlogStreamReader(reader, int(self.options.get("maxEventsPerTrigger", 0)),
-                                  int(self.options.get("decodeParallelism", 1)), checked[0] if checked else None)
+                                  int(self.options.get("decodeParallelism", 1)), max(floors) if floors else None)
 
 
 class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -116,4 +127,6 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ---- executor side ----
     def read(self, partition: BinlogRange) -> Iterator[pa.RecordBatch]:
         start, end = BinlogPosition.from_dict(partition.start), BinlogPosition.from_dict(partition.end)
-        return self.reader.batches(start, end, share=(partition.part, partition.parts))
+        yield from self.reader.batches(start, end, share=(partition.part, partition.parts))
+        schema = changelog_schema(self.dialect.arrow_schema(self.reader.meta))
+        yield pa.RecordBatch.from_pylist([{"_op": END_MARKER, "_pos": end.encode()}], schema=schema)

@@ -1,39 +1,81 @@
-"""The tail's Structured Streaming queries: one per table, the binlog source into the lake's stream
-directory with Spark's file sink (its ``_spark_metadata`` log and the checkpoint give an exactly-once
-effect across restarts: an interrupted micro-batch is re-read from the same offsets)."""
+"""The tail's Structured Streaming queries: one per table, the binlog source into the lake's Delta tables
+through ``foreachBatch`` (``LakeSink``). Exactly once without relying on Spark's checkpoint: each
+micro-batch commits with the binlog position it ends at, and the lake skips what it already holds."""
 from __future__ import annotations
 
 import json
 import time
 from typing import Callable
 
+import pyarrow.compute as pc
+
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.spark.session import spark_session
-from airflow_provider_dblog.store.lake import stream_dir
+from airflow_provider_dblog.store.lake import changelog_schema
+from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
 
 
+class LakeSink:
+    """``foreachBatch`` of one table's query, in the driver: the batch's changes (markers removed) are
+    committed to the changelog at the batch's end position (the greatest marker); ``current`` follows
+    every batch, or at most every ``merge_interval`` seconds (MERGE rewrites every file it touches: fewer,
+    larger merges cost less), and at ``flush()``."""
+
+    def __init__(self, lake: LakeTables, merge_interval: float = 0.0):
+        self.lake, self.merge_interval = lake, merge_interval
+        self.rows = 0
+        self.position: BinlogPosition | None = None
+        self._merged_at = 0.0
+        self._pending = False
+
+    def flush(self) -> None:
+        if self._pending:
+            self.lake.update_current(self.position)
+            self._merged_at, self._pending = time.monotonic(), False
+
+    def __call__(self, frame, batch_id: int) -> None:
+        from airflow_provider_dblog.spark.binlog_source import END_MARKER
+
+        data = frame.toArrow()
+        markers = pc.equal(data["_op"], END_MARKER)
+        if not pc.any(markers).as_py():
+            return
+        end = BinlogPosition.decode(pc.max(data.filter(markers)["_pos"]).as_py())
+        rows = data.filter(pc.invert(markers)).cast(changelog_schema(self.lake.source))
+        if self.lake.commit_stream(rows, end, update_current=False) == "committed":
+            self.rows += rows.num_rows
+        self.position, self._pending = end, True
+        if time.monotonic() - self._merged_at >= self.merge_interval:
+            self.flush()
+
+
 def start_queries(state: StateDir, sink: str, names: list[str], available_now: bool, trigger_seconds: float,
-                  max_events: int, decode_parallelism: int = 0, spark=None) -> dict:
-    """Start one query per table; returns them by table name."""
+                  max_events: int, decode_parallelism: int = 0, spark=None, merge_interval: float = 0.0
+                  ) -> tuple[dict, dict]:
+    """Start one query per table; returns the queries and their lake sinks by table name."""
+    from airflow_provider_dblog.source import open_dialect
     from airflow_provider_dblog.spark.binlog_source import SOURCE_NAME, BinlogDataSource
 
     spark = spark_session("dblog-tail", spark)
     spark.dataSource.register(BinlogDataSource)
-    queries = {}
+    dialect = open_dialect(state.source(), state.options())
+    queries, sinks = {}, {}
     for name in names:
-        reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("table", name)
+        meta = state.table(name).meta
+        sinks[name] = LakeSink(LakeTables(sink, name, dialect.arrow_schema(meta), meta.key_columns), merge_interval)
+        reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("sink", str(sink))
+                  .option("table", name)
                   .option("decodeParallelism", str(decode_parallelism or spark.sparkContext.defaultParallelism)))
         if max_events:
             reader = reader.option("maxEventsPerTrigger", str(max_events))
-        writer = (reader.load().writeStream.format("parquet").queryName(f"dblog_tail_{name}")
-                  .option("path", str(stream_dir(sink, name)))
+        writer = (reader.load().writeStream.foreachBatch(sinks[name]).queryName(f"dblog_tail_{name}")
                   .option("checkpointLocation", str(state.checkpoint_dir(name))))
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
             processingTime=f"{trigger_seconds} seconds")
         queries[name] = writer.start()
-    return queries
+    return queries, sinks
 
 
 def end_offsets(queries: dict) -> dict[str, BinlogPosition]:
@@ -51,25 +93,32 @@ def end_offsets(queries: dict) -> dict[str, BinlogPosition]:
 
 def _raise_failure(name: str, query) -> None:
     if query.exception() is not None:
-        raise DblogError(f"tail of {name} failed: {str(query.exception()).splitlines()[0]}")
+        raise DblogError(f"tail of {name} failed: {root_cause(str(query.exception()))}")
 
 
-def watch(queries: dict, should_stop: Callable[[], bool], tick: Callable[[dict], None]) -> dict[str, int]:
-    """Follow the queries until all end or ``should_stop()``; ``tick(rows)`` every half second. Stops
-    them; returns the input rows per table; raises the first query failure as one line."""
-    rows = {name: 0 for name in queries}
-    seen = {name: -1 for name in queries}
+def root_cause(message: str) -> str:
+    """The first line that says what went wrong, not Py4J's or Spark's wrapper headers."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for line in lines:
+        for marker in ("DblogError: ", "dblog: error: "):
+            if marker in line:
+                return line.split(marker, 1)[1]
+    for line in reversed(lines):
+        if "Error: " in line or "Exception: " in line:
+            return line
+    return lines[0] if lines else message
+
+
+def watch(queries: dict, should_stop: Callable[[], bool], tick: Callable[[], None]) -> None:
+    """Follow the queries until all end or ``should_stop()``; ``tick()`` every half second. Stops them;
+    raises the first query failure as one line."""
     try:
         while True:
             for name, query in queries.items():
-                for progress in query.recentProgress:
-                    if progress["batchId"] > seen[name]:
-                        seen[name] = progress["batchId"]
-                        rows[name] += progress["numInputRows"]
                 _raise_failure(name, query)
             if not any(q.isActive for q in queries.values()) or should_stop():
                 break
-            tick(rows)
+            tick()
             time.sleep(0.5)
     finally:
         for query in queries.values():
@@ -77,4 +126,3 @@ def watch(queries: dict, should_stop: Callable[[], bool], tick: Callable[[dict],
                 query.stop()
     for name, query in queries.items():
         _raise_failure(name, query)
-    return rows

@@ -1,26 +1,48 @@
-"""Mirror (the table's current state as Parquet) and verify (that mirror against the live source)."""
+"""Mirror (the table's current state as Parquet, read from the lake's ``current`` Delta table) and
+verify (the lake against the live source, row by row and column by column)."""
 from __future__ import annotations
 
 import logging
-import tempfile
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
 
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.source import open_dialect
-from airflow_provider_dblog.spark.mirror import write_mirror
+from airflow_provider_dblog.store.atomic import write_parquet
+from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
+MIRROR_METADATA = ("_pos", "_op", "_ts_ms")
 
 
-def mirror(state_dir: str, sink: str, table: str, out: str, spark=None) -> dict:
-    return write_mirror(state_dir, sink, table, out, spark)
+def current_rows(state_dir: str, sink: str, table: str) -> pa.Table:
+    """The table's live rows as the lake holds them: its current columns plus ``_pos``, ``_op``, ``_ts_ms``."""
+    state = StateDir(state_dir)
+    meta = state.table(table).meta
+    schema = open_dialect(state.source(), state.options()).arrow_schema(meta)
+    lake = LakeTables(sink, table, schema, meta.key_columns)
+    rows = lake.read_current([*meta.column_names, *MIRROR_METADATA])
+    return rows.cast(pa.schema([*schema, *(rows.schema.field(n) for n in MIRROR_METADATA)]))
 
 
-def compare_with_source(state_dir: str, mirror_dir: str, table: str, examples: int = 5) -> dict:
-    """Compare a mirror with a fresh read of the live source: missing, extra and different rows."""
-    import pyarrow.parquet as pq
+def mirror(state_dir: str, sink: str, table: str, out: str) -> dict:
+    """Write the table's current state to ``out`` (a directory, replaced) as one Parquet file."""
+    rows = current_rows(state_dir, sink, table)
+    target = Path(out)
+    if target.exists():
+        shutil.rmtree(target)
+    write_parquet(rows, target / "current.parquet")
+    log.info("mirror of %s: %d rows in %s", table, rows.num_rows, out)
+    return {"table": table, "rows": rows.num_rows, "out": str(target)}
 
+
+def compare(state_dir: str, lake_rows: pa.Table, table: str, examples: int = 5) -> dict:
+    """Compare the lake's rows of ``table`` with a fresh read of the live source: missing, extra and
+    different rows, every column of the source compared."""
     state = StateDir(state_dir)
     meta = state.table(table).meta
     dialect = open_dialect(state.source(), state.options())
@@ -28,7 +50,7 @@ def compare_with_source(state_dir: str, mirror_dir: str, table: str, examples: i
         source = dialect.read_snapshot(meta, ChunkRange(0, None, None))
     finally:
         dialect.close()
-    mirrored = pq.read_table(mirror_dir, columns=list(meta.column_names)).cast(source.schema)
+    mirrored = lake_rows.select(list(meta.column_names)).cast(source.schema)
     keys = list(meta.key_columns)
 
     def by_key(t):
@@ -38,23 +60,30 @@ def compare_with_source(state_dir: str, mirror_dir: str, table: str, examples: i
     missing = [k for k in want if k not in have]
     extra = [k for k in have if k not in want]
     different = [k for k in want if k in have and want[k] != have[k]]
-    result = {"table": table, "source_rows": len(want), "mirror_rows": len(have), "missing": len(missing),
+    result = {"table": table, "source_rows": len(want), "lake_rows": len(have), "missing": len(missing),
               "extra": len(extra), "different": len(different), "equal": not (missing or extra or different),
               "examples": {"missing": missing[:examples], "extra": extra[:examples], "different": [
                   {"key": k, "columns": [c for c in want[k] if want[k][c] != have[k][c]]} for k in different[:examples]]}}
-    log.info("verify %s: source %d rows, mirror %d rows, %d missing, %d extra, %d different", table, len(want),
+    log.info("verify %s: source %d rows, lake %d rows, %d missing, %d extra, %d different", table, len(want),
              len(have), len(missing), len(extra), len(different))
     return result
 
 
-def verify(state_dir: str, sink: str, table: str, out: str | None = None, spark=None) -> dict:
-    """Mirror the table and compare it with the source; raises one line (after logging the details)
-    when they differ."""
-    out = out or tempfile.mkdtemp(prefix="dblog-mirror-")
-    write_mirror(state_dir, sink, table, out, spark)
-    result = compare_with_source(state_dir, out, table)
+def compare_with_source(state_dir: str, mirror_dir: str, table: str, examples: int = 5) -> dict:
+    """``compare`` for a mirror written by ``mirror``."""
+    import pyarrow.parquet as pq
+
+    return compare(state_dir, pq.read_table(mirror_dir), table, examples)
+
+
+def verify(state_dir: str, sink: str, table: str, out: str | None = None) -> dict:
+    """The lake's ``current`` against the source; raises one line (after logging the details) when they
+    differ. ``out``: also write the mirror there."""
+    if out:
+        mirror(state_dir, sink, table, out)
+    result = compare(state_dir, current_rows(state_dir, sink, table), table)
     if not result["equal"]:
         log.error("verify %s: %s", table, result)
-        raise DblogError(f"mirror of {table} differs from the source: {result['missing']} missing, "
+        raise DblogError(f"the lake's {table} differs from the source: {result['missing']} missing, "
                          f"{result['extra']} extra, {result['different']} different rows")
     return result

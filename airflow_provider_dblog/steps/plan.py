@@ -6,8 +6,10 @@ import time
 from typing import Sequence
 
 from airflow_provider_dblog.core.config import (
-    DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, SourceConfig, positive_int, watermark_strategy,
+    DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, SourceConfig, match_tables, positive_int, table_names, table_patterns,
+    watermark_strategy,
 )
+from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.credentials import remember
 from airflow_provider_dblog.store.state import StateDir, TablePlan
@@ -53,12 +55,63 @@ def plan_table(source: SourceConfig, table: str, state_dir: str, chunk_size: int
     return plan_summary(state)
 
 
-def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str, **options) -> dict:
-    """``plan_table`` for each table; returns the summary of the whole plan."""
+def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
+                chunk_keys: dict[str, Sequence[str]] | None = None, **options) -> dict:
+    """``plan_table`` for each table (``chunk_keys``: per-table chunk key columns); returns the summary of
+    the whole plan. Every table is described first: a table without a usable key stops the plan before
+    anything is written, in one line naming every such table."""
+    chunk_keys = chunk_keys or {}
+    unknown_keys = sorted(set(chunk_keys) - set(tables))
+    if unknown_keys:
+        raise DblogError(f"--chunk-key names {', '.join(unknown_keys)}, which the plan does not capture: "
+                         f"check the table names")
+    dialect = open_dialect(source, options.get("options"))
+    keyless = []
+    try:
+        for table in tables:
+            try:
+                dialect.describe_table(table, chunk_keys.get(table))
+            except DblogError as exc:
+                if "no primary key" not in str(exc):
+                    raise
+                keyless.append(table)
+    finally:
+        dialect.close()
+    if keyless:
+        raise DblogError(f"{len(keyless)} table(s) have no primary key or NOT NULL unique key: "
+                         f"{', '.join(keyless)}; exclude them (--exclude) or give each a chunk key "
+                         f"(--chunk-key DB.TABLE=COL[,COL], an indexed column)")
     summary = {}
     for table in tables:
-        summary = plan_table(source, table, state_dir, **options)
+        summary = plan_table(source, table, state_dir, chunk_key=chunk_keys.get(table), **options)
     return summary
+
+
+def resolve_tables(source: SourceConfig, tables=None, patterns=None, exclude=None, options: dict | None = None
+                   ) -> list[str]:
+    """The tables a capture names: ``tables`` (DB.TABLE names), or the source's tables matching
+    ``patterns`` and no ``exclude`` pattern; one line when a pattern is malformed or nothing matches."""
+    if not patterns:
+        names = table_names(tables)
+        if not names:
+            raise DblogError("no table to capture: give --table DB.TABLE or --tables PATTERNS")
+        return names
+    include = table_patterns(patterns)
+    skip = table_patterns(exclude, "--exclude") if exclude else []
+    dialect = open_dialect(source, options)
+    try:
+        matched = match_tables(dialect.list_tables(), include, skip)
+    finally:
+        dialect.close()
+    # a name without a glob must exist: it is planned (and reported unknown) even if nothing lists it
+    named = [p for p in include if not any(c in p for c in "*?[")]
+    matched = sorted(set(matched) | set(match_tables(named, named, skip)))
+    if not matched:
+        raise DblogError(f"no table on {source.address} matches --tables {','.join(include)}"
+                         + (f" without --exclude {','.join(skip)}" if skip else "")
+                         + f": check the names (DB.TABLE, case-sensitive) and that {source.user} may read them")
+    log.info("capturing %d tables: %s", len(matched), ", ".join(matched))
+    return matched
 
 
 def plan_summary(state: StateDir) -> dict:

@@ -4,6 +4,7 @@ The single-machine path: chunks are read in this process while a local Spark sta
 where it would add no task slots), and a small cold catch-up is read here too (``local/``)."""
 from __future__ import annotations
 
+import logging
 from typing import Sequence
 
 from airflow_provider_dblog.core.config import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, SourceConfig
@@ -12,37 +13,44 @@ from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
 from airflow_provider_dblog.local.chunk_readers import DRIVER_THREADS, driver_reading_needs_spark, snapshot_table
 from airflow_provider_dblog.local.session import BackgroundSession, lazy_local_session
 from airflow_provider_dblog.spark.session import local_master
-from airflow_provider_dblog.steps.plan import plan_table
+from airflow_provider_dblog.steps.plan import plan_tables
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
 from airflow_provider_dblog.store.state import StateDir
 
+log = logging.getLogger("dblog")
 
-def run_capture(source: SourceConfig, table: str, state_dir: str, sink: str, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                batch_size: int = DEFAULT_BATCH_SIZE, chunk_key: Sequence[str] | None = None,
-                watermark: str = "auto", watermark_table: str | None = None,
-                driver_threads: int | None = None) -> dict:
+
+def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sink: str,
+                chunk_size: int = DEFAULT_CHUNK_SIZE, batch_size: int = DEFAULT_BATCH_SIZE,
+                chunk_keys: dict[str, Sequence[str]] | None = None, watermark: str = "auto",
+                watermark_table: str | None = None, driver_threads: int | None = None) -> dict:
     threads = DRIVER_THREADS if driver_threads is None else driver_threads
     if threads < 0:
         raise DblogError("--driver-threads must be 0 (Spark reads every chunk) or a positive number of threads")
     # a Spark with more task slots than the driver's threads starts while the table is planned and its
     # first chunks are read; otherwise none starts unless the tail needs one
     spark = BackgroundSession("dblog-run") if driver_reading_needs_spark(threads, local_master()) else None
-    plan = plan_table(source, table, state_dir, chunk_size, batch_size, chunk_key, watermark, watermark_table)
+    plan = plan_tables(source, tables, state_dir, chunk_keys, chunk_size=chunk_size, batch_size=batch_size,
+                       watermark=watermark, watermark_table=watermark_table)
     state = StateDir(state_dir)
-    batches = [b for b in state.batches() if b.table == table]
-    todo = len(state.unreported_chunks(table))
+    batches = [b for b in state.batches() if b.table in tables]
+    todo = sum(len(state.unreported_chunks(table)) for table in tables)
 
     session = spark or lazy_local_session("dblog-run")
 
     def read_on_spark(batch: int, chunk_ids: list[int]) -> list[dict]:
         return snapshot_batch(state_dir, batch, sink, chunk_ids=chunk_ids, spark=session)
 
-    on_spark = len(snapshot_table(state_dir, sink, table, read_on_spark, spark, driver_threads=threads))
+    on_spark = 0
+    for number, table in enumerate(tables, start=1):
+        on_spark += len(snapshot_table(state_dir, sink, table, read_on_spark, spark, driver_threads=threads))
+        log.info("run: snapshot of %s done (%d/%d tables)", table, number, len(tables))
     summary = build_offsets(state_dir)
-    tail = run_tail(state_dir, sink, available_now=True, tables=[table], spark=session,
+    tail = run_tail(state_dir, sink, available_now=True, tables=list(tables), spark=session,
                     driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES)
-    return {"plan": {"chunks": plan["tables"][table]["chunks"], "batches": len(batches)},
+    return {"plan": {"tables": len(tables), "chunks": sum(plan["tables"][t]["chunks"] for t in tables),
+                     "batches": len(batches)},
             "snapshot": {"chunks_read": todo, "on_spark": on_spark, "in_driver": todo - on_spark},
             "report": summary, "tail": tail}

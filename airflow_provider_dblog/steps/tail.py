@@ -25,9 +25,10 @@ log = logging.getLogger("dblog")
 def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seconds: float = 1.0,
              max_events: int = 0, tables: list[str] | None = None, spark=None,
              stop_event: threading.Event | None = None, progress_seconds: float = 10.0,
-             decode_parallelism: int = 0, driver_catch_up_bytes: int = 0) -> dict:
+             decode_parallelism: int = 0, driver_catch_up_bytes: int = 0, merge_interval: float = 0.0) -> dict:
     """Run the tail; ``driver_catch_up_bytes`` > 0 lets a cold available-now catch-up of at most that much
-    binlog run in this process (local runs only: ``local.catch_up``)."""
+    binlog run in this process (local runs only: ``local.catch_up``); ``merge_interval``: update the
+    lake's ``current`` tables at most this often (seconds; 0: every micro-batch), and when the tail ends."""
     state = StateDir(state_dir)
     with tail_lock(state):
         offsets = state.offsets()
@@ -64,18 +65,23 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             started = time.time()
             tracker = LagTracker(dialect)
             if todo:
-                queries = start_queries(state, sink, todo, available_now, trigger_seconds, max_events,
-                                        decode_parallelism, spark)
+                queries, sinks = start_queries(state, sink, todo, available_now, trigger_seconds, max_events,
+                                               decode_parallelism, spark, merge_interval)
                 last_log = [0.0]
 
-                def tick(progress: dict) -> None:
+                def tick() -> None:
                     tracker.sample()
                     if time.time() - last_log[0] >= progress_seconds:
                         last_log[0] = time.time()
-                        log.info("tail: %s rows so far; lag %s", {**rows, **progress},
+                        log.info("tail: %s rows so far; lag %s", {**rows, **{n: s.rows for n, s in sinks.items()}},
                                  tracker.lag({**settled, **end_offsets(queries)}))
 
-                rows.update(watch(queries, lambda: stop_event is not None and stop_event.is_set(), tick))
+                try:
+                    watch(queries, lambda: stop_event is not None and stop_event.is_set(), tick)
+                finally:
+                    for lake_sink in sinks.values():
+                        lake_sink.flush()
+                rows.update({name: s.rows for name, s in sinks.items()})
                 settled.update(end_offsets(queries))
             lag = tracker.lag(settled)
         finally:

@@ -1,13 +1,12 @@
-"""The lake's layout and its changelog rows: source columns plus ``_``-prefixed metadata.
+"""The lake's layout and its rows: source columns plus ``_``-prefixed metadata.
 
-    SINK/DB.TABLE/snapshot/chunk-N.parquet   one file per chunk read, replaced by a rerun
-    SINK/DB.TABLE/stream/                    the tail's Structured Streaming output (exactly once)
-    SINK/DB.TABLE/catchup/FROM.parquet       a small cold catch-up read in the driver (see tail_job)
+    SINK/DB.TABLE/changelog   Delta, append-only: every snapshot row and every change (``lake_tables``)
+    SINK/DB.TABLE/current     Delta, the table's live rows, partitioned by ``_chunk``
 
-Every row carries ``_pos``, its position (snapshot rows: their chunk's HW), and ``_chunk``, the plan's
-chunk of its key. The current state: drop stream rows at or before the HW of their chunk's latest
-snapshot (that snapshot already holds their effect: this makes a chunk rerun a repair), then per key
-the row with the greatest ``_pos`` wins, and ``_op = 'd'`` means deleted.
+Changelog rows carry ``_op`` (r snapshot, c insert, u update, d delete), ``_pos`` (the sortable
+position: a snapshot row its chunk's HW), ``_ts_ms``, ``_kind`` (Flink's RowKind: +I/+U/-D), ``_chunk``
+(the plan's chunk of the key) and ``_before`` (the before image). ``current`` holds per key the row of
+the greatest ``_pos`` that is not a delete, with ``_op``, ``_pos``, ``_ts_ms`` and ``_chunk``.
 """
 from __future__ import annotations
 
@@ -48,24 +47,6 @@ def changelog_uri(sink: str | os.PathLike, table: str) -> str:
 
 def current_uri(sink: str | os.PathLike, table: str) -> str:
     return lake_uri(sink, table, "current")
-
-
-def table_dir(sink: str | os.PathLike, table: str) -> Path:
-    return Path(sink) / table
-
-
-def snapshot_file(sink: str | os.PathLike, table: str, chunk_id: int) -> Path:
-    return table_dir(sink, table) / "snapshot" / f"chunk-{chunk_id:06d}.parquet"
-
-
-def stream_dir(sink: str | os.PathLike, table: str) -> Path:
-    return table_dir(sink, table) / "stream"
-
-
-def catchup_file(sink: str | os.PathLike, table: str, start_encoded: str) -> Path:
-    """Stream rows of ``[start, end)`` read without Spark; named by ``start`` only, so a rerun after a
-    crash replaces the file instead of adding a second copy of its rows."""
-    return table_dir(sink, table) / "catchup" / f"{start_encoded}.parquet"
 
 
 def constant_column(value: str | int, type_: pa.DataType, n: int) -> pa.Array:

@@ -113,14 +113,23 @@ class LakeTables:
         recorded = _version_position(current.transaction_version(chunk_app(chunk_id)))
         if recorded is not None and recorded >= hw.boundary():
             return False
+        commit = CommitProperties(app_transactions=[Transaction(chunk_app(chunk_id), hw.boundary().to_version())])
+        if recorded is None and current.transaction_version(TAIL_APP) is None:
+            # the first read of the chunk before any tail batch: nothing of it can be in ``current`` yet,
+            # so a plain append (appends of other chunks commute; a concurrent read of this chunk
+            # conflicts on the app transaction and is retried as a merge)
+            from deltalake import write_deltalake
+
+            write_deltalake(current, rows.select(current_schema(self.source).names), mode="append",
+                            storage_options=self.options, commit_properties=commit)
+            return True
         hw_pos = hw.as_snapshot().encode()
         later = self._changes(pc.field("_chunk") == chunk_id, pc.field("_pos") > hw_pos)
         state = latest_per_key(pa.concat_tables([rows.select(later.schema.names), later]), self.keys)
         live = state.filter(pc.not_equal(state["_op"], "d")).select(current_schema(self.source).names)
         on = " AND ".join([f"t._chunk = {int(chunk_id)}", "s._chunk = t._chunk",
                            *(f"t.{quote(k)} = s.{quote(k)}" for k in self.keys)])
-        (current.merge(live, on, source_alias="s", target_alias="t", commit_properties=CommitProperties(
-            app_transactions=[Transaction(chunk_app(chunk_id), hw.boundary().to_version())]))
+        (current.merge(live, on, source_alias="s", target_alias="t", commit_properties=commit)
          .when_matched_update_all()
          .when_not_matched_insert_all()
          .when_not_matched_by_source_delete(f"t._chunk = {int(chunk_id)}")
@@ -128,13 +137,21 @@ class LakeTables:
         return True
 
     # ---- tail micro-batches ----
-    def commit_stream(self, rows: pa.Table, end: BinlogPosition) -> str:
+    def commit_stream(self, rows: pa.Table, end: BinlogPosition, update_current: bool = True) -> str:
         """Commit a micro-batch ending at ``end`` (changes in changelog schema). Only changes after the
         position the changelog records are appended, so a replayed batch, or one another tail committed
-        first, adds nothing twice. Returns "committed", or "replayed" when the lake already had it all."""
+        first, adds nothing twice. Returns "committed", or "replayed" when the lake already had it all.
+        ``update_current`` False leaves ``current`` to a later ``update_current()`` (a merge interval)."""
         outcome = _retrying(f"appending changes to {self.changelog_uri}", lambda: self._append_changes(rows, end))
-        _retrying(f"updating the current state of {self.table}", lambda: self._apply_changes(end))
+        if update_current:
+            self.update_current(end)
         return outcome
+
+    def update_current(self, end: BinlogPosition | None = None) -> None:
+        """Apply the changelog's changes up to ``end`` (default: as far as the changelog goes) to ``current``."""
+        end = end or self.tail_position()
+        if end is not None:
+            _retrying(f"updating the current state of {self.table}", lambda: self._apply_changes(end))
 
     def _append_changes(self, rows: pa.Table, end: BinlogPosition) -> str:
         from deltalake import CommitProperties, Transaction, write_deltalake
@@ -191,6 +208,21 @@ class LakeTables:
         names = [n for n in current_schema(self.source).names]
         data = self.changelog().to_pyarrow_dataset().to_table(columns=names, filter=expression)
         return data.cast(current_schema(self.source))
+
+    # ---- maintenance ----
+    def maintain(self, retention_hours: float) -> dict:
+        """Compact small files, write a log checkpoint, and delete files no version newer than
+        ``retention_hours`` needs, on both tables (a compaction that races a tail commit is retried)."""
+        out = {}
+        for name, open_table in (("current", self.current), ("changelog", self.changelog)):
+            metrics = _retrying(f"compacting {name} of {self.table}", lambda: open_table().optimize.compact())
+            table = open_table()
+            table.create_checkpoint()
+            removed = table.vacuum(retention_hours=int(retention_hours), enforce_retention_duration=False,
+                                   dry_run=False)
+            out[name] = {"version": table.version(), "files_added": metrics.get("numFilesAdded"),
+                         "files_removed": metrics.get("numFilesRemoved"), "vacuumed": len(removed)}
+        return out
 
     # ---- reading ----
     def read_current(self, columns: Sequence[str] | None = None) -> pa.Table:

@@ -169,11 +169,11 @@ def source_position(mariadb):
 def assert_mirror_equals_source(af: AirflowHome, spark, tmp_path, monkeypatch) -> dict:
     from airflow_provider_dblog.core.config import PASSWORD_ENV
     from airflow_provider_dblog.steps.mirror import compare_with_source
-    from airflow_provider_dblog.spark.mirror import write_mirror
+    from airflow_provider_dblog.steps.mirror import mirror
 
     monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
     out = str(tmp_path / "mirror")
-    write_mirror(af.state, af.sink, af.table, out, spark=spark)
+    mirror(af.state, af.sink, af.table, out)
     result = compare_with_source(af.state, out, af.table)
     assert result["equal"], result
     return result

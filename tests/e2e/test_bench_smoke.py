@@ -70,17 +70,17 @@ def test_writer_decode_and_watcher(tmp_path, bench_server):
                                 str(bench_server.port), "--file", file, "--pos", str(pos), "--table", "bench.w"])
     assert decoded.json()["rows"] == stats["rows"]
 
-    # a fake Spark file sink: the watcher sees tokens only once a _spark_metadata entry lists their file
-    stream = tmp_path / "stream"
-    (stream / "_spark_metadata").mkdir(parents=True)
-    part = stream / "part-0.parquet"
-    pq.write_table(pa.table({"token": list(commits)}), part)
-    watcher = common.LakeWatcher(stream, poll=0.01)
+    # a Delta table: the watcher sees tokens only once a committed version adds their file
+    from deltalake import write_deltalake
+
+    table = tmp_path / "changelog"
+    write_deltalake(str(table), pa.table({"token": pa.array([], pa.int64())}))
+    watcher = common.LakeWatcher(table, poll=0.01)
     watcher.start()
     time.sleep(0.1)
-    assert not watcher.visible
-    (stream / "_spark_metadata" / "0").write_text("v1\n" + json.dumps({"path": f"file://{part}", "action": "add"}))
-    time.sleep(0.2)
+    assert not watcher.visible and watcher.batches == 0
+    write_deltalake(str(table), pa.table({"token": list(commits)}), mode="append")
+    time.sleep(0.3)
     watcher.stop()
     assert set(watcher.visible) == set(commits) and watcher.batches == 1
     assert common.percentile([1.0, 2.0, 3.0], 0.5) == 2.0

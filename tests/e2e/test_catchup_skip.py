@@ -2,7 +2,6 @@
 the tail's position, and the lake still converges (real MariaDB, real Spark local[2])."""
 from __future__ import annotations
 
-import shutil
 import time
 
 import pytest
@@ -12,14 +11,13 @@ from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
 from airflow_provider_dblog.source.mysql.binlog import scan_table_events
-from airflow_provider_dblog.store.lake import stream_dir
-from airflow_provider_dblog.spark.mirror import write_mirror
+from airflow_provider_dblog.steps.mirror import mirror
 from airflow_provider_dblog.steps.plan import plan_table
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
 from airflow_provider_dblog.store.state import StateDir
-from tests.support.lakecheck import compare_mirror
+from tests.support.lakecheck import assert_each_change_once, compare_mirror, lake_changes
 
 
 def _position(mariadb) -> BinlogPosition:
@@ -86,7 +84,7 @@ def _loaded(mariadb, db, spark, tmp_path, rows=3_000):
 
 
 def _assert_converged(spark, state, sink, table, port, out):
-    write_mirror(state, sink, table, str(out), spark=spark)
+    mirror(state, sink, table, str(out))
     problems = compare_mirror(str(out), port, table)
     assert not problems, problems[:5]
 
@@ -100,7 +98,7 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert summary["rows"] == {table: 0} and table in summary["skipped"]
     assert summary["lag"][table]["offset"] == summary["skipped"][table]
-    assert not stream_dir(sink, table).exists() and StateDir(state).checkpoint(table) == ("none", None)
+    assert len(lake_changes(sink, table)) == 0 and StateDir(state).checkpoint(table) == ("none", None)
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m0")
 
     # (b) changes of another table only: still skipped, and the recorded position moves on
@@ -121,8 +119,8 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
     assert "skipped" not in summary and summary["rows"][table] == 5 + 10 + 1
     kind, position = StateDir(state).checkpoint(table)
     assert kind == "committed" and position == _position(mariadb)
-    stream = spark.read.parquet(str(stream_dir(sink, table)))
-    assert stream.where(f"_pos <= '{resume.encode()}'").count() == 0
+    stream = lake_changes(sink, table)
+    assert len(stream) == 16 and min(stream["_pos"].to_pylist()) > resume.encode()
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m1")
 
 
@@ -157,47 +155,33 @@ def test_checkpoint_skips_in_the_current_file_and_runs_across_a_rotation(mariadb
 
 @pytest.mark.slow
 def test_small_cold_catch_ups_run_in_the_driver_then_the_stream_continues(mariadb, db, spark, tmp_path):
-    """Without a checkpoint, a catch-up within the byte limit is read in the driver into SINK/T/catchup;
-    a second one extends the recorded range; a crash before the record reruns into the same file; the
-    streaming query then starts where they ended; a chunk rerun supersedes catch-up rows. The mirror
-    equals the source after each step, and no change is written twice."""
+    """Without a checkpoint, a catch-up within the byte limit is read in the driver and committed to the
+    lake; a second one extends the recorded range; a crash before the record reruns without adding a
+    second copy; the streaming query then starts where they ended. The mirror equals the source after
+    each step, and no change is written twice."""
     table, state, sink = _loaded(mariadb, db, spark, tmp_path)
     min_hw = StateDir(state).offsets()[table].min_hw
     mariadb.sql(f"UPDATE {table} SET v = 'one' WHERE id <= 100", f"DELETE FROM {table} WHERE id BETWEEN 500 AND 509")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)
     assert table in summary["caught_up_in_driver"] and summary["rows"][table] == 110
-    assert StateDir(state).checkpoint(table) == ("none", None) and not stream_dir(sink, table).exists()
-    files = sorted((tmp_path / "sink" / table / "catchup").glob("*.parquet"))
-    assert [f.name for f in files] == [f"{min_hw.encode()}.parquet"]
+    assert StateDir(state).checkpoint(table) == ("none", None) and assert_each_change_once(sink, table) == 110
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m1")
-    # a streaming query that started but committed no file yet (killed early) leaves an empty log
-    (stream_dir(sink, table) / "_spark_metadata").mkdir(parents=True)
-    _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m1b")
-    shutil.rmtree(stream_dir(sink, table))
 
-    # killed after the file, before the record: the rerun replaces the same file (no second copy)
+    # killed after the lake commit, before the record: the rerun adds no second copy
     StateDir(state).caught_up_file(table).unlink()
-    assert run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)["rows"][table] == 110
-    assert sorted((tmp_path / "sink" / table / "catchup").glob("*.parquet")) == files
+    run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)
+    assert assert_each_change_once(sink, table) == 110
 
     # a second small catch-up continues the recorded range
-    end_of_first = StateDir(state).resume_position(table, min_hw)
     mariadb.sql(f"UPDATE {table} SET n = -n WHERE id BETWEEN 50 AND 149", f"INSERT INTO {table} VALUES (7000, 'x', 7)")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)
     assert summary["rows"][table] == 101
     assert StateDir(state).caught_up(table, min_hw)[0] == _position(mariadb)  # [min HW, now) as one range
-    assert len(list((tmp_path / "sink" / table / "catchup").glob("*.parquet"))) == 2
-    assert (tmp_path / "sink" / table / "catchup" / f"{end_of_first.encode()}.parquet").exists()
+    assert assert_each_change_once(sink, table) == 211
 
     # a limit below the range size leaves it to the streaming query, which starts after the catch-ups
     mariadb.sql(f"UPDATE {table} SET v = 'three' WHERE id <= 30")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=10)
     assert "caught_up_in_driver" not in summary and summary["rows"][table] == 30
-    stream = spark.read.parquet(str(stream_dir(sink, table)))
-    catchup = spark.read.parquet(str(tmp_path / "sink" / table / "catchup"))
-    assert stream.count() == 30 and stream.join(catchup, "_pos").count() == 0
+    assert assert_each_change_once(sink, table) == 241
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m2")
-
-    # a rerun chunk supersedes the catch-up rows of its keys (a repair), the others still apply
-    snapshot_batch(state, 0, sink, force=True, spark=spark)
-    _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m3")

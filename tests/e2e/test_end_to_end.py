@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,18 +15,17 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_dblog.core.config import SourceConfig
-from airflow_provider_dblog.store.lake import stream_dir
 from tests.support.local_mariadb import LocalMariaDB
 from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
 from airflow_provider_dblog.local.chunk_readers import snapshot_table
 from airflow_provider_dblog.local.session import BackgroundSession
-from airflow_provider_dblog.spark.mirror import write_mirror
+from airflow_provider_dblog.steps.mirror import mirror
 from airflow_provider_dblog.steps.plan import plan_table
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
 from airflow_provider_dblog.store.state import StateDir
-from tests.support.lakecheck import SEED_SQL, TYPES_DDL, compare_mirror, typed_mutation, typed_row
+from tests.support.lakecheck import assert_each_change_once, compare_rows, duckdb_current, SEED_SQL, TYPES_DDL, compare_mirror, typed_mutation, typed_row
 from tests.support.workload import Writer
 
 pytestmark = pytest.mark.slow
@@ -46,17 +46,13 @@ def snapshot_all(state, sink, spark, table):
 
 def assert_mirror_equals_source(spark, state, sink, table, port, tmp_path, name="mirror"):
     out = tmp_path / name
-    write_mirror(state, sink, table, str(out), spark=spark)
+    mirror(state, sink, table, str(out))
     problems = compare_mirror(str(out), port, table)
     assert not problems, f"{len(problems)} differences, e.g. {problems[:5]}"
 
 
 def assert_unique_stream_positions(spark, sink, table):
-    stream = stream_dir(sink, table)
-    if not (stream / "_spark_metadata").exists():
-        return
-    df = spark.read.parquet(str(stream))
-    assert df.count() == df.select("_pos").distinct().count(), "a change was written twice"
+    assert_each_change_once(sink, table)
 
 
 @pytest.mark.parametrize("strategy", ["consistent_snapshot", "watermark_table", "position"])
@@ -73,7 +69,7 @@ def test_lake_converges_under_concurrent_writes(mariadb, db, spark, tmp_path, st
         snapshot_all(state, sink, spark, table)
         summary = build_offsets(state)
         assert summary["chunks"] == plan["tables"][table]["chunks"] >= 9
-        # consistent_snapshot: the first catch-up reads in the driver (SINK/T/catchup), then the streaming
+        # consistent_snapshot: the first catch-up reads in the driver, then the streaming
         # query continues from where it ended; the other strategies stream from the start
         first = run_tail(state, sink, available_now=True, spark=spark,
                          driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES if strategy == "consistent_snapshot" else 0)
@@ -84,6 +80,8 @@ def test_lake_converges_under_concurrent_writes(mariadb, db, spark, tmp_path, st
     assert "caught_up_in_driver" not in run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
     assert_unique_stream_positions(spark, sink, table)
+    # a plain read of `current` by DuckDB (no dblog code) equals the source column by column
+    assert not compare_rows(duckdb_current(sink, table, str(tmp_path / "duckdb")), mariadb.port, table)
 
 
 def test_cli_run_then_tail_and_mirror(mariadb, db, source_uri, tmp_path):
@@ -157,7 +155,9 @@ def _prepared(mariadb, db, spark, tmp_path, rows=20_000, chunk_size=2_500):
     return table, state, sink
 
 
-def test_tail_survives_sigkill_mid_batch(mariadb, db, spark, tmp_path):
+def test_tail_survives_sigkill_mid_batch_and_a_lost_checkpoint(mariadb, db, spark, tmp_path):
+    """SIGKILL of a continuous tail at random moments (x5), then its Spark checkpoint deleted: the lake's
+    ``current`` equals the source (read by DuckDB too) and the changelog holds each change once."""
     table, state, sink = _prepared(mariadb, db, spark, tmp_path)
     writer = Writer(mariadb.port, table, 24_000, typed_row, typed_mutation, seed=11, pause=0.001)
     writer.start()
@@ -165,7 +165,7 @@ def test_tail_survives_sigkill_mid_batch(mariadb, db, spark, tmp_path):
     commits = StateDir(state).checkpoint_dir(table) / "commits"
     committed = lambda: len(list(commits.glob("[0-9]*"))) if commits.exists() else 0  # noqa: E731
     try:
-        for _ in range(3):
+        for _ in range(5):
             before = committed()
             tail = _start_tail(state, sink)
             deadline = time.time() + 120
@@ -179,7 +179,40 @@ def test_tail_survives_sigkill_mid_batch(mariadb, db, spark, tmp_path):
         writer.stop()
     run_tail(state, sink, available_now=True, spark=spark)
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
-    assert_unique_stream_positions(spark, sink, table)
+    changes = assert_each_change_once(sink, table)
+    # the checkpoint lost: the tail resumes from the position the lake recorded, nothing doubled
+    shutil.rmtree(StateDir(state).checkpoint_dir(table))
+    updated = mariadb.sql(f"SELECT COUNT(*) FROM {table} WHERE id <= 7")[0][0]
+    mariadb.sql(f"UPDATE {table} SET txt_v = 'after the checkpoint' WHERE id <= 7")
+    run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    assert assert_each_change_once(sink, table) == changes + updated
+    assert not compare_rows(duckdb_current(sink, table, str(tmp_path / "duckdb")), mariadb.port, table)
+
+
+def test_a_snapshot_batch_killed_mid_commit_is_rerun_without_loss_or_doubles(mariadb, db, spark, tmp_path):
+    """SIGKILL of `dblog snapshot` while its chunks commit: the rerun reads the chunks without a report
+    (a chunk committed but not reported is read and committed again, replacing its range), and the lake
+    equals the source."""
+    table = load_table(mariadb, db, 30_000)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
+    plan_table(SourceConfig.parse(mariadb.uri()), table, state, chunk_size=1_000, batch_size=100)
+    reports = StateDir(state).path / "reports" / table
+    proc = subprocess.Popen([DBLOG, "snapshot", "--state", state, "--batch", "0", "--sink", sink],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 300
+    while proc.poll() is None and time.time() < deadline and len(list(reports.glob("*.json")) if reports.exists() else []) < 5:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = len(list(reports.glob("*.json")))
+    assert 5 <= done < 30, f"{done} chunks reported before the kill"
+    rest = snapshot_batch(state, 0, sink, spark=spark)
+    assert len(rest) == 30 - done
+    mariadb.sql(f"DELETE FROM {table} WHERE id % 97 = 0", f"UPDATE {table} SET n_v = -id WHERE id % 13 = 0")
+    build_offsets(state)
+    run_tail(state, sink, available_now=True, spark=spark)
+    assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
+    assert not compare_rows(duckdb_current(sink, table, str(tmp_path / "duckdb")), mariadb.port, table)
 
 
 def test_forced_chunk_reruns_while_the_tail_runs(mariadb, db, spark, tmp_path):
@@ -204,6 +237,7 @@ def test_forced_chunk_reruns_while_the_tail_runs(mariadb, db, spark, tmp_path):
         tail.wait(60)
     run_tail(state, sink, available_now=True, spark=spark)
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
+    assert_each_change_once(sink, table)
 
 
 def test_purged_binlog_asks_for_a_resnapshot(tmp_path, spark):
@@ -248,7 +282,7 @@ def test_case_insensitive_keys_are_located_in_database_order(mariadb, db, spark,
     mariadb.sql(f"UPDATE {table} SET v = 2 WHERE k = 'B'")
     run_tail(state, sink, available_now=True, spark=spark)
     out = tmp_path / "mirror"
-    write_mirror(state, sink, table, str(out), spark=spark)
+    mirror(state, sink, table, str(out))
     import pyarrow.parquet as pq
 
     rows = sorted((r["k"], r["v"]) for r in pq.read_table(out).to_pylist())
@@ -267,7 +301,7 @@ def test_chunk_rerun_repairs_changes_the_lake_never_saw(mariadb, db, spark, tmp_
     mariadb.sql("SET sql_log_bin = 0", f"DELETE FROM {table} WHERE id IN (10, 6001)",
                 f"UPDATE {table} SET n_v = -1 WHERE id = 2500", f"INSERT INTO {table} (id) VALUES (3333333)")
     out = tmp_path / "before"
-    write_mirror(state, sink, table, str(out), spark=spark)
+    mirror(state, sink, table, str(out))
     assert len(compare_mirror(str(out), mariadb.port, table)) == 4
     chunks = StateDir(state).table(table).chunks
     holding = {c.id for c in chunks for key in (10, 6001, 2500, 3333333)

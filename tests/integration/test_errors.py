@@ -115,3 +115,26 @@ def test_failed_plan_keeps_the_existing_plan(mariadb, db, tmp_path):
     assert (tmp_path / "plan.json").read_text() == before
     code, _, err = dblog("snapshot", "--state", str(tmp_path), "--batch", "9", "--sink", str(tmp_path / "k"))
     assert code != 0 and "batch 9 does not exist" in one_error_line(err)
+
+
+def test_patterns_plan_a_database_and_bad_patterns_fail_in_one_line(mariadb, db, tmp_path):
+    mariadb.sql(*(f"CREATE TABLE {db}.{name} (id INT PRIMARY KEY, v VARCHAR(10))" for name in ("a", "b", "tmp_c")),
+                f"CREATE TABLE {db}.nokey1 (ts INT, v INT)", f"CREATE TABLE {db}.nokey2 (ts INT, v INT)",
+                f"INSERT INTO {db}.a VALUES (1, 'x'), (2, 'y')")
+    state = tmp_path / "state"
+    code, _, err = dblog("plan", "--source", mariadb.uri(), "--tables", f"{db}.*", "--exclude", f"{db}.tmp_*",
+                         "--state", str(state))
+    line = one_error_line(err)
+    assert code != 0 and f"2 table(s) have no primary key or NOT NULL unique key: {db}.nokey1, {db}.nokey2" in line
+    assert "--exclude" in line and "--chunk-key DB.TABLE=COL[,COL]" in line and not state.exists()
+    code, out, err = dblog("plan", "--source", mariadb.uri(), "--tables", f"{db}.*", "--exclude", f"{db}.tmp_*",
+                           "--chunk-key", f"{db}.nokey1=ts", "--chunk-key", f"{db}.nokey2=ts,v", "--state", str(state))
+    assert code == 0, err
+    planned = json.loads(out)["tables"]
+    assert sorted(planned) == [f"{db}.a", f"{db}.b", f"{db}.nokey1", f"{db}.nokey2"]
+    assert planned[f"{db}.nokey2"]["key"] == ["ts", "v"]
+    code, _, err = dblog("plan", "--source", mariadb.uri(), "--tables", f"{db}_nothing.*", "--state", str(tmp_path / "x"))
+    assert code != 0 and f"no table on 127.0.0.1:{mariadb.port} matches --tables {db}_nothing.*" in one_error_line(err)
+    code, _, err = dblog("plan", "--source", mariadb.uri(), "--tables", f"{db}", "--state", str(tmp_path / "x"))
+    assert code != 0 and f"bad --tables pattern '{db}'" in one_error_line(err)
+    assert not (tmp_path / "x").exists()

@@ -134,10 +134,19 @@ class InMemoryDialect:
     def check_source(self) -> None:
         pass
 
+    def list_tables(self) -> list[str]:
+        return sorted(self.server.metas)
+
     def describe_table(self, table: str, chunk_key=None) -> TableMeta:
         if table not in self.server.metas:
             raise DblogError(f"unknown table {table} on {self.server.name}")
-        return self.server.metas[table]
+        meta = self.server.metas[table]
+        if chunk_key:
+            return TableMeta(meta.database, meta.name, meta.columns, tuple(chunk_key), "chunk_key")
+        if not meta.key_columns:
+            raise DblogError(f"table {table} has no primary key or NOT NULL unique key: add one, or pass "
+                             f"--chunk-key COL[,COL]")
+        return meta
 
     def split_chunks(self, meta: TableMeta, chunk_size: int) -> list[ChunkRange]:
         keys = sorted(self.server.rows[meta.qualified])
@@ -202,16 +211,3 @@ class InMemoryDialect:
 
 
 register_dialect("memory", lambda config, options: InMemoryDialect(SERVERS[config.host], config))
-
-
-def current_state(changelog: pa.Table, snapshot_hws: dict[int, str], key_columns: Sequence[str]) -> dict[tuple, dict]:
-    """The lake's current state, computed in Python: stream rows at or before their chunk's latest
-    snapshot HW are superseded by it; then per key the greatest ``_pos`` wins; deletes drop the key."""
-    latest: dict[tuple, dict] = {}
-    for row in changelog.to_pylist():
-        if row["_op"] != "r" and row["_chunk"] in snapshot_hws and row["_pos"] <= snapshot_hws[row["_chunk"]]:
-            continue
-        key = tuple(row[c] for c in key_columns)
-        if key not in latest or row["_pos"] > latest[key]["_pos"]:
-            latest[key] = row
-    return {k: {c: v for c, v in r.items() if not c.startswith("_")} for k, r in latest.items() if r["_op"] != "d"}

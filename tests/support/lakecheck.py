@@ -78,8 +78,25 @@ def _same(want, have) -> bool:
 
 def compare_mirror(mirror_dir: str, port: int, table: str) -> list[str]:
     """Every difference between the mirror and ``SELECT *`` (empty: equal)."""
+    return compare_rows(pq.read_table(mirror_dir), port, table)
+
+
+def duckdb_current(sink: str, table: str, extensions: str):
+    """``SINK/DB.TABLE/current`` read by DuckDB 1.5.5 with the Delta extension from its PyPI wheel, as a
+    user would query the lake (no dblog code involved)."""
+    import duckdb
+    from duckdb_extensions import import_extension
+
+    con = duckdb.connect(config={"extension_directory": extensions})
+    import_extension("delta", con=con)
+    con.sql("LOAD delta")
+    return con.sql(f"SELECT * FROM delta_scan('{sink}/{table}/current')").arrow()
+
+
+def compare_rows(lake, port: int, table: str) -> list[str]:
+    """Every difference between the lake's rows (an Arrow table) and ``SELECT *`` (empty: equal)."""
     want = source_rows(port, table)
-    mirror = pq.read_table(mirror_dir)
+    mirror = lake.read_all() if hasattr(lake, "read_all") else lake
     extra_cols = [c for c in mirror.column_names if c not in next(iter(want.values()), {}) and not c.startswith("_")]
     problems = [f"unexpected column {c}" for c in extra_cols]
     have = {r["id"]: r for r in mirror.to_pylist()}
@@ -90,3 +107,20 @@ def compare_mirror(mirror_dir: str, port: int, table: str) -> list[str]:
             if not _same(value, have[key].get(col)):
                 problems.append(f"id {key} column {col}: source {value!r} != lake {have[key].get(col)!r}")
     return problems
+
+
+def lake_changes(sink: str, table: str):
+    """The changelog's change rows (not snapshot rows) of ``table``, read with deltalake as any user would."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    log = DeltaTable(f"{sink}/{table}/changelog").to_pyarrow_table()
+    return log.filter(pc.not_equal(log["_op"], "r"))
+
+
+def assert_each_change_once(sink: str, table: str) -> int:
+    """Every change is in the changelog exactly once (positions are unique per change); returns how many."""
+    changes = lake_changes(sink, table)
+    positions = changes["_pos"].to_pylist()
+    assert len(positions) == len(set(positions)), "a change was written twice"
+    return len(positions)

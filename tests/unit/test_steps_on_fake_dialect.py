@@ -8,7 +8,7 @@ import itertools
 import random
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+from deltalake import DeltaTable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,9 +23,10 @@ from airflow_provider_dblog.steps.plan import plan_table
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.resnapshot import select_chunks
 from airflow_provider_dblog.steps.tail import skip_catch_up
-from airflow_provider_dblog.store.lake import changelog_schema, snapshot_file
+from airflow_provider_dblog.store.lake import changelog_schema, changelog_uri, snapshot_rows
+from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
-from tests.support.fake_dialect import InMemoryDialect, InMemoryServer, current_state
+from tests.support.fake_dialect import InMemoryDialect, InMemoryServer
 
 TABLE = "shop.t"
 _servers = itertools.count()
@@ -80,19 +81,26 @@ def test_a_chunk_read_is_its_range_at_the_high_watermark(n, before_select, after
     assert read.hw == server.position() and read.lw <= read.hw
 
 
-def lake_changelog(state: StateDir, sink, dialect, start=None) -> pa.Table:
-    """Snapshot files plus the binlog reader's rows from ``start`` (default: the min HW) to now."""
+def tail_to_now(state: StateDir, sink, dialect, end=None) -> None:
+    """What a tail micro-batch does: the binlog reader's rows from the lake's position to ``end`` (default
+    now), committed."""
     offsets = state.offsets()[TABLE]
     meta = state.table(TABLE).meta
-    schema = changelog_schema(dialect.arrow_schema(meta))
-    files = [pq.read_table(snapshot_file(sink, TABLE, c.id)) for c in state.table(TABLE).chunks]
-    stream = list(TableChangeReader(meta, offsets, dialect).batches(start or offsets.min_hw,
-                                                                      dialect.current_position()))
-    return pa.concat_tables([f.cast(schema) for f in files] + [pa.Table.from_batches(stream, schema=schema)])
+    lake = LakeTables(sink, TABLE, dialect.arrow_schema(meta), meta.key_columns)
+    start = max(offsets.min_hw, lake.tail_position() or offsets.min_hw)
+    end = end or dialect.current_position()
+    batches = list(TableChangeReader(meta, offsets, dialect).batches(start, end))
+    lake.commit_stream(pa.Table.from_batches(batches, schema=changelog_schema(dialect.arrow_schema(meta))), end)
 
 
 def snapshot_hws(state: StateDir) -> dict[int, str]:
     return {c: r["hw_encoded"] for c, r in state.reports(TABLE).items()}
+
+
+def current(state: StateDir, sink, dialect) -> dict:
+    meta = state.table(TABLE).meta
+    rows = LakeTables(sink, TABLE, dialect.arrow_schema(meta), meta.key_columns).read_current()
+    return {(r["id"],): {c: r[c] for c in meta.column_names} for r in rows.to_pylist()}
 
 
 def test_plan_snapshot_report_and_binlog_reader_converge_under_writes(tmp_path):
@@ -114,12 +122,17 @@ def test_plan_snapshot_report_and_binlog_reader_converge_under_writes(tmp_path):
 
     state = StateDir(state_dir)
     dialect = open_dialect(state.source())
-    meta = state.table(TABLE).meta
-    log = lake_changelog(state, sink, dialect)
-    assert current_state(log, snapshot_hws(state), meta.key_columns) == server.rows[TABLE]
+    tail_to_now(state, sink, dialect)
+    assert current(state, sink, dialect) == server.rows[TABLE]
     # the emit rule: no stream row at or before its chunk's HW (the snapshot already holds it)
-    stream = [r for r in log.to_pylist() if r["_op"] != "r"]
-    assert all(r["_pos"] > snapshot_hws(state)[r["_chunk"]] for r in stream)
+    changelog = DeltaTable(changelog_uri(sink, TABLE)).to_pyarrow_table().to_pylist()
+    hws = snapshot_hws(state)
+    stream = [r for r in changelog if r["_op"] != "r"]
+    assert stream and all(r["_pos"] > hws[r["_chunk"]] for r in stream)
+    # every committed change exactly once, in the changelog's positions
+    assert len({r["_pos"] for r in stream}) == len(stream)
+    tail_to_now(state, sink, dialect)  # nothing new: a replay adds nothing
+    assert len(DeltaTable(changelog_uri(sink, TABLE)).to_pyarrow_table()) == len(changelog)
 
 
 def test_a_chunk_rerun_replaces_its_range_and_later_stream_rows_still_win(tmp_path):
@@ -131,10 +144,45 @@ def test_a_chunk_rerun_replaces_its_range_and_later_stream_rows_still_win(tmp_pa
     state = StateDir(state_dir)
     dialect = open_dialect(state.source())
     apply(server, [("delete", 2, 0, 0), ("update", 4, 50, 7), ("key", 6, 61, 0), ("insert", 1, 0, 9)])
+    tail_to_now(state, sink, dialect)
+    apply(server, [("delete", 0, 0, 0), ("insert", 3, 0, 9)])
     run_chunk(state, sink, state.table(TABLE), 0, dialect)  # the repair: chunk 0 again, at a new HW
-    apply(server, [("update", 8, 51, 3), ("delete", 4, 0, 0)])
-    log = lake_changelog(state, sink, dialect)
-    assert current_state(log, snapshot_hws(state), ("id",)) == server.rows[TABLE]
+    apply(server, [("update", 8, 51, 3), ("delete", 4, 0, 0), ("insert", 5, 0, 1)])
+    tail_to_now(state, sink, dialect)  # commits the changes before the rerun's HW too: they change nothing
+    assert current(state, sink, dialect) == server.rows[TABLE]
+
+
+def test_commits_in_any_order_leave_the_greatest_position_per_key(tmp_path):
+    """A slow chunk read commits after the tail already applied later changes (and deletes) of its keys;
+    a stale re-read commits after a newer one: ``current`` still holds, per key, the latest state."""
+    server = server_with_rows(20)
+    state_dir, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    plan_table(SourceConfig.parse(server.uri), TABLE, state_dir, chunk_size=100)
+    state = StateDir(state_dir)
+    plan, dialect = state.table(TABLE), open_dialect(state.source())
+    meta = plan.meta
+    old = read_chunk(dialect, meta, plan.chunk(0), "position")  # read at HW h1, committed later
+    apply(server, [("delete", 2, 0, 0), ("update", 4, 0, 5), ("insert", 7, 0, 1)])
+    after_insert = server.position()
+    apply(server, [("delete", 7, 0, 0)])
+    newer = read_chunk(dialect, meta, plan.chunk(0), "position")  # HW h2 > h1
+    schema = dialect.arrow_schema(meta)
+    lake = LakeTables(sink, TABLE, schema, meta.key_columns)
+    assert lake.commit_chunk(0, newer.hw, snapshot_rows(newer.rows, newer.hw.as_snapshot().encode(), 0, 0, schema))
+    apply(server, [("delete", 4, 0, 0), ("insert", 2, 0, 3)])
+    build_offsets_from(state, {0: old.hw})  # the tail's offset map holds the first read's HW
+    tail_to_now(state, sink, dialect, after_insert)  # a lagging tail: the insert of 7 (deleted before h2)
+    assert (7,) not in current(state, sink, dialect)  # ... must not bring 7 back
+    tail_to_now(state, sink, dialect)  # changes between h1 and h2 change nothing; later ones apply
+    assert not lake.commit_chunk(0, old.hw, snapshot_rows(old.rows, old.hw.as_snapshot().encode(), 0, 0, schema))
+    assert current(state, sink, dialect) == server.rows[TABLE]
+
+
+def build_offsets_from(state: StateDir, hws: dict) -> None:
+    from airflow_provider_dblog.core.offsets import TableOffsets
+
+    plan = state.table(TABLE)
+    state.write_offsets({TABLE: TableOffsets.from_chunks(TABLE, plan.chunks, hws)})
 
 
 def test_resnapshot_selects_the_chunks_a_key_range_overlaps(tmp_path):

@@ -40,6 +40,9 @@ class MySqlDialect:
     def check_source(self) -> None:
         schema.check_source(self.client)
 
+    def list_tables(self) -> list[str]:
+        return schema.list_tables(self.client, internal=(watermarks.WATERMARK_TABLE,))
+
     def describe_table(self, table: str, chunk_key: Sequence[str] | None = None) -> TableMeta:
         return schema.describe_table(self.client, table, chunk_key)
 

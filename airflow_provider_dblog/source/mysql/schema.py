@@ -91,3 +91,13 @@ def describe_table(client: MySqlClient, table: str, chunk_key: Sequence[str] | N
             return TableMeta(database, name, columns, tuple(c for c, _ in cols), "unique")
     raise DblogError(f"table {table} has no primary key or NOT NULL unique key: add one, or pass "
                      f"--chunk-key COL[,COL] (an indexed column to split on)")
+
+
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+
+
+def list_tables(client: MySqlClient, internal: Sequence[str] = ()) -> list[str]:
+    rows = client.query(
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
+        f"AND TABLE_SCHEMA NOT IN ({', '.join(['%s'] * len(SYSTEM_SCHEMAS))})", SYSTEM_SCHEMAS)
+    return sorted(f"{db}.{name}" for db, name in rows if name not in internal)
