@@ -17,14 +17,18 @@ from airflow_provider_dblog.store.state import StateDir, TablePlan
 log = logging.getLogger("dblog")
 
 
+def validate_plan_options(chunk_size=DEFAULT_CHUNK_SIZE, batch_size=DEFAULT_BATCH_SIZE, watermark="auto") -> tuple:
+    """The plan's options, checked before anything touches the source."""
+    return (positive_int(chunk_size, "--chunk-size (rows per chunk)"),
+            positive_int(batch_size, "--batch-size (chunks per Spark application)"), watermark_strategy(watermark))
+
+
 def plan_table(source: SourceConfig, table: str, state_dir: str, chunk_size: int = DEFAULT_CHUNK_SIZE,
                batch_size: int = DEFAULT_BATCH_SIZE, chunk_key: Sequence[str] | None = None,
                watermark: str = "auto", watermark_table: str | None = None, save_password: bool = True,
                options: dict | None = None) -> dict:
     """Check the source, split the table into chunks, persist the plan; returns the plan summary."""
-    watermark = watermark_strategy(watermark)
-    batch_size = positive_int(batch_size, "--batch-size (chunks per Spark application)")
-    chunk_size = positive_int(chunk_size, "--chunk-size (rows per chunk)")
+    chunk_size, batch_size, watermark = validate_plan_options(chunk_size, batch_size, watermark)
     state = StateDir(state_dir)
     if state.has_plan() and table in state.tables():
         # Idempotent: a second plan (or `dblog run`) resumes the first one. Re-reading the table is a
@@ -60,6 +64,7 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
     """``plan_table`` for each table (``chunk_keys``: per-table chunk key columns); returns the summary of
     the whole plan. Every table is described first: a table without a usable key stops the plan before
     anything is written, in one line naming every such table."""
+    validate_plan_options(**{k: options[k] for k in ("chunk_size", "batch_size", "watermark") if k in options})
     chunk_keys = chunk_keys or {}
     unknown_keys = sorted(set(chunk_keys) - set(tables))
     if unknown_keys:
