@@ -367,6 +367,8 @@ def bench_latency(server, work: Path, args, results: dict) -> None:
                             cwd=BENCH_DIR)
     watcher = common.LakeWatcher(sink / table / "changelog")
     watcher.start()
+    current = common.LakeWatcher(sink / table / "current", poll=0.1)  # staleness of the current state
+    current.start()
     token = 1
     try:
         # warm-up: until the query runs and a first change is in the lake (JVM start, first batches)
@@ -397,15 +399,22 @@ def bench_latency(server, work: Path, args, results: dict) -> None:
             deadline = time.time() + 30
             while time.time() < deadline and any(t not in watcher.visible for t in commits):
                 time.sleep(0.1)
+            while time.time() < deadline and any(t not in current.visible for t in commits):
+                time.sleep(0.1)
             lat = [watcher.visible[t] - ts for t, ts in commits.items() if t in watcher.visible]
             missing = sum(1 for t in commits if t not in watcher.visible)
+            stale = [current.visible[t] - ts for t, ts in commits.items() if t in current.visible]
             run = {"writer": wstats, "transactions": len(commits), "missing": missing,
                    "p50_s": round(common.percentile(lat, 0.5), 3), "p90_s": round(common.percentile(lat, 0.9), 3),
                    "p99_s": round(common.percentile(lat, 0.99), 3), "max_s": round(max(lat), 3) if lat else None,
-                   "min_s": round(min(lat), 3) if lat else None}
+                   "min_s": round(min(lat), 3) if lat else None,
+                   "current_p50_s": round(common.percentile(stale, 0.5), 3) if stale else None,
+                   "current_p99_s": round(common.percentile(stale, 0.99), 3) if stale else None,
+                   "current_missing": sum(1 for t in commits if t not in current.visible)}
             out["runs"][str(rate)] = run
-            log(f"latency at {rate}/s (achieved {wstats['achieved_rate']}/s): p50 {run['p50_s']}s, "
-                f"p99 {run['p99_s']}s, max {run['max_s']}s, {missing} missing")
+            log(f"latency at {rate}/s (achieved {wstats['achieved_rate']}/s): changelog p50 {run['p50_s']}s, "
+                f"p99 {run['p99_s']}s, max {run['max_s']}s, {missing} missing; current p50 {run['current_p50_s']}s, "
+                f"p99 {run['current_p99_s']}s, {run['current_missing']} missing")
             time.sleep(3)
         if args.burst:
             out["burst"] = burst(server, table, args.latency_rows, watcher, token)
@@ -414,6 +423,7 @@ def bench_latency(server, work: Path, args, results: dict) -> None:
         out["micro_batches"] = watcher.batches
     finally:
         watcher.stop()
+        current.stop()
         stop_process_group(tail)
         tail_log.close()
         shutil.rmtree(sink, ignore_errors=True)

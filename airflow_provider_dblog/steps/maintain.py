@@ -10,6 +10,7 @@ from typing import Sequence
 
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.lake_tables import LakeTables
+from airflow_provider_dblog.store.object_store import check_sink
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
@@ -18,6 +19,7 @@ DEFAULT_RETENTION_HOURS = 168.0
 
 def maintain(state_dir: str, sink: str, tables: Sequence[str] | None = None,
              retention_hours: float = DEFAULT_RETENTION_HOURS) -> dict:
+    check_sink(sink)
     state = StateDir(state_dir)
     plans = state.tables()
     names = list(tables or sorted(plans))

@@ -13,6 +13,7 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.atomic import write_parquet
 from airflow_provider_dblog.store.lake_tables import LakeTables
+from airflow_provider_dblog.store.object_store import check_sink
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
@@ -21,6 +22,7 @@ MIRROR_METADATA = ("_pos", "_op", "_ts_ms")
 
 def current_rows(state_dir: str, sink: str, table: str) -> pa.Table:
     """The table's live rows as the lake holds them: its current columns plus ``_pos``, ``_op``, ``_ts_ms``."""
+    check_sink(sink)
     state = StateDir(state_dir)
     meta = state.table(table).meta
     schema = open_dialect(state.source(), state.options()).arrow_schema(meta)

@@ -17,6 +17,7 @@ from airflow_provider_dblog.steps.plan import plan_tables
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
+from airflow_provider_dblog.store.object_store import check_sink
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
@@ -26,6 +27,7 @@ def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sin
                 chunk_size: int = DEFAULT_CHUNK_SIZE, batch_size: int = DEFAULT_BATCH_SIZE,
                 chunk_keys: dict[str, Sequence[str]] | None = None, watermark: str = "auto",
                 watermark_table: str | None = None, driver_threads: int | None = None) -> dict:
+    check_sink(sink)
     threads = DRIVER_THREADS if driver_threads is None else driver_threads
     if threads < 0:
         raise DblogError("--driver-threads must be 0 (Spark reads every chunk) or a positive number of threads")

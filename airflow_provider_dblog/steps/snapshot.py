@@ -6,6 +6,7 @@ from typing import Sequence
 
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.spark.snapshot_job import run_chunks
+from airflow_provider_dblog.store.object_store import check_sink
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
@@ -19,6 +20,7 @@ def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = Fa
     if not todo:
         log.info("batch %d (%s): every chunk already reported; nothing to read (--force re-reads)", batch_index, table)
         return []
+    check_sink(sink)  # before Spark starts: a wrong bucket or credentials is one line, nothing written
     dialect = open_dialect(state.source(), state.options())
     dialect.check_source()  # fail fast, before Spark starts, on a bad password, settings or privileges
     dialect.close()

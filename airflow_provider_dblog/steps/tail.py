@@ -17,6 +17,7 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.spark.tail_queries import end_offsets, start_queries, watch
+from airflow_provider_dblog.store.object_store import check_sink
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
@@ -30,6 +31,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
     binlog run in this process (local runs only: ``local.catch_up``); ``merge_interval``: update the
     lake's ``current`` tables at most this often (seconds; 0: every micro-batch), and when the tail ends."""
     state = StateDir(state_dir)
+    check_sink(sink)
     with tail_lock(state):
         offsets = state.offsets()
         names = tables or sorted(offsets)

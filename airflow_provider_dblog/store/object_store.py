@@ -1,0 +1,57 @@
+"""Object storage for the lake: ``s3://BUCKET/PREFIX`` sinks, with credentials and endpoint from the
+standard variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``,
+``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``) that delta-rs and pyarrow read themselves: no secret ever
+passes through dblog's arguments, state or logs. ``check_sink`` turns the usual mistakes into one line
+naming the fix before anything is written."""
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+from airflow_provider_dblog.core.errors import DblogError
+
+
+REFUSED = ("ACCESS_DENIED", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403")
+
+
+def is_object_store(uri: str) -> bool:
+    return "://" in str(uri) and not str(uri).startswith("file://")
+
+
+def _s3_filesystem():
+    import pyarrow.fs as pafs
+
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    options = {"region": os.environ.get("AWS_REGION") or "us-east-1", "connect_timeout": 5, "request_timeout": 10}
+    if endpoint:
+        parsed = urlparse(endpoint)
+        options["endpoint_override"] = parsed.netloc or parsed.path
+        options["scheme"] = parsed.scheme or "https"
+    return pafs.S3FileSystem(**options), endpoint or "AWS S3"
+
+
+def check_sink(uri: str) -> None:
+    """For an object-store sink: the bucket exists and the credentials are accepted; a local sink needs
+    nothing. Raises ``DblogError`` with the fix."""
+    if not is_object_store(uri):
+        return
+    parsed = urlparse(str(uri))
+    if parsed.scheme != "s3":
+        raise DblogError(f"unsupported sink {parsed.scheme}://: use a local path or s3://BUCKET/PREFIX")
+    if not (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")):
+        raise DblogError(f"no S3 credentials for {uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and "
+                         f"AWS_ENDPOINT_URL / AWS_REGION for a server other than AWS)")
+    import pyarrow.fs as pafs
+
+    fs, endpoint = _s3_filesystem()
+    try:
+        info = fs.get_file_info(parsed.netloc)
+    except OSError as exc:
+        text = str(exc)
+        if any(code in text for code in REFUSED):
+            raise DblogError(f"{endpoint} refused the S3 credentials for bucket {parsed.netloc}: check "
+                             f"AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY") from None
+        raise DblogError(f"cannot reach the object store at {endpoint} for {uri}: check AWS_ENDPOINT_URL "
+                         f"(and AWS_ALLOW_HTTP=true for http) and that the server runs") from None
+    if info.type == pafs.FileType.NotFound:
+        raise DblogError(f"bucket {parsed.netloc} does not exist at {endpoint}: create it, or fix --sink")
