@@ -47,7 +47,8 @@ def _lake_rows(s3, sink, table):
 
 def test_snapshot_and_tail_on_spark_into_s3_then_an_outage(mariadb, db, s3, tmp_path):
     table = f"{db}.e"
-    mariadb.sql(f"CREATE TABLE {table} {TYPES_DDL}", f"INSERT INTO {table} {SEED_SQL.format(n=6000)}")
+    mariadb.sql(f"CREATE TABLE {table} {TYPES_DDL}")
+    mariadb.sql(f"INSERT INTO {table} {SEED_SQL.format(n=6000)}", db=db)
     env = {**os.environ, **s3.env(), "DBLOG_SPARK_MASTER": "local[2]"}
     state, sink = str(tmp_path / "state"), "s3://lake/e2e"
     run = _dblog(env, "run", "--source", mariadb.uri(), "--table", table, "--state", state, "--sink", sink,
