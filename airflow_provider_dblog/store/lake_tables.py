@@ -22,6 +22,7 @@ resumes from here.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Sequence
 
@@ -30,10 +31,12 @@ import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.store.atomic import dictionary_columns
 from airflow_provider_dblog.store.lake import changelog_schema, changelog_uri, current_schema, current_uri
 
 log = logging.getLogger("dblog")
 TAIL_APP = "dblog-tail"
+_OPENED = threading.local()  # DeltaTable objects of this thread, by URI
 MAX_ATTEMPTS = 30
 
 
@@ -44,6 +47,17 @@ def chunk_app(chunk_id: int) -> str:
 def quote(name: str) -> str:
     """An identifier in delta-rs's SQL (DataFusion): double quotes keep case and odd characters."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def writer_properties(schema: pa.Schema):
+    """Snappy, and dictionary pages only where values repeat (text, binary, dates): as the Parquet
+    writer measured best (``store.atomic.dictionary_columns``): a 375k-row chunk 0.20 s -> 0.13 s."""
+    from deltalake import ColumnProperties, WriterProperties
+
+    dictionary = set(dictionary_columns(schema))
+    return WriterProperties(compression="SNAPPY", column_properties={
+        f.name: ColumnProperties(dictionary_enabled=f.name in dictionary) for f in schema
+        if not pa.types.is_struct(f.type)})
 
 
 def _retrying(what: str, attempt_fn):
@@ -68,9 +82,22 @@ class LakeTables:
         self.table, self.source, self.keys = table, source, tuple(key_columns)
         self.changelog_uri, self.current_uri = changelog_uri(sink, table), current_uri(sink, table)
         self.options = storage_options
+        self.changelog_writer = writer_properties(changelog_schema(source))
+        self.current_writer = writer_properties(current_schema(source))
 
     # ---- opening ----
     def _open(self, uri: str, schema: pa.Schema, partition_by: list[str] | None):
+        """The table at its latest version: opened once per thread, then brought up to date by reading
+        only the log entries added since (opening anew re-reads the whole log: 0.02-0.04 s per chunk)."""
+        opened = _OPENED.__dict__.setdefault("tables", {})
+        table = opened.get(uri)
+        if table is not None:
+            table.update_incremental()
+            return table
+        opened[uri] = table = self._open_or_create(uri, schema, partition_by)
+        return table
+
+    def _open_or_create(self, uri: str, schema: pa.Schema, partition_by: list[str] | None):
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
@@ -102,7 +129,8 @@ class LakeTables:
         later read of the chunk is already in ``current`` (this one changes nothing there)."""
         from deltalake import write_deltalake
 
-        write_deltalake(self.changelog(), rows, mode="append", storage_options=self.options)
+        write_deltalake(self.changelog(), rows, mode="append", storage_options=self.options,
+                        writer_properties=self.changelog_writer)
         return _retrying(f"replacing chunk {chunk_id} of {self.table}",
                          lambda: self._replace_chunk(chunk_id, hw, rows))
 
@@ -121,7 +149,8 @@ class LakeTables:
             from deltalake import write_deltalake
 
             write_deltalake(current, rows.select(current_schema(self.source).names), mode="append",
-                            storage_options=self.options, commit_properties=commit)
+                            storage_options=self.options, commit_properties=commit,
+                            writer_properties=self.current_writer)
             return True
         hw_pos = hw.as_snapshot().encode()
         later = self._changes(pc.field("_chunk") == chunk_id, pc.field("_pos") > hw_pos)
@@ -129,7 +158,8 @@ class LakeTables:
         live = state.filter(pc.not_equal(state["_op"], "d")).select(current_schema(self.source).names)
         on = " AND ".join([f"t._chunk = {int(chunk_id)}", "s._chunk = t._chunk",
                            *(f"t.{quote(k)} = s.{quote(k)}" for k in self.keys)])
-        (current.merge(live, on, source_alias="s", target_alias="t", commit_properties=commit)
+        (current.merge(live, on, source_alias="s", target_alias="t", commit_properties=commit,
+                       writer_properties=self.current_writer)
          .when_matched_update_all()
          .when_not_matched_insert_all()
          .when_not_matched_by_source_delete(f"t._chunk = {int(chunk_id)}")
@@ -163,7 +193,7 @@ class LakeTables:
         if recorded is not None:
             rows = rows.filter(pc.greater(rows["_pos"], recorded.as_snapshot().encode()))
         write_deltalake(changelog, rows, mode="append", storage_options=self.options,
-                        commit_properties=CommitProperties(
+                        writer_properties=self.changelog_writer, commit_properties=CommitProperties(
                             app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())]))
         return "committed"
 
@@ -194,7 +224,8 @@ class LakeTables:
         source = changes.select(current_schema(self.source).names).append_column("_chunk_hw", chunk_hw)
         on = " AND ".join(["s._chunk = t._chunk", *(f"t.{quote(k)} = s.{quote(k)}" for k in self.keys)])
         columns = {quote(n): f"s.{quote(n)}" for n in current_schema(self.source).names}
-        (current.merge(source, on, source_alias="s", target_alias="t", commit_properties=commit)
+        (current.merge(source, on, source_alias="s", target_alias="t", commit_properties=commit,
+                       writer_properties=self.current_writer)
          .when_matched_delete("s._op = 'd' AND s._pos > t._pos")
          .when_matched_update(columns, "s._op <> 'd' AND s._pos > t._pos")
          .when_not_matched_insert(columns, "s._op <> 'd' AND s._pos > s._chunk_hw")
