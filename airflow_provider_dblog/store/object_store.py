@@ -37,7 +37,7 @@ def check_sink(uri: str) -> None:
         return
     parsed = urlparse(str(uri))
     if parsed.scheme != "s3":
-        raise DblogError(f"unsupported sink {parsed.scheme}://: use a local path or s3://BUCKET/PREFIX")
+        return  # gs://, abfss://: delta-rs reads their own variables; checked on the first write
     if not (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")):
         raise DblogError(f"no S3 credentials for {uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and "
                          f"AWS_ENDPOINT_URL / AWS_REGION for a server other than AWS)")
