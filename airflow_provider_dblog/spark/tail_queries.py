@@ -4,6 +4,7 @@ micro-batch commits with the binlog position it ends at, and the lake skips what
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Callable
 
@@ -15,6 +16,12 @@ from airflow_provider_dblog.spark.session import spark_session
 from airflow_provider_dblog.store.lake import changelog_schema
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
+
+
+# one micro-batch at a time per process: two queries' foreachBatch callbacks collecting at once from
+# Py4J threads broke task serialization (java.io.OptionalDataException in the executors; the demo's
+# two tables under spark-submit), and their lake commits share the cores anyway
+_BATCH_LOCK = threading.Lock()
 
 
 class LakeSink:
@@ -38,8 +45,11 @@ class LakeSink:
     def __call__(self, frame, batch_id: int) -> None:
         from airflow_provider_dblog.spark.binlog_source import END_MARKER
 
-        data = frame.toArrow()
-        markers = pc.equal(data["_op"], END_MARKER)
+        with _BATCH_LOCK:
+            self._commit(frame.toArrow(), END_MARKER)
+
+    def _commit(self, data, marker: str) -> None:
+        markers = pc.equal(data["_op"], marker)
         if not pc.any(markers).as_py():
             return
         end = BinlogPosition.decode(pc.max(data.filter(markers)["_pos"]).as_py())

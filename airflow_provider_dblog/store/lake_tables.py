@@ -129,8 +129,8 @@ class LakeTables:
         later read of the chunk is already in ``current`` (this one changes nothing there)."""
         from deltalake import write_deltalake
 
-        write_deltalake(self.changelog(), rows, mode="append", storage_options=self.options,
-                        writer_properties=self.changelog_writer)
+        _retrying(f"appending chunk {chunk_id} to {self.changelog_uri}", lambda: write_deltalake(
+            self.changelog(), rows, mode="append", storage_options=self.options, writer_properties=self.changelog_writer))
         return _retrying(f"replacing chunk {chunk_id} of {self.table}",
                          lambda: self._replace_chunk(chunk_id, hw, rows))
 
