@@ -13,7 +13,6 @@ import pyarrow.compute as pc
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.spark.session import spark_session
-from airflow_provider_dblog.store.lake import changelog_schema
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
 
@@ -53,7 +52,7 @@ class LakeSink:
         if not pc.any(markers).as_py():
             return
         end = BinlogPosition.decode(pc.max(data.filter(markers)["_pos"]).as_py())
-        rows = data.filter(pc.invert(markers)).cast(changelog_schema(self.lake.source))
+        rows = data.filter(pc.invert(markers)).cast(self.lake.changelog_schema)
         if self.lake.commit_stream(rows, end, update_current=False) == "committed":
             self.rows += rows.num_rows
         self.position, self._pending = end, True

@@ -28,68 +28,65 @@ def plan_table(source: SourceConfig, table: str, state_dir: str, chunk_size: int
                watermark: str = "auto", watermark_table: str | None = None, save_password: bool = True,
                options: dict | None = None) -> dict:
     """Check the source, split the table into chunks, persist the plan; returns the plan summary."""
-    chunk_size, batch_size, watermark = validate_plan_options(chunk_size, batch_size, watermark)
-    state = StateDir(state_dir)
-    if state.has_plan() and table in state.tables():
-        # Idempotent: a second plan (or `dblog run`) resumes the first one. Re-reading the table is a
-        # forced rerun of its chunks; a different split needs a new state and sink.
-        log.info("%s is already planned in %s: keeping that plan (re-read chunks with `dblog snapshot "
-                 "--force`; a new split needs a new --state and --sink)", table, state_dir)
-        if save_password:
-            remember(source)
-        return plan_summary(state)
-    options = {**(options or {}), **({"watermark_table": watermark_table} if watermark_table else {})}
-    dialect = open_dialect(source, options)
-    try:
-        dialect.check_source()
-        meta = dialect.describe_table(table, chunk_key)
-        strategy = dialect.resolve_strategy(watermark, meta)
-        started = time.time()
-        planned_at, planned_gtid = dialect.current_position(), dialect.gtid_position()
-        chunks = dialect.split_chunks(meta, chunk_size)
-    finally:
-        dialect.close()
-    if save_password:
-        remember(source)
-    batches = state.save_plan(source, TablePlan(meta, tuple(chunks), strategy, planned_at, planned_gtid), batch_size,
-                              options)
-    log.info("planned %s: %d chunks in %d batches (key %s, %s watermarks) in %.1fs", meta.qualified, len(chunks),
-             sum(b.table == meta.qualified for b in batches), ",".join(meta.key_columns), strategy,
-             time.time() - started)
-    return plan_summary(state)
+    return plan_tables(source, [table], state_dir, {table: chunk_key} if chunk_key else None,
+                       chunk_size=chunk_size, batch_size=batch_size, watermark=watermark,
+                       watermark_table=watermark_table, save_password=save_password, options=options)
 
 
 def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
-                chunk_keys: dict[str, Sequence[str]] | None = None, **options) -> dict:
-    """``plan_table`` for each table (``chunk_keys``: per-table chunk key columns); returns the summary of
-    the whole plan. Every table is described first: a table without a usable key stops the plan before
-    anything is written, in one line naming every such table."""
-    validate_plan_options(**{k: options[k] for k in ("chunk_size", "batch_size", "watermark") if k in options})
+                chunk_keys: dict[str, Sequence[str]] | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                batch_size: int = DEFAULT_BATCH_SIZE, watermark: str = "auto", watermark_table: str | None = None,
+                save_password: bool = True, options: dict | None = None) -> dict:
+    """Plan ``tables`` on one connection (``chunk_keys``: per-table chunk key columns); returns the summary
+    of the whole plan. The source is checked once and every table described before any is split: a
+    table without a usable key stops the plan before anything is written, in one line naming every
+    such table. A table already planned keeps its plan (idempotent: `dblog run` resumes)."""
+    chunk_size, batch_size, watermark = validate_plan_options(chunk_size, batch_size, watermark)
     chunk_keys = chunk_keys or {}
     unknown_keys = sorted(set(chunk_keys) - set(tables))
     if unknown_keys:
         raise DblogError(f"--chunk-key names {', '.join(unknown_keys)}, which the plan does not capture: "
                          f"check the table names")
-    dialect = open_dialect(source, options.get("options"))
-    keyless = []
-    try:
-        for table in tables:
-            try:
-                dialect.describe_table(table, chunk_keys.get(table))
-            except DblogError as exc:
-                if "no primary key" not in str(exc):
-                    raise
-                keyless.append(table)
-    finally:
-        dialect.close()
-    if keyless:
-        raise DblogError(f"{len(keyless)} table(s) have no primary key or NOT NULL unique key: "
-                         f"{', '.join(keyless)}; exclude them (--exclude) or give each a chunk key "
-                         f"(--chunk-key DB.TABLE=COL[,COL], an indexed column)")
-    summary = {}
-    for table in tables:
-        summary = plan_table(source, table, state_dir, chunk_key=chunk_keys.get(table), **options)
-    return summary
+    state = StateDir(state_dir)
+    planned = set(state.tables()) if state.has_plan() else set()
+    for table in (t for t in tables if t in planned):
+        # a re-read of the table is a forced rerun of its chunks; a different split needs a new state and sink
+        log.info("%s is already planned in %s: keeping that plan (re-read chunks with `dblog snapshot "
+                 "--force`; a new split needs a new --state and --sink)", table, state_dir)
+    todo = [t for t in tables if t not in planned]
+    options = {**(options or {}), **({"watermark_table": watermark_table} if watermark_table else {})}
+    if todo:
+        dialect = open_dialect(source, options)
+        try:
+            dialect.check_source()
+            metas, keyless = {}, []
+            for table in todo:
+                try:
+                    metas[table] = dialect.describe_table(table, chunk_keys.get(table))
+                except DblogError as exc:
+                    if "no primary key" not in str(exc):
+                        raise
+                    keyless.append(table)
+            if keyless:
+                raise DblogError(f"{len(keyless)} table(s) have no primary key or NOT NULL unique key: "
+                                 f"{', '.join(keyless)}; exclude them (--exclude) or give each a chunk key "
+                                 f"(--chunk-key DB.TABLE=COL[,COL], an indexed column)")
+            for number, meta in enumerate(metas.values(), start=1):
+                started = time.time()
+                strategy = dialect.resolve_strategy(watermark, meta)
+                planned_at, planned_gtid = dialect.current_position(), dialect.gtid_position()
+                chunks = dialect.split_chunks(meta, chunk_size)
+                batches = state.save_plan(source, TablePlan(meta, tuple(chunks), strategy, planned_at, planned_gtid),
+                                          batch_size, options)
+                log.info("planned %s (%d/%d): %d chunks in %d batches (key %s, %s watermarks) in %.1fs",
+                         meta.qualified, number, len(metas), len(chunks),
+                         sum(b.table == meta.qualified for b in batches), ",".join(meta.key_columns), strategy,
+                         time.time() - started)
+        finally:
+            dialect.close()
+    if save_password:
+        remember(source)
+    return plan_summary(state)
 
 
 def resolve_tables(source: SourceConfig, tables=None, patterns=None, exclude=None, options: dict | None = None

@@ -82,8 +82,11 @@ class LakeTables:
         self.table, self.source, self.keys = table, source, tuple(key_columns)
         self.changelog_uri, self.current_uri = changelog_uri(sink, table), current_uri(sink, table)
         self.options = storage_options
-        self.changelog_writer = writer_properties(changelog_schema(source))
-        self.current_writer = writer_properties(current_schema(source))
+        self.changelog_schema, self.current_schema = changelog_schema(source), current_schema(source)
+        self.changelog_writer = writer_properties(self.changelog_schema)
+        self.current_writer = writer_properties(self.current_schema)
+        # the MERGE condition of a key: same chunk partition, same key columns
+        self.key_match = " AND ".join(["s._chunk = t._chunk", *(f"t.{quote(k)} = s.{quote(k)}" for k in key_columns)])
 
     # ---- opening ----
     def _open(self, uri: str, schema: pa.Schema, partition_by: list[str] | None):
@@ -113,10 +116,10 @@ class LakeTables:
         return DeltaTable(uri, storage_options=self.options)
 
     def changelog(self):
-        return self._open(self.changelog_uri, changelog_schema(self.source), None)
+        return self._open(self.changelog_uri, self.changelog_schema, None)
 
     def current(self):
-        return self._open(self.current_uri, current_schema(self.source), ["_chunk"])
+        return self._open(self.current_uri, self.current_schema, ["_chunk"])
 
     # ---- positions the lake records ----
     def tail_position(self) -> BinlogPosition | None:
@@ -148,17 +151,15 @@ class LakeTables:
             # conflicts on the app transaction and is retried as a merge)
             from deltalake import write_deltalake
 
-            write_deltalake(current, rows.select(current_schema(self.source).names), mode="append",
+            write_deltalake(current, rows.select(self.current_schema.names), mode="append",
                             storage_options=self.options, commit_properties=commit,
                             writer_properties=self.current_writer)
             return True
         hw_pos = hw.as_snapshot().encode()
         later = self._changes(pc.field("_chunk") == chunk_id, pc.field("_pos") > hw_pos)
         state = latest_per_key(pa.concat_tables([rows.select(later.schema.names), later]), self.keys)
-        live = state.filter(pc.not_equal(state["_op"], "d")).select(current_schema(self.source).names)
-        on = " AND ".join([f"t._chunk = {int(chunk_id)}", "s._chunk = t._chunk",
-                           *(f"t.{quote(k)} = s.{quote(k)}" for k in self.keys)])
-        (current.merge(live, on, source_alias="s", target_alias="t", commit_properties=commit,
+        live = state.filter(pc.not_equal(state["_op"], "d")).select(self.current_schema.names)
+        (current.merge(live, f"t._chunk = {int(chunk_id)} AND {self.key_match}", source_alias="s", target_alias="t", commit_properties=commit,
                        writer_properties=self.current_writer)
          .when_matched_update_all()
          .when_not_matched_insert_all()
@@ -214,17 +215,16 @@ class LakeTables:
             from deltalake import write_deltalake
 
             # nothing to change: record the position alone (an empty append commits the transaction)
-            write_deltalake(current, current_schema(self.source).empty_table(), mode="append",
+            write_deltalake(current, self.current_schema.empty_table(), mode="append",
                             storage_options=self.options, commit_properties=commit)
             return
         hws = {c: _version_position(current.transaction_version(chunk_app(c)))
                for c in pc.unique(changes["_chunk"]).to_pylist()}
         chunk_hw = pa.array([(hws[c].as_snapshot().encode() if hws[c] else "") for c in changes["_chunk"].to_pylist()],
                             pa.string())
-        source = changes.select(current_schema(self.source).names).append_column("_chunk_hw", chunk_hw)
-        on = " AND ".join(["s._chunk = t._chunk", *(f"t.{quote(k)} = s.{quote(k)}" for k in self.keys)])
-        columns = {quote(n): f"s.{quote(n)}" for n in current_schema(self.source).names}
-        (current.merge(source, on, source_alias="s", target_alias="t", commit_properties=commit,
+        source = changes.select(self.current_schema.names).append_column("_chunk_hw", chunk_hw)
+        columns = {quote(n): f"s.{quote(n)}" for n in self.current_schema.names}
+        (current.merge(source, self.key_match, source_alias="s", target_alias="t", commit_properties=commit,
                        writer_properties=self.current_writer)
          .when_matched_delete("s._op = 'd' AND s._pos > t._pos")
          .when_matched_update(columns, "s._op <> 'd' AND s._pos > t._pos")
@@ -236,9 +236,8 @@ class LakeTables:
         expression = pc.field("_op") != "r"
         for f in filters:
             expression = expression & f
-        names = [n for n in current_schema(self.source).names]
-        data = self.changelog().to_pyarrow_dataset().to_table(columns=names, filter=expression)
-        return data.cast(current_schema(self.source))
+        data = self.changelog().to_pyarrow_dataset().to_table(columns=self.current_schema.names, filter=expression)
+        return data.cast(self.current_schema)
 
     # ---- maintenance ----
     def maintain(self, retention_hours: float) -> dict:
