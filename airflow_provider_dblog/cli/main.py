@@ -15,6 +15,7 @@ import threading
 
 from airflow_provider_dblog.core.config import chunk_keys, parse_chunk_ids
 from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.schema_events import SCHEMA_CHANGE_BEHAVIOURS
 
 log = logging.getLogger("dblog")
 
@@ -124,7 +125,8 @@ def cmd_tail(args) -> dict:
     return run_tail(args.state, args.sink, available_now=not args.continuous, trigger_seconds=args.trigger_seconds,
                     max_events=args.max_events, tables=[args.table] if args.table else None,
                     stop_event=_stop_on_signals(), spark=_session(args, "dblog-tail", short_lived=False),
-                    driver_catch_up_bytes=catch_up, merge_interval=args.merge_interval)
+                    driver_catch_up_bytes=catch_up, merge_interval=args.merge_interval,
+                    schema_changes=args.schema_changes)
 
 
 def cmd_mirror(args) -> dict:
@@ -157,7 +159,14 @@ def cmd_run(args) -> dict:
 
     source, tables, keys = _capture(args)
     return run_capture(source, tables, args.state, args.sink, args.chunk_size, args.batch_size, keys, args.watermark,
-                       args.watermark_table, args.driver_threads)
+                       args.watermark_table, args.driver_threads, schema_changes=args.schema_changes)
+
+
+def _schema_changes_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--schema-changes", choices=SCHEMA_CHANGE_BEHAVIOURS, default="evolve",
+                   help="a DDL statement of a captured table: evolve (follow it: new columns, a re-read of the "
+                        "table's chunks), fail (stop before it with its statement and position), freeze (keep "
+                        "the lake's columns)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -208,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table", help="only this table (default: every planned table)")
     p.add_argument("--max-events", type=int, default=0, help="binlog events per micro-batch (0: no limit)")
     p.add_argument("--trigger-seconds", type=float, default=1.0, help="micro-batch interval with --continuous")
+    _schema_changes_option(p)
     p.add_argument("--merge-interval", type=float, default=0.0,
                    help="update the lake's current tables at most every this many seconds (default 0: every "
                         "micro-batch); the changelog commits every micro-batch either way")
@@ -231,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("run", help="plan, every batch, report and an available-now tail")
+    _schema_changes_option(p)
     planning(p)
     p.add_argument("--sink", required=True)
     p.add_argument("--driver-threads", type=int, default=None,

@@ -6,3 +6,8 @@ class DblogError(Exception):
 
     def __init__(self, message: str):
         super().__init__(" ".join(str(message).split()))
+
+
+class SchemaChangedError(DblogError):
+    """The table's columns changed while a chunk was read (a DDL statement in its watermark window):
+    the chunk is read again with the columns now in force."""

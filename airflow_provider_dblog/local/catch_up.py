@@ -15,9 +15,10 @@ import pyarrow as pa
 
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
+from airflow_provider_dblog.readers.change_committer import ChangeCommitter
 from airflow_provider_dblog.source.dialect import DataSourceDialect
-from airflow_provider_dblog.store.lake import changelog_schema
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
 
@@ -26,7 +27,8 @@ DRIVER_CATCH_UP_BYTES = 64 * 1024 * 1024
 
 
 def catch_up_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, table: str, offsets: TableOffsets,
-                       now: BinlogPosition, limit_bytes: int = DRIVER_CATCH_UP_BYTES) -> int | None:
+                       now: BinlogPosition, limit_bytes: int = DRIVER_CATCH_UP_BYTES,
+                       schema_changes: str = "evolve") -> int | None:
     """Read ``[resume position, now)`` of ``table`` here if it is at most ``limit_bytes`` of binlog and no
     streaming checkpoint owns the position; returns the rows written, or None (the range is Spark's)."""
     if limit_bytes <= 0 or state.checkpoint(table).kind != "none":
@@ -38,10 +40,12 @@ def catch_up_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, t
     started = time.time()
     meta = state.table(table).meta
     schema = dialect.arrow_schema(meta)
-    batches = list(TableChangeReader(meta, offsets, dialect).batches(start, now))
-    changes = pa.Table.from_batches(batches, schema=changelog_schema(schema))
-    LakeTables(sink, table, schema, meta.key_columns).commit_stream(changes, now)
-    rows = changes.num_rows
+    items = list(TableChangeReader(meta, offsets, dialect).batches(start, now))
+    parts = [i for i in items if isinstance(i, pa.RecordBatch)]
+    ddl = [i for i in items if isinstance(i, SchemaChange)]
+    lake = LakeTables(sink, table, schema, meta.key_columns)
+    ChangeCommitter(state, lake, dialect, schema_changes, sink=sink).commit(parts, ddl, now)
+    rows = sum(p.num_rows for p in parts)
     state.write_caught_up(table, start, now)
     log.info("tail: %s caught up in the driver: %d rows from %s bytes of binlog [%s, %s) in %.1fs "
              "(a streaming tail continues from there)", table, rows, f"{size:,}", start, now, time.time() - started)

@@ -4,9 +4,13 @@ Offsets are binlog positions at transaction boundaries (``{"file": ..., "pos": .
 micro-batch ``[start, end)`` always holds whole transactions and a restarted query re-reads exactly
 the same events. The first offset is the smallest chunk HW of the offset map (or the end of a recorded
 catch-up check covering it, or the position the lake recorded if that is later: a tail whose checkpoint
-was lost resumes from the lake); each partition runs ``readers.binlog_reader`` over the range and ends
-with one marker row (``_op`` = "m", ``_pos`` = the range's end) that tells the lake sink where the
-micro-batch ends (``tail_queries.LakeSink``).
+was lost resumes from the lake); each partition runs ``readers.binlog_reader`` over the range.
+
+The stream's rows are envelopes (``PAYLOAD_SCHEMA``), not the table's columns: a schema change in the
+middle of a query changes the columns of the rows that follow, which a streaming DataFrame's fixed
+schema cannot. ``_op`` "b" carries a batch of changelog rows as Arrow IPC (in the columns they were
+decoded with), "s" a DDL statement naming the table, and the one "m" row per partition the range's end
+(``_pos``), which tells the lake sink where the micro-batch ends (``tail_queries.LakeSink``).
 
 The password never passes through Spark options (they appear in plans and logs): the driver resolves
 it from ``$DBLOG_SOURCE_PASSWORD`` or the credentials file, and it reaches executors only inside the
@@ -20,15 +24,52 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
+import json
+
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
 from airflow_provider_dblog.source import open_dialect
-from airflow_provider_dblog.store.lake import changelog_schema
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
 
 SOURCE_NAME = "dblog_binlog"
-END_MARKER = "m"
+END_MARKER, ROWS, DDL = "m", "b", "s"
+PAYLOAD_SCHEMA = pa.schema([pa.field("_op", pa.string()), pa.field("_pos", pa.string()),
+                            pa.field("_payload", pa.binary())])
+
+
+def envelope(item: pa.RecordBatch | SchemaChange) -> pa.RecordBatch:
+    """One stream row for a batch of changelog rows or a DDL statement."""
+    if isinstance(item, SchemaChange):
+        payload = json.dumps({"table": item.table, "kind": item.kind, "statement": item.statement,
+                              "start": item.start.to_dict(), "pos": item.pos.to_dict()}).encode()
+        return _row(DDL, item.pos.encode(), payload)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, item.schema) as writer:
+        writer.write_batch(item)
+    return _row(ROWS, "", sink.getvalue().to_pybytes())
+
+
+def _row(op: str, pos: str, payload: bytes) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([op], pa.string()), pa.array([pos], pa.string()),
+                                       pa.array([payload], pa.binary())], schema=PAYLOAD_SCHEMA)
+
+
+def open_envelopes(data: pa.Table) -> tuple[list[pa.Table], list[SchemaChange], BinlogPosition | None]:
+    """(row batches, DDL statements, the micro-batch's end: None without an end marker) of collected rows."""
+    parts, changes, end = [], [], None
+    for op, pos, payload in zip(data["_op"].to_pylist(), data["_pos"].to_pylist(), data["_payload"].to_pylist()):
+        if op == ROWS:
+            parts.append(pa.ipc.open_stream(payload).read_all())
+        elif op == DDL:
+            d = json.loads(payload)
+            changes.append(SchemaChange(d["table"], d["kind"], d["statement"], BinlogPosition.from_dict(d["start"]),
+                                        BinlogPosition.from_dict(d["pos"])))
+        elif op == END_MARKER:
+            marker = BinlogPosition.decode(pos)
+            end = marker if end is None or marker > end else end
+    return parts, changes, end
 
 
 def spark_schema(arrow_schema: pa.Schema):
@@ -54,9 +95,7 @@ class BinlogDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self):
-        state = StateDir(self.options["state"])
-        meta = state.table(self.options["table"]).meta
-        return spark_schema(changelog_schema(open_dialect(state.source()).arrow_schema(meta)))
+        return spark_schema(PAYLOAD_SCHEMA)
 
     def streamReader(self, schema) -> "BinlogStreamReader":
         state, table = StateDir(self.options["state"]), self.options["table"]
@@ -127,6 +166,6 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ---- executor side ----
     def read(self, partition: BinlogRange) -> Iterator[pa.RecordBatch]:
         start, end = BinlogPosition.from_dict(partition.start), BinlogPosition.from_dict(partition.end)
-        yield from self.reader.batches(start, end, share=(partition.part, partition.parts))
-        schema = changelog_schema(self.dialect.arrow_schema(self.reader.meta))
-        yield pa.RecordBatch.from_pylist([{"_op": END_MARKER, "_pos": end.encode()}], schema=schema)
+        for item in self.reader.batches(start, end, share=(partition.part, partition.parts)):
+            yield envelope(item)
+        yield _row(END_MARKER, end.encode(), b"")

@@ -8,10 +8,9 @@ import threading
 import time
 from typing import Callable
 
-import pyarrow.compute as pc
-
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.readers.change_committer import ChangeCommitter
 from airflow_provider_dblog.spark.session import spark_session
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
@@ -24,13 +23,13 @@ _BATCH_LOCK = threading.Lock()
 
 
 class LakeSink:
-    """``foreachBatch`` of one table's query, in the driver: the batch's changes (markers removed) are
-    committed to the changelog at the batch's end position (the greatest marker); ``current`` follows
-    every batch, or at most every ``merge_interval`` seconds (MERGE rewrites every file it touches: fewer,
-    larger merges cost less), and at ``flush()``."""
+    """``foreachBatch`` of one table's query, in the driver: the batch's changes and schema changes are
+    committed at the batch's end position (the greatest marker) by a ``ChangeCommitter``; ``current``
+    follows every batch, or at most every ``merge_interval`` seconds (MERGE rewrites every file it
+    touches: fewer, larger merges cost less), and at ``flush()``."""
 
-    def __init__(self, lake: LakeTables, merge_interval: float = 0.0):
-        self.lake, self.merge_interval = lake, merge_interval
+    def __init__(self, committer: ChangeCommitter, merge_interval: float = 0.0):
+        self.committer, self.lake, self.merge_interval = committer, committer.lake, merge_interval
         self.rows = 0
         self.position: BinlogPosition | None = None
         self._merged_at = 0.0
@@ -42,27 +41,33 @@ class LakeSink:
             self._merged_at, self._pending = time.monotonic(), False
 
     def __call__(self, frame, batch_id: int) -> None:
-        from airflow_provider_dblog.spark.binlog_source import END_MARKER
+        from airflow_provider_dblog.spark.binlog_source import open_envelopes
 
         with _BATCH_LOCK:
-            self._commit(frame.toArrow(), END_MARKER)
+            parts, changes, end = open_envelopes(frame.toArrow())
+            if end is not None:
+                self._commit(parts, changes, end)
 
-    def _commit(self, data, marker: str) -> None:
-        markers = pc.equal(data["_op"], marker)
-        if not pc.any(markers).as_py():
-            return
-        end = BinlogPosition.decode(pc.max(data.filter(markers)["_pos"]).as_py())
-        rows = data.filter(pc.invert(markers)).cast(self.lake.changelog_schema)
-        if self.lake.commit_stream(rows, end, update_current=False) == "committed":
-            self.rows += rows.num_rows
+    def _commit(self, parts, changes, end: BinlogPosition) -> None:
+        if self.committer.commit(parts, changes, end, update_current=False) == "committed":
+            self.rows += sum(p.num_rows for p in parts)
         self.position, self._pending = end, True
         if time.monotonic() - self._merged_at >= self.merge_interval:
             self.flush()
 
 
+def reread_on_spark(state: StateDir, sink: str, dialect, spark) -> Callable:
+    """Read every chunk of a table's plan again as one Spark job (after a schema change)."""
+    from airflow_provider_dblog.spark.snapshot_job import run_chunks
+
+    def reread(plan) -> None:
+        run_chunks(str(state.path), sink, plan, [c.id for c in plan.chunks], dialect, spark)
+    return reread
+
+
 def start_queries(state: StateDir, sink: str, names: list[str], available_now: bool, trigger_seconds: float,
-                  max_events: int, decode_parallelism: int = 0, spark=None, merge_interval: float = 0.0
-                  ) -> tuple[dict, dict]:
+                  max_events: int, decode_parallelism: int = 0, spark=None, merge_interval: float = 0.0,
+                  schema_changes: str = "evolve") -> tuple[dict, dict]:
     """Start one query per table; returns the queries and their lake sinks by table name."""
     from airflow_provider_dblog.source import open_dialect
     from airflow_provider_dblog.spark.binlog_source import SOURCE_NAME, BinlogDataSource
@@ -73,7 +78,9 @@ def start_queries(state: StateDir, sink: str, names: list[str], available_now: b
     queries, sinks = {}, {}
     for name in names:
         meta = state.table(name).meta
-        sinks[name] = LakeSink(LakeTables(sink, name, dialect.arrow_schema(meta), meta.key_columns), merge_interval)
+        lake = LakeTables(sink, name, dialect.arrow_schema(meta), meta.key_columns)
+        committer = ChangeCommitter(state, lake, dialect, schema_changes, reread_on_spark(state, sink, dialect, spark))
+        sinks[name] = LakeSink(committer, merge_interval)
         reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("sink", str(sink))
                   .option("table", name)
                   .option("decodeParallelism", str(decode_parallelism or spark.sparkContext.defaultParallelism)))

@@ -24,11 +24,12 @@ def current_rows(state_dir: str, sink: str, table: str) -> pa.Table:
     """The table's live rows as the lake holds them: its current columns plus ``_pos``, ``_op``, ``_ts_ms``."""
     check_sink(sink)
     state = StateDir(state_dir)
-    meta = state.table(table).meta
+    meta = state.meta_in_force(table)
     schema = open_dialect(state.source(), state.options()).arrow_schema(meta)
     lake = LakeTables(sink, table, schema, meta.key_columns)
-    rows = lake.read_current([*meta.column_names, *MIRROR_METADATA])
-    return rows.cast(pa.schema([*schema, *(rows.schema.field(n) for n in MIRROR_METADATA)]))
+    lake.current()  # the lake's columns: the source's as of the last schema change the tail followed
+    rows = lake.read_current([*lake.source.names, *MIRROR_METADATA])
+    return rows.cast(pa.schema([*lake.source, *(rows.schema.field(n) for n in MIRROR_METADATA)]))
 
 
 def mirror(state_dir: str, sink: str, table: str, out: str) -> dict:
@@ -46,12 +47,17 @@ def compare(state_dir: str, lake_rows: pa.Table, table: str, examples: int = 5) 
     """Compare the lake's rows of ``table`` with a fresh read of the live source: missing, extra and
     different rows, every column of the source compared."""
     state = StateDir(state_dir)
-    meta = state.table(table).meta
+    planned = state.table(table).meta
     dialect = open_dialect(state.source(), state.options())
-    try:
+    try:  # the source's columns now, keyed as planned
+        meta = dialect.describe_table(table, planned.key_columns if planned.key_source == "chunk_key" else None)
         source = dialect.read_snapshot(meta, ChunkRange(0, None, None))
     finally:
         dialect.close()
+    missing_columns = [n for n in meta.column_names if n not in lake_rows.column_names]
+    if missing_columns:
+        raise DblogError(f"the lake's {table} lacks the source's columns {', '.join(missing_columns)}: run a tail "
+                         f"(schema changes are followed from the binlog)")
     mirrored = lake_rows.select(list(meta.column_names)).cast(source.schema)
     keys = list(meta.key_columns)
 

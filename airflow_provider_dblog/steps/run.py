@@ -26,7 +26,8 @@ log = logging.getLogger("dblog")
 def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sink: str,
                 chunk_size: int = DEFAULT_CHUNK_SIZE, batch_size: int = DEFAULT_BATCH_SIZE,
                 chunk_keys: dict[str, Sequence[str]] | None = None, watermark: str = "auto",
-                watermark_table: str | None = None, driver_threads: int | None = None) -> dict:
+                watermark_table: str | None = None, driver_threads: int | None = None,
+                schema_changes: str = "evolve") -> dict:
     check_sink(sink)
     threads = DRIVER_THREADS if driver_threads is None else driver_threads
     if threads < 0:
@@ -51,7 +52,7 @@ def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sin
         log.info("run: snapshot of %s done (%d/%d tables)", table, number, len(tables))
     summary = build_offsets(state_dir)
     tail = run_tail(state_dir, sink, available_now=True, tables=list(tables), spark=session,
-                    driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES)
+                    driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES, schema_changes=schema_changes)
     return {"plan": {"tables": len(tables), "chunks": sum(plan["tables"][t]["chunks"] for t in tables),
                      "batches": len(batches)},
             "snapshot": {"chunks_read": todo, "on_spark": on_spark, "in_driver": todo - on_spark},

@@ -26,10 +26,12 @@ log = logging.getLogger("dblog")
 def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seconds: float = 1.0,
              max_events: int = 0, tables: list[str] | None = None, spark=None,
              stop_event: threading.Event | None = None, progress_seconds: float = 10.0,
-             decode_parallelism: int = 0, driver_catch_up_bytes: int = 0, merge_interval: float = 0.0) -> dict:
+             decode_parallelism: int = 0, driver_catch_up_bytes: int = 0, merge_interval: float = 0.0,
+             schema_changes: str = "evolve") -> dict:
     """Run the tail; ``driver_catch_up_bytes`` > 0 lets a cold available-now catch-up of at most that much
     binlog run in this process (local runs only: ``local.catch_up``); ``merge_interval``: update the
-    lake's ``current`` tables at most this often (seconds; 0: every micro-batch), and when the tail ends."""
+    lake's ``current`` tables at most this often (seconds; 0: every micro-batch), and when the tail ends;
+    ``schema_changes``: what a DDL statement of a captured table does (``readers.change_committer``)."""
     state = StateDir(state_dir)
     check_sink(sink)
     with tail_lock(state):
@@ -55,7 +57,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                         from airflow_provider_dblog.local.catch_up import catch_up_in_driver
 
                         read = catch_up_in_driver(state, sink, dialect, name, offsets[name], now,
-                                                  driver_catch_up_bytes)
+                                                  driver_catch_up_bytes, schema_changes)
                         if read is None:
                             continue
                         in_driver.append(name)
@@ -68,7 +70,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             tracker = LagTracker(dialect)
             if todo:
                 queries, sinks = start_queries(state, sink, todo, available_now, trigger_seconds, max_events,
-                                               decode_parallelism, spark, merge_interval)
+                                               decode_parallelism, spark, merge_interval, schema_changes)
                 last_log = [0.0]
 
                 def tick() -> None:

@@ -36,6 +36,9 @@ from airflow_provider_dblog.store.lake import changelog_schema, changelog_uri, c
 
 log = logging.getLogger("dblog")
 TAIL_APP = "dblog-tail"
+SCHEMA_APP = "dblog-schema"  # ``current``'s columns follow the source's from this position on
+REREAD_APP = "dblog-reread"  # every chunk was read again after the schema change at this position
+METADATA = ("_op", "_pos", "_ts_ms", "_chunk")
 _OPENED = threading.local()  # DeltaTable objects of this thread, by URI
 MAX_ATTEMPTS = 30
 
@@ -79,14 +82,19 @@ class LakeTables:
 
     def __init__(self, sink: str, table: str, source: pa.Schema, key_columns: Sequence[str],
                  storage_options: dict | None = None):
-        self.table, self.source, self.keys = table, source, tuple(key_columns)
+        self.table, self.keys = table, tuple(key_columns)
         self.changelog_uri, self.current_uri = changelog_uri(sink, table), current_uri(sink, table)
         self.options = storage_options
+        self._use_source(source)
+        self._adopted = False
+        # the MERGE condition of a key: same chunk partition, same key columns
+        self.key_match = " AND ".join(["s._chunk = t._chunk", *(f"t.{quote(k)} = s.{quote(k)}" for k in key_columns)])
+
+    def _use_source(self, source: pa.Schema) -> None:
+        self.source = source
         self.changelog_schema, self.current_schema = changelog_schema(source), current_schema(source)
         self.changelog_writer = writer_properties(self.changelog_schema)
         self.current_writer = writer_properties(self.current_schema)
-        # the MERGE condition of a key: same chunk partition, same key columns
-        self.key_match = " AND ".join(["s._chunk = t._chunk", *(f"t.{quote(k)} = s.{quote(k)}" for k in key_columns)])
 
     # ---- opening ----
     def _open(self, uri: str, schema: pa.Schema, partition_by: list[str] | None):
@@ -119,7 +127,71 @@ class LakeTables:
         return self._open(self.changelog_uri, self.changelog_schema, None)
 
     def current(self):
-        return self._open(self.current_uri, self.current_schema, ["_chunk"])
+        table = self._open(self.current_uri, self.current_schema, ["_chunk"])
+        if not self._adopted:  # once the lake followed a schema change, its columns are the source's
+            self._adopted = True
+            if table.transaction_version(SCHEMA_APP) is not None:
+                self._use_source(source_columns(_arrow_schema(table)))
+        return table
+
+    # ---- schema changes ----
+    def schema_position(self) -> BinlogPosition | None:
+        """Where ``current``'s columns last followed the source (None: still the planned columns)."""
+        return _version_position(self.current().transaction_version(SCHEMA_APP))
+
+    def reread_position(self) -> BinlogPosition | None:
+        """The last schema change after which every chunk was read again."""
+        return _version_position(self.current().transaction_version(REREAD_APP))
+
+    def evolve(self, source: pa.Schema, at: BinlogPosition) -> bool:
+        """Give ``current`` the source's columns in force from ``at`` (added columns null until their chunk
+        is read again, dropped ones removed, changed types cast) and widen the changelog where a type
+        changed (it keeps every column it ever had: its history stays readable). False if the lake already
+        followed a change at or after ``at``."""
+        done = self.schema_position()
+        if done is not None and done >= at.boundary():
+            return False
+        _retrying(f"changing the columns of {self.table}'s changelog", lambda: self._widen_changelog(source))
+        _retrying(f"changing the columns of {self.table}'s current state", lambda: self._evolve_current(source, at))
+        self._use_source(source)
+        log.info("lake: %s follows the source's columns from %s: %s", self.table, at, ", ".join(source.names))
+        return True
+
+    def _evolve_current(self, source: pa.Schema, at: BinlogPosition) -> None:
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        current = self.current()
+        target = current_schema(source)
+        data = conform(current.to_pyarrow_dataset().to_table(), target)
+        write_deltalake(current, data, mode="overwrite", schema_mode="overwrite", partition_by=["_chunk"],
+                        storage_options=self.options, writer_properties=writer_properties(target),
+                        commit_properties=CommitProperties(app_transactions=[
+                            Transaction(SCHEMA_APP, at.boundary().to_version())]))
+
+    def _widen_changelog(self, source: pa.Schema) -> None:
+        from deltalake import write_deltalake
+
+        changelog = self.changelog()
+        have = _arrow_schema(changelog)
+        merged = merge_schemas(have, changelog_schema(source))
+        if all(merged.field(f.name).type == f.type for f in have):
+            return  # only added columns: the next append adds them (schema_mode merge)
+        data = conform(changelog.to_pyarrow_dataset().to_table(), merged)
+        write_deltalake(changelog, data, mode="overwrite", schema_mode="overwrite", storage_options=self.options,
+                        writer_properties=writer_properties(merged))
+
+    def record_reread(self, at: BinlogPosition) -> None:
+        """Every chunk has been read again after the schema change at ``at``."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        def attempt():
+            write_deltalake(self.current(), self.current_schema.empty_table(), mode="append",
+                            storage_options=self.options, commit_properties=CommitProperties(
+                                app_transactions=[Transaction(REREAD_APP, at.boundary().to_version())]))
+        _retrying(f"recording the re-read of {self.table}", attempt)
+
+    def conform_rows(self, rows: pa.Table, schema: pa.Schema) -> pa.Table:
+        return conform(rows, schema)
 
     # ---- positions the lake records ----
     def tail_position(self) -> BinlogPosition | None:
@@ -130,12 +202,33 @@ class LakeTables:
     def commit_chunk(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> bool:
         """Append the chunk's rows (changelog schema) and replace its chunk in ``current``; False when a
         later read of the chunk is already in ``current`` (this one changes nothing there)."""
-        from deltalake import write_deltalake
-
-        _retrying(f"appending chunk {chunk_id} to {self.changelog_uri}", lambda: write_deltalake(
-            self.changelog(), rows, mode="append", storage_options=self.options, writer_properties=self.changelog_writer))
+        self.current()  # adopt the lake's columns if it followed a schema change
+        source = source_columns(rows.schema)
+        if source != self.source:
+            # read with other columns than the lake's: newer ones (the chunk read after a schema change)
+            # change the lake; older ones (a read that started before it) take the lake's columns
+            if not self.evolve(source, hw):
+                rows = conform(rows, self.changelog_schema)
+        _retrying(f"appending chunk {chunk_id} to {self.changelog_uri}", lambda: self._append(rows))
         return _retrying(f"replacing chunk {chunk_id} of {self.table}",
                          lambda: self._replace_chunk(chunk_id, hw, rows))
+
+    def _append(self, rows: pa.Table, commit=None) -> None:
+        """Append to the changelog; columns it does not have yet are added (it keeps dropped ones)."""
+        from deltalake import write_deltalake
+
+        changelog = self.changelog()
+        have = _arrow_schema(changelog)
+        if any(f.name in have.names and have.field(f.name).type != f.type for f in rows.schema):
+            self._widen_changelog(source_columns(rows.schema))  # a wider type than the changelog's
+            changelog = self.changelog()
+            have = _arrow_schema(changelog)
+        added = [f for f in rows.schema if f.name not in have.names]
+        rows = conform(rows, pa.schema([*have, *added]))  # columns it keeps but these rows lack: null
+        merge = bool(added)
+        write_deltalake(changelog, rows, mode="append", storage_options=self.options,
+                        writer_properties=writer_properties(rows.schema), commit_properties=commit,
+                        schema_mode="merge" if merge else None)
 
     def _replace_chunk(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> bool:
         from deltalake import CommitProperties, Transaction
@@ -185,7 +278,7 @@ class LakeTables:
             _retrying(f"updating the current state of {self.table}", lambda: self._apply_changes(end))
 
     def _append_changes(self, rows: pa.Table, end: BinlogPosition) -> str:
-        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake import CommitProperties, Transaction
 
         changelog = self.changelog()
         recorded = _version_position(changelog.transaction_version(TAIL_APP))
@@ -193,9 +286,7 @@ class LakeTables:
             return "replayed"
         if recorded is not None:
             rows = rows.filter(pc.greater(rows["_pos"], recorded.as_snapshot().encode()))
-        write_deltalake(changelog, rows, mode="append", storage_options=self.options,
-                        writer_properties=self.changelog_writer, commit_properties=CommitProperties(
-                            app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())]))
+        self._append(rows, CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())]))
         return "committed"
 
     def _apply_changes(self, end: BinlogPosition) -> None:
@@ -236,8 +327,11 @@ class LakeTables:
         expression = pc.field("_op") != "r"
         for f in filters:
             expression = expression & f
-        data = self.changelog().to_pyarrow_dataset().to_table(columns=self.current_schema.names, filter=expression)
-        return data.cast(self.current_schema)
+        changelog = self.changelog()
+        have = _names(changelog)
+        data = changelog.to_pyarrow_dataset().to_table(columns=[n for n in self.current_schema.names if n in have],
+                                                       filter=expression)
+        return conform(data, self.current_schema)
 
     # ---- maintenance ----
     def maintain(self, retention_hours: float) -> dict:
@@ -256,7 +350,7 @@ class LakeTables:
 
     # ---- reading ----
     def read_current(self, columns: Sequence[str] | None = None) -> pa.Table:
-        return self.current().to_pyarrow_table(columns=list(columns) if columns else None)
+        return self.current().to_pyarrow_dataset().to_table(columns=list(columns) if columns else None)
 
 
 def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
@@ -273,6 +367,88 @@ def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
         same = eq if same is None else pc.and_(same, eq)
     first = pa.concat_arrays([pa.array([True]), pc.invert(same).combine_chunks()])
     return ordered.filter(first)
+
+
+def source_columns(schema: pa.Schema) -> pa.Schema:
+    """The source's columns of a lake schema (without the ``_``-prefixed metadata)."""
+    return pa.schema([f for f in schema if f.name not in METADATA and f.name not in ("_kind", "_before")])
+
+
+def _names(table) -> set[str]:
+    return {f.name for f in table.schema().fields}
+
+
+def _arrow_schema(table) -> pa.Schema:
+    """A Delta table's schema as pyarrow's (large types as the lake writes them)."""
+    return _plain(pa.schema(table.schema().to_arrow()))
+
+
+def _plain(schema: pa.Schema) -> pa.Schema:
+    def plain(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+            return pa.string()
+        if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+            return pa.binary()
+        if pa.types.is_struct(t):
+            return pa.struct([pa.field(f.name, plain(f.type), f.nullable) for f in t])
+        return t
+    return pa.schema([pa.field(f.name, plain(f.type), f.nullable) for f in schema])
+
+
+def merge_schemas(old: pa.Schema, new: pa.Schema) -> pa.Schema:
+    """Every column of both; a column whose type changed takes the new type if every old value fits it
+    (a widening), else text."""
+    fields = {f.name: f for f in old}
+    for f in new:
+        prior = fields.get(f.name)
+        if prior is None or prior.type == f.type:
+            fields[f.name] = f if prior is None else prior
+        elif pa.types.is_struct(prior.type) and pa.types.is_struct(f.type):
+            fields[f.name] = pa.field(f.name, pa.struct(list(merge_schemas(pa.schema(list(prior.type)),
+                                                                          pa.schema(list(f.type))))))
+        else:
+            fields[f.name] = pa.field(f.name, f.type if _widens(prior.type, f.type) else pa.string())
+    return pa.schema([pa.field(f.name, f.type, True) for f in fields.values()])
+
+
+def _widens(old: pa.DataType, new: pa.DataType) -> bool:
+    if pa.types.is_integer(old) and pa.types.is_integer(new):
+        return new.bit_width >= old.bit_width and (pa.types.is_signed_integer(new) or not pa.types.is_signed_integer(old))
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+    if pa.types.is_integer(old) and pa.types.is_decimal(new):
+        return True
+    if pa.types.is_floating(old) and pa.types.is_floating(new):
+        return new.bit_width >= old.bit_width
+    return pa.types.is_string(new) or (pa.types.is_binary(old) and pa.types.is_binary(new))
+
+
+def conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` in ``schema``: missing columns null, extra ones dropped, other types cast (a value that
+    does not fit becomes null: only where every chunk is read again afterwards)."""
+    n = rows.num_rows
+    return pa.Table.from_arrays([_conform_column(rows.column(f.name) if f.name in rows.schema.names else None, f, n)
+                                 for f in schema], schema=schema)
+
+
+def _conform_column(column, field: pa.Field, n: int):
+    if column is None:
+        return pa.nulls(n, field.type)
+    if column.type == field.type:
+        return column
+    if pa.types.is_struct(field.type) and pa.types.is_struct(column.type):
+        flat = pa.Table.from_arrays(column.combine_chunks().flatten(), names=[f.name for f in column.type])
+        parts = conform(flat, pa.schema(list(field.type)))
+        valid = pc.is_valid(column)
+        struct = pa.StructArray.from_arrays([c.combine_chunks() for c in parts.columns], fields=list(field.type),
+                                            mask=pc.invert(valid).combine_chunks() if n else None)
+        return struct
+    try:
+        return column.cast(field.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        if pa.types.is_string(field.type):
+            return pc.cast(column, pa.string(), safe=False) if not pa.types.is_binary(column.type) else pa.nulls(n, field.type)
+        return pa.nulls(n, field.type)
 
 
 def _version_position(version: int | None) -> BinlogPosition | None:

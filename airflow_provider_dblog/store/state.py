@@ -7,6 +7,8 @@ and nothing here ever holds a password.
     STATE/reports/DB.TABLE/chunk-N.json   one per finished chunk read (LW, HW, rows, output file)
     STATE/offsets.json                    the binlog-split offset map (after ``dblog report``)
     STATE/checkpoints/DB.TABLE/           Spark Structured Streaming checkpoint of the tail
+    STATE/schemas/DB.TABLE.json           the table's schema history: DDL statements seen in the binlog and the
+                                          columns in force from a position on (after the planned ones)
     STATE/caught_up/DB.TABLE.json         every row change of the table in [from, to) is in the lake (none
                                           there, or read by a driver catch-up): a tail at ``from`` may move to ``to``
 """
@@ -178,6 +180,35 @@ class StateDir:
 
     def checkpoint(self, table: str) -> CheckpointState:
         return checkpoint_state(self.checkpoint_dir(table))
+
+    # ---- schema history ----
+    def schema_file(self, table: str) -> Path:
+        return self.path / "schemas" / f"{table}.json"
+
+    def schema_history(self, table: str) -> dict:
+        path = self.schema_file(table)
+        return read_json(path) if path.exists() else {"table": table, "changes": [], "versions": []}
+
+    def record_schema_change(self, change) -> None:
+        """A DDL statement (``core.schema_events.SchemaChange``) naming the table, once per position."""
+        history = self.schema_history(change.table)
+        entry = {"pos": change.pos.to_dict(), "kind": change.kind, "statement": change.statement}
+        if entry not in history["changes"]:
+            history["changes"].append(entry)
+            write_json(self.schema_file(change.table), history)
+
+    def record_schema_version(self, meta: TableMeta, pos: BinlogPosition) -> None:
+        """The table's columns in force from ``pos`` on (the lake follows them)."""
+        history = self.schema_history(meta.qualified)
+        entry = {"pos": pos.to_dict(), "meta": meta.to_dict()}
+        if entry not in history["versions"]:
+            history["versions"].append(entry)
+            write_json(self.schema_file(meta.qualified), history)
+
+    def meta_in_force(self, table: str) -> TableMeta:
+        """The table's latest recorded columns: the planned ones until a schema change was followed."""
+        versions = self.schema_history(table)["versions"] if self.schema_file(table).exists() else []
+        return TableMeta.from_dict(versions[-1]["meta"]) if versions else self.table(table).meta
 
     # ---- catch-up checks ----
     def caught_up_file(self, table: str) -> Path:

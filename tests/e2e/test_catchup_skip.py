@@ -38,23 +38,27 @@ def _flush_binary_logs(mariadb) -> None:
         time.sleep(0.05)
 
 
-def test_scan_sees_only_row_events_of_the_asked_table(mariadb, db):
+def test_scan_sees_only_row_events_and_ddl_of_the_asked_table(mariadb, db):
     mariadb.sql(f"CREATE TABLE {db}.a (id INT PRIMARY KEY, v INT)", f"CREATE TABLE {db}.`a.b` (id INT PRIMARY KEY)",
                 f"CREATE TABLE {db}.ab (id INT PRIMARY KEY)")
     dialect = MySqlDialect(SourceConfig.parse(mariadb.uri()))
     try:
         start = _position(mariadb)
         mariadb.sql(f"INSERT INTO {db}.`a.b` VALUES (1)", f"INSERT INTO {db}.ab VALUES (1)",
-                    f"ALTER TABLE {db}.a ADD COLUMN w INT")  # DDL: no row event (the tail ignores it too)
+                    f"ALTER TABLE {db}.ab ADD COLUMN w INT")  # DDL of another table
         middle = _position(mariadb)
+        mariadb.sql(f"ALTER TABLE {db}.a ADD COLUMN w INT")  # no row event, but the tail must follow it
+        altered = _position(mariadb)
+        scan = scan_table_events(dialect.client, middle, altered, [f"{db}.a"])
+        assert not scan.clean and "DDL statement" in scan.reason
         mariadb.sql(f"INSERT INTO {db}.a VALUES (1, 1, 1)")
         end = _position(mariadb)
         mariadb.sql(f"UPDATE {db}.ab SET id = 2")
         scan = scan_table_events(dialect.client, start, middle, [f"{db}.a"])
         assert scan.clean and scan.events > 0
-        scan = scan_table_events(dialect.client, start, end, [f"{db}.a"])
+        scan = scan_table_events(dialect.client, altered, end, [f"{db}.a"])
         assert not scan.clean and f"{db}.a at " in scan.reason
-        assert scan_table_events(dialect.client, middle, end, [f"{db}.A"]).clean is False  # case-insensitive
+        assert scan_table_events(dialect.client, altered, end, [f"{db}.A"]).clean is False  # case-insensitive
         assert scan_table_events(dialect.client, end, _position(mariadb), [f"{db}.a"]).clean
         assert scan_table_events(dialect.client, end, end, [f"{db}.a"]).clean
         # the bound: past max_events the scan gives up (the caller then runs the query)

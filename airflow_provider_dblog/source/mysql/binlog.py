@@ -17,6 +17,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion, ddl_tables
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTlsConnection, binlog_status_sql
@@ -134,11 +135,24 @@ def scan_table_events(client: MySqlClient, start: BinlogPosition, end: BinlogPos
                 if match is None or match.group("name").lower() in wanted:
                     return RangeScan(False, seen, f"row events of {match.group('name') if match else '?'} "
                                                   f"at {event.file}:{event.pos}")
+            elif event.kind == "Query" and _names_table(event.info, wanted):
+                return RangeScan(False, seen, f"a DDL statement at {event.file}:{event.pos}")
             if seen > max_events:
                 return RangeScan(False, seen, f"more than {max_events:,} events to scan")
         return RangeScan(True, seen)
     except pymysql.MySQLError as exc:
         return RangeScan(False, 0, f"SHOW BINLOG EVENTS failed: {exc.args[-1] if exc.args else exc}")
+
+
+_USE = re.compile(r"^use\s+(`(?:[^`]|``)+`|\S+)\s*;\s*", re.I)
+
+
+def _names_table(info: str, wanted: set[str]) -> bool:
+    """Whether a listed Query event (``use `db`; STATEMENT``) is a DDL statement naming a ``wanted`` table."""
+    match = _USE.match(info)
+    default_db = match.group(1).strip("`") if match else ""
+    parsed = ddl_tables(info[match.end():] if match else info, default_db)
+    return parsed is not None and any(name.lower() in wanted for name in parsed[1])
 
 
 # ---- row changes --------------------------------------------------------------------------------
@@ -179,17 +193,23 @@ class BinlogStream:
     def items(self, start: BinlogPosition, end: BinlogPosition | None, tables: Sequence[TableMeta],
               extra_tables: Sequence[str] = (), share: tuple[int, int] = (0, 1)
               ) -> Iterator[tuple[str, BinlogPosition, object]]:
-        """("row", pos, (table, before, after, ts)) and ("commit", pos, None), for ``start < pos <= end``.
+        """For ``start < pos <= end``: ("row", pos, (table, before, after, ts)), ("commit", pos, None),
+        ("schema", pos, SchemaVersion) before the first row of ``tables`` decoded with other columns than
+        the version before (the planned one at first), and ("ddl", pos, SchemaChange) for a DDL statement
+        naming one of ``tables``.
 
         Row images of ``tables`` hold the lake's values; those of ``extra_tables`` the library's.
         ``share=(k, n)`` decodes only every n-th rows event from the k-th on: n readers of the same range
-        split the decoding (rows decode lazily) while each sees every table map. Positions stay global.
+        split the decoding (rows decode lazily) while each sees every table map; DDL statements go to the
+        first share only. Positions stay global.
         """
         part, parts = share
         rows_events = -1
         metas = {m.qualified: m for m in tables}
+        versions = dict(metas)
         wanted = set(metas) | set(extra_tables)
         images = RowImages(metas, row_converter)
+        boundary = start  # the last transaction end seen: where a DDL statement starts
         stream = self._stream(start, [t.split(".")[0] for t in wanted], [t.split(".", 1)[1] for t in wanted])
         try:
             for event in stream:
@@ -202,7 +222,13 @@ class BinlogStream:
                 if pos <= start.as_snapshot():
                     continue
                 if isinstance(event, XidEvent) or (isinstance(event, QueryEvent) and event.query == "COMMIT"):
+                    boundary = pos
                     yield "commit", pos, None
+                elif isinstance(event, QueryEvent):
+                    for change in schema_changes(event, boundary, pos, metas) if part == 0 else ():
+                        yield "ddl", pos, change
+                    if event.query != "BEGIN":
+                        boundary = pos
                 elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                     qualified = f"{event.schema}.{event.table}"
                     if qualified not in wanted:
@@ -210,6 +236,11 @@ class BinlogStream:
                     rows_events += 1
                     if rows_events % parts != part:
                         continue
+                    if qualified in metas:
+                        version = images.meta_of(event, qualified)
+                        if version is not versions[qualified]:
+                            versions[qualified] = version
+                            yield "schema", pos, SchemaVersion(version, pos)
                     ts = int(event.timestamp) * 1000
                     seq, offset, file = pos.seq, pos.offset, pos.file
                     if isinstance(event, WriteRowsEvent):
@@ -230,9 +261,29 @@ class BinlogStream:
             stream.close()
 
     def changes(self, start: BinlogPosition, end: BinlogPosition | None, tables: Sequence[TableMeta],
-                share: tuple[int, int] = (0, 1)) -> Iterator[ChangeEvent]:
+                share: tuple[int, int] = (0, 1)) -> Iterator[ChangeEvent | SchemaVersion | SchemaChange]:
+        """Row changes of ``tables``, each after the ``SchemaVersion`` it was decoded with (when that is
+        not the planned one), and the DDL statements naming them, in binlog order."""
         keys = {m.qualified: m.key_columns for m in tables}
         for kind, pos, payload in self.items(start, end, tables, share=share):
             if kind == "row":
                 name, before, after, ts = payload
                 yield from row_change(name, pos, keys[name], before, after, ts)
+            elif kind == "schema":
+                keys[payload.meta.qualified] = payload.meta.key_columns
+                yield payload
+            elif kind == "ddl":
+                yield payload
+
+
+def schema_changes(event, start: BinlogPosition, pos: BinlogPosition, metas: dict[str, TableMeta]
+                   ) -> list[SchemaChange]:
+    """The captured tables a query event's DDL statement names (``start``: the boundary before it)."""
+    default_db = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else str(event.schema)
+    parsed = ddl_tables(event.query, default_db)
+    if parsed is None:
+        return []
+    kind, names = parsed
+    lowered = {name.lower(): name for name in metas}
+    found = dict.fromkeys(lowered[n.lower()] for n in names if n.lower() in lowered)
+    return [SchemaChange(name, kind, event.query, start, pos) for name in found]

@@ -6,10 +6,10 @@ convert some of its values again. For each table layout this module compiles one
 function that reads a whole row image with precompiled ``struct`` formats and produces the values
 the lake stores (the Arrow schema of ``types.arrow_type``): several times faster per row.
 
-A layout it cannot decode exactly (MySQL's binary JSON is decoded through the library's parser,
-but pre-5.6 temporal types, unknown character sets, or a table map whose columns differ from the
-planned table are not) gets no decoder: ``compile_row_decoder`` returns None and the caller uses
-the library for those events.
+Each table map layout gets its own decoder, with the columns that table map describes (a schema
+change starts a new layout: ``table_map``). A layout it cannot decode exactly (MySQL's binary JSON is
+decoded through the library's parser, but pre-5.6 temporal types or unknown character sets are not)
+gets no decoder: ``compile_row_decoder`` returns None and the caller uses the library for those events.
 """
 from __future__ import annotations
 
@@ -23,15 +23,14 @@ from typing import Callable, Sequence
 import pyarrow as pa
 
 from airflow_provider_dblog.core.tables import Column, TableMeta
+from airflow_provider_dblog.source.mysql.field_types import (
+    BIT, BLOB, DATE, DATETIME2, DOUBLE, ENUM, FLOAT, GEOMETRY, INT24, JSON, LONG, LONG_BLOB, LONGLONG, MEDIUM_BLOB,
+    NEWDECIMAL, SET, SHORT, STRING, TIME2, TIMESTAMP2, TINY, TINY_BLOB, VAR_STRING, VARCHAR, YEAR,
+)
+from airflow_provider_dblog.source.mysql.table_map import meta_from_table_map
 from airflow_provider_dblog.source.mysql.types import (
     _enum_values, _format_time, _json_text_keys, _type_argument, arrow_type,
 )
-
-# MySQL field types (include/field_types.h), as table map events carry them.
-TINY, SHORT, LONG, FLOAT, DOUBLE, LONGLONG, INT24 = 1, 2, 3, 4, 5, 8, 9
-DATE, YEAR, VARCHAR, BIT, TIMESTAMP2, DATETIME2, TIME2 = 10, 13, 15, 16, 17, 18, 19
-JSON, NEWDECIMAL, ENUM, SET, BLOB, VAR_STRING, STRING, GEOMETRY = 245, 246, 247, 248, 252, 253, 254, 255
-TINY_BLOB, MEDIUM_BLOB, LONG_BLOB = 249, 250, 251
 
 INT_FORMATS = {(TINY, False): "b", (TINY, True): "B", (SHORT, False): "h", (SHORT, True): "H",
                (LONG, False): "i", (LONG, True): "I", (LONGLONG, False): "q", (LONGLONG, True): "Q",
@@ -258,7 +257,7 @@ def compile_row_decoder(columns: Sequence, meta: TableMeta) -> RowDecoder | None
     objects: type and type metadata), or None if any column can't be decoded exactly."""
     names = [c.name for c in meta.columns]
     if [getattr(c, "name", None) for c in columns] != names:
-        return None  # the binlog's layout differs from the planned table (DDL): leave it to the library
+        return None  # a table map without column names (binlog_row_metadata not FULL)
     b = _Builder()
     null_bytes = (len(columns) + 7) // 8
     b.emit(f"nulls = int.from_bytes(buf[p:p + {null_bytes}], 'little'); p += {null_bytes}", 1)
@@ -293,27 +292,42 @@ def decode_rows(decoder: RowDecoder, buf: bytes, p: int, end: int, images: int) 
 
 
 def _layout(columns: Sequence) -> tuple:
-    """What a decoder depends on in a table map's columns."""
+    """What a decoder and the table's version depend on in a table map's columns."""
     return tuple((c.name, c.type, getattr(c, "unsigned", False), getattr(c, "max_length", None),
                   getattr(c, "length_size", None), getattr(c, "precision", None), getattr(c, "decimals", None),
-                  getattr(c, "fsp", None), getattr(c, "size", None), getattr(c, "bytes", None)) for c in columns)
+                  getattr(c, "fsp", None), getattr(c, "size", None), getattr(c, "bytes", None),
+                  getattr(c, "collation_name", None), tuple(getattr(c, "enum_values", None) or ()),
+                  tuple(getattr(c, "set_values", None) or ()), getattr(c, "is_primary", False)) for c in columns)
 
 
 _DECODERS: dict[tuple, RowDecoder | None] = {}  # per process: a window reader lives for one window only
 
 
 class RowImages:
-    """The row images of python-mysql-replication's rows events as the lake's values: decoded from
-    the event's bytes by a compiled decoder, or by the library and ``converter(meta)`` otherwise."""
+    """The row images of python-mysql-replication's rows events as the lake's values, each decoded with
+    the table's columns in force at its position (its table map: ``meta_of``): by a compiled decoder
+    per layout, or by the library and ``converter(meta)`` where no decoder can be compiled."""
 
     def __init__(self, metas: dict[str, TableMeta], converter: Callable[[TableMeta], Callable]):
         self.metas = metas
         self.converter = converter
-        self._converters: dict[str, Callable] = {}
+        self._versions: dict[tuple, TableMeta] = {}
+        self._converters: dict[TableMeta, Callable] = {}
 
-    def _decoder(self, event, qualified: str) -> RowDecoder | None:
+    def meta_of(self, event, qualified: str) -> TableMeta:
+        """The table's version of this event's table map (the planned meta while nothing changed)."""
+        layout = (qualified, _layout(event.columns))
+        meta = self._versions.get(layout)
+        if meta is None:
+            planned = self.metas[qualified]
+            meta = meta_from_table_map(planned.database, planned.name, event.columns, planned)
+            if meta == planned:
+                meta = planned
+            self._versions[layout] = meta
+        return meta
+
+    def _decoder(self, event, meta: TableMeta) -> RowDecoder | None:
         """By layout: the library builds new column objects for every table map event."""
-        meta = self.metas[qualified]
         layout = (meta, _layout(event.columns))
         if layout not in _DECODERS:
             _DECODERS[layout] = compile_row_decoder(event.columns, meta)
@@ -321,14 +335,14 @@ class RowImages:
 
     def of(self, event, qualified: str, keys: tuple[str, ...]) -> list[tuple]:
         """Each row's images (``keys``: the library's names, one image or before and after)."""
-        meta = self.metas.get(qualified)
-        if meta is None:  # not a planned table (the watermark table): the library's values
+        if qualified not in self.metas:  # not a planned table (the watermark table): the library's values
             return [tuple(row[k] for k in keys) for row in event.rows]
-        decoder = self._decoder(event, qualified)
+        meta = self.meta_of(event, qualified)
+        decoder = self._decoder(event, meta)
         body = _body(event) if decoder is not None else None
         if body is not None:
             return decode_rows(decoder, *body, len(keys))
-        convert = self._converters.get(qualified) or self._converters.setdefault(qualified, self.converter(meta))
+        convert = self._converters.get(meta) or self._converters.setdefault(meta, self.converter(meta))
         return [tuple(convert(row[k]) for k in keys) for row in event.rows]
 
 

@@ -6,7 +6,7 @@ import uuid
 
 import pymysql
 
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, SchemaChangedError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.tables import TableMeta
@@ -59,6 +59,16 @@ def resolve_strategy(client: MySqlClient, strategy: str, table_name: str) -> str
     return strategy
 
 
+def only_changes(items: list, meta: TableMeta) -> list[ChangeEvent]:
+    """A window's row changes; a schema change of the table inside the window means the SELECT and the
+    window's images may not share their columns: the chunk must be read again (``SchemaChangedError``)."""
+    changed = [i for i in items if not isinstance(i, ChangeEvent)]
+    if changed:
+        raise SchemaChangedError(f"the columns of {meta.qualified} changed inside a chunk's watermark window "
+                                 f"(at {changed[0].pos}): reading the chunk again")
+    return items
+
+
 class PositionWatermark:
     """Flink CDC's watermarks: the binlog position before and after the SELECT.
 
@@ -77,7 +87,7 @@ class PositionWatermark:
 
     def window(self) -> tuple[BinlogPosition, BinlogPosition, list[ChangeEvent]]:
         events = list(self.stream.changes(self.lw, self.hw, [self.meta])) if self.hw > self.lw else []
-        return self.lw, self.hw, events
+        return self.lw, self.hw, only_changes(events, self.meta)
 
 
 class ConsistentSnapshotWatermark(PositionWatermark):
@@ -135,6 +145,10 @@ class TableWatermark:
                         hw = pos
                         break
                     seen = None
+                    continue
+                if kind in ("schema", "ddl"):
+                    if lw is not None:
+                        only_changes([payload], self.meta)
                     continue
                 name, before, after, ts = payload
                 if name == self.table:

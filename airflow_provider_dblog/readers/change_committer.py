@@ -1,0 +1,143 @@
+"""Committing a binlog range of one table to the lake, schema changes included.
+
+A range's rows may have been decoded with several versions of the table's columns, and DDL statements
+naming the table may sit between them. What happens to them is the capture's behaviour:
+
+* ``evolve`` (default): the changelog gains the new columns (it keeps dropped ones: history stays
+  readable), ``current`` takes the source's columns, and every chunk of the table is read again at a
+  new high watermark: rows that existed before an ADD COLUMN get the values the source shows for them
+  (its DEFAULT), a TRUNCATE empties the table, a table swapped in by RENAME TABLE replaces the old one.
+  The lake records the change it followed (``dblog-reread``), so a range replayed after a crash
+  finishes what the crash interrupted and a later replay does nothing.
+* ``fail``: the range is committed up to the first DDL statement, then the capture stops with one line
+  naming the table, the statement and its position; a restart under ``evolve`` continues from there.
+* ``freeze``: the lake keeps its columns (new ones are left out, dropped ones are null); a TRUNCATE,
+  RENAME, DROP or CREATE of the table still reads its chunks again. Each ignored change is logged.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Callable, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.schema_events import SchemaChange
+from airflow_provider_dblog.core.tables import TableMeta
+from airflow_provider_dblog.readers.chunk_reader import run_chunk
+from airflow_provider_dblog.source.dialect import DataSourceDialect
+from airflow_provider_dblog.store.lake import changelog_schema
+from airflow_provider_dblog.store.lake_tables import LakeTables
+from airflow_provider_dblog.store.state import StateDir, TablePlan
+
+log = logging.getLogger("dblog")
+Reread = Callable[[TablePlan], None]  # reads every chunk of the plan again (in this process or on Spark)
+
+
+def reread_here(state: StateDir, sink: str, dialect: DataSourceDialect) -> Reread:
+    """Read the chunks again one after another in this process (small tables, the local catch-up)."""
+    def reread(plan: TablePlan) -> None:
+        for chunk in plan.chunks:
+            run_chunk(state, sink, plan, chunk.id, dialect)
+    return reread
+
+
+class ChangeCommitter:
+    """Commits ranges of one table's changes (``readers.binlog_reader`` output) under a behaviour."""
+
+    def __init__(self, state: StateDir, lake: LakeTables, dialect: DataSourceDialect, behaviour: str = "evolve",
+                 reread: Reread | None = None, sink: str | None = None):
+        self.state, self.lake, self.dialect, self.behaviour = state, lake, dialect, behaviour
+        self.plan = state.table(lake.table)
+        self.reread = reread or reread_here(state, sink, dialect)
+        self._ignored: set[tuple] = set()
+
+    def commit(self, parts: Sequence[pa.Table | pa.RecordBatch], changes: Sequence[SchemaChange],
+               end: BinlogPosition, update_current: bool = True) -> str:
+        """Commit the changelog rows ``parts`` and schema ``changes`` of ``[start, end)``; returns what
+        ``LakeTables.commit_stream`` says ("committed" or "replayed")."""
+        rows = _rows(parts, self.lake.changelog_schema)
+        done = self.lake.reread_position()
+        todo = sorted({c for c in changes if done is None or c.pos > done}, key=lambda c: c.pos)
+        if todo and self.behaviour == "fail":
+            self._stop_at(rows, todo[0])
+        if self.behaviour == "freeze":
+            rows = self.lake.conform_rows(rows, self.lake.changelog_schema)
+        outcome = self.lake.commit_stream(rows, end, update_current=update_current and not todo)
+        if todo:
+            self.follow(todo)
+            self.lake.update_current(end)
+        return outcome
+
+    def _stop_at(self, rows: pa.Table, change: SchemaChange) -> None:
+        cut = change.start
+        before = rows.filter(pc.less_equal(rows["_pos"], cut.as_snapshot().encode()))
+        self.lake.commit_stream(before, cut)
+        raise DblogError(f"schema change (--schema-changes fail): {change.describe()}: the lake holds every "
+                         f"change before it; restart with --schema-changes evolve to follow it, or freeze to "
+                         f"keep the lake's columns")
+
+    def follow(self, changes: Sequence[SchemaChange]) -> None:
+        """Follow the table's schema ``changes`` (the last decides the columns): change the lake's columns,
+        read every chunk again, record it."""
+        last = changes[-1]
+        for change in changes:
+            log.info("schema change: %s (%s)", change.describe(), self.behaviour)
+            self.state.record_schema_change(change)
+        live = self._live_meta(last)
+        if live is None:
+            self.lake.record_reread(last.pos)
+            return
+        if self.behaviour == "freeze":
+            if all(c.kind == "alter" for c in changes):
+                self._log_ignored(changes)
+                self.lake.record_reread(last.pos)
+                return
+            live = self.plan.meta
+        else:
+            source = self.dialect.arrow_schema(live)
+            if source != self.lake.source:
+                self.lake.evolve(source, last.pos)
+            self.state.record_schema_version(live, last.pos)
+        log.info("schema change: reading the %d chunks of %s again with columns %s", len(self.plan.chunks),
+                 live.qualified, ", ".join(live.column_names))
+        self.reread(replace(self.plan, meta=live))
+        self.lake.record_reread(last.pos)
+
+    def _live_meta(self, change: SchemaChange) -> TableMeta | None:
+        """The table as the source has it now (None: dropped; its lake tables stay as they are)."""
+        plan = self.plan.meta
+        try:
+            live = self.dialect.describe_table(plan.qualified, plan.key_columns if plan.key_source == "chunk_key"
+                                               else None)
+        except DblogError as exc:
+            log.warning("schema change: %s: %s; the lake keeps its rows and stops following it until it "
+                        "exists again", change.describe(), exc)
+            return None
+        if tuple(live.key_columns) != tuple(plan.key_columns):
+            raise DblogError(f"the key of {plan.qualified} changed ({', '.join(plan.key_columns)} -> "
+                             f"{', '.join(live.key_columns) or 'none'}) with {change.describe()}: its chunks no "
+                             f"longer apply; capture it again with a new plan (dblog run --tables "
+                             f"{plan.qualified} --state NEW_STATE_DIR)")
+        return live
+
+    def _log_ignored(self, changes: Sequence[SchemaChange]) -> None:
+        for change in changes:
+            if (change.table, change.pos) not in self._ignored:
+                self._ignored.add((change.table, change.pos))
+                log.warning("schema change ignored (--schema-changes freeze): %s", change.describe())
+
+
+def _rows(parts: Sequence[pa.Table | pa.RecordBatch], schema: pa.Schema) -> pa.Table:
+    """One table of the parts' rows, in the union of their columns (a later version's types win)."""
+    tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in parts if p.num_rows]
+    if not tables:
+        return schema.empty_table()
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def lake_schema(dialect: DataSourceDialect, meta: TableMeta) -> pa.Schema:
+    return changelog_schema(dialect.arrow_schema(meta))

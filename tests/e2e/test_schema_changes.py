@@ -1,0 +1,178 @@
+"""Schema changes and TRUNCATE while the capture runs (real MariaDB, Spark local[2]): after a tail, the
+lake's ``current`` equals the source on the source's current columns, values included (defaults for
+rows that existed before a column was added)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from airflow_provider_dblog.core.config import SourceConfig
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
+from airflow_provider_dblog.readers import change_committer
+from airflow_provider_dblog.steps.mirror import current_rows, verify
+from airflow_provider_dblog.steps.plan import plan_table
+from airflow_provider_dblog.steps.report import build_offsets
+from airflow_provider_dblog.steps.snapshot import snapshot_batch
+from airflow_provider_dblog.steps.tail import run_tail
+from airflow_provider_dblog.store.state import StateDir
+from tests.support.lakecheck import assert_each_change_once, compare_rows, duckdb_current
+
+pytestmark = pytest.mark.slow
+
+
+def start_capture(mariadb, db, spark, tmp_path, rows=600, chunk_size=150):
+    table = f"{db}.t"
+    mariadb.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, a INT, b VARCHAR(20), c DECIMAL(10,2))")
+    mariadb.sql(f"INSERT INTO {table} SELECT seq, seq * 2, CONCAT('b', seq), seq / 4 FROM {db}.seq_1_to_{rows}")
+    state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
+    plan_table(SourceConfig.parse(mariadb.uri()), table, state, chunk_size=chunk_size, batch_size=2)
+    for batch in StateDir(state).batches():
+        snapshot_batch(state, batch.index, sink, spark=spark)
+    build_offsets(state)
+    return table, state, sink
+
+
+def tail(state, sink, spark, path, **kwargs):
+    return run_tail(state, sink, available_now=True, spark=spark,
+                    driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES if path == "driver" else 0, **kwargs)
+
+
+def assert_lake_equals_source(mariadb, state, sink, table):
+    problems = compare_rows(current_rows(state, sink, table), mariadb.port, table)
+    assert not problems, f"{len(problems)} differences, e.g. {problems[:5]}"
+
+
+@pytest.mark.parametrize("path", ["stream", "driver"])
+def test_every_schema_change_is_followed(mariadb, db, spark, tmp_path, path):
+    table, state, sink = start_capture(mariadb, db, spark, tmp_path)
+    tail(state, sink, spark, path)
+    mariadb.sql(f"ALTER TABLE {table} ADD COLUMN d VARCHAR(10) DEFAULT 'dflt'",
+                f"UPDATE {table} SET d = 'x', a = a + 1 WHERE id % 7 = 0",
+                f"INSERT INTO {table} (id, a, b, c) VALUES (1001, 1, 'new', 1.5)",
+                f"ALTER TABLE {table} ADD COLUMN e INT NOT NULL DEFAULT 7 AFTER a",
+                f"UPDATE {table} SET e = 8 WHERE id % 5 = 0",
+                f"ALTER TABLE {table} MODIFY a BIGINT, MODIFY b VARCHAR(200), MODIFY c DECIMAL(14,2)",
+                f"UPDATE {table} SET a = 1099511627776, b = REPEAT('w', 150), c = 123456789012.25 WHERE id % 11 = 0")
+    first = tail(state, sink, spark, path)
+    assert first["rows"][table] > 0
+    assert_lake_equals_source(mariadb, state, sink, table)
+    assert {"d", "e"} <= set(current_rows(state, sink, table).column_names)
+
+    mariadb.sql(f"ALTER TABLE {table} DROP COLUMN b",
+                f"UPDATE {table} SET c = c + 1 WHERE id % 3 = 0",
+                f"ALTER TABLE {table} RENAME COLUMN c TO c2",
+                f"UPDATE {table} SET c2 = 0.5 WHERE id % 13 = 0",
+                f"DELETE FROM {table} WHERE id % 17 = 0")
+    tail(state, sink, spark, path)
+    assert_lake_equals_source(mariadb, state, sink, table)
+    lake = current_rows(state, sink, table)
+    assert "b" not in lake.column_names and "c" not in lake.column_names and "c2" in lake.column_names
+
+    mariadb.sql(f"TRUNCATE TABLE {table}", f"INSERT INTO {table} (id, a, c2) VALUES (5, 5, 5.5), (700, 7, 7.5)")
+    tail(state, sink, spark, path)
+    assert_lake_equals_source(mariadb, state, sink, table)
+    assert sorted(current_rows(state, sink, table)["id"].to_pylist()) == [5, 700]
+
+    # a table swap (gh-ost, pt-online-schema-change): RENAME TABLE onto the captured name
+    mariadb.sql(f"CREATE TABLE {db}.t_new LIKE {table}", f"ALTER TABLE {db}.t_new ADD COLUMN f TEXT",
+                f"INSERT INTO {db}.t_new (id, a, e, c2, f) SELECT seq, seq, 1, seq, 'swapped' FROM {db}.seq_1_to_50",
+                f"RENAME TABLE {table} TO {db}.t_old, {db}.t_new TO {table}",
+                f"UPDATE {table} SET f = 'after' WHERE id < 10")
+    tail(state, sink, spark, path)
+    assert_lake_equals_source(mariadb, state, sink, table)
+    # the lake is a table any engine reads; the changelog still holds each change once
+    assert sorted(duckdb_current(sink, table, str(tmp_path / "ext")).read_all()["id"].to_pylist()) == list(range(1, 51))
+    assert_each_change_once(sink, table)
+    history = StateDir(state).schema_history(table)
+    assert [c["kind"] for c in history["changes"]][:3] == ["alter", "alter", "alter"]
+    assert "rename" in [c["kind"] for c in history["changes"]] and "truncate" in [c["kind"] for c in history["changes"]]
+
+
+def test_fail_stops_before_the_ddl_and_evolve_resumes(mariadb, db, spark, tmp_path):
+    table, state, sink = start_capture(mariadb, db, spark, tmp_path)
+    mariadb.sql(f"UPDATE {table} SET a = -1 WHERE id = 1",
+                f"ALTER TABLE {table} ADD COLUMN d INT DEFAULT 42",
+                f"UPDATE {table} SET a = -2, d = 1 WHERE id = 2")
+    with pytest.raises(DblogError) as failure:
+        tail(state, sink, spark, "stream", schema_changes="fail")
+    message = str(failure.value)
+    assert "ALTER of " + table in message and "ADD COLUMN d" in message and "--schema-changes evolve" in message
+    assert "\n" not in message
+    lake = {r["id"]: r for r in current_rows(state, sink, table).to_pylist()}
+    assert lake[1]["a"] == -1 and lake[2]["a"] == 4 and "d" not in lake[1]  # before it: all; after: nothing
+    with pytest.raises(DblogError):  # still stopped there
+        tail(state, sink, spark, "stream", schema_changes="fail")
+    tail(state, sink, spark, "stream", schema_changes="evolve")
+    assert_lake_equals_source(mariadb, state, sink, table)
+
+
+def test_freeze_keeps_the_planned_columns(mariadb, db, spark, tmp_path):
+    table, state, sink = start_capture(mariadb, db, spark, tmp_path)
+    mariadb.sql(f"ALTER TABLE {table} ADD COLUMN d INT DEFAULT 42", f"UPDATE {table} SET a = 0, d = 1 WHERE id < 5")
+    tail(state, sink, spark, "stream", schema_changes="freeze")
+    lake = current_rows(state, sink, table)
+    assert "d" not in lake.column_names
+    lake = {r["id"]: r for r in lake.to_pylist()}
+    assert [lake[i]["a"] for i in range(1, 5)] == [0, 0, 0, 0]
+
+
+def test_a_crash_between_the_ddl_commit_and_the_reread_converges(mariadb, db, spark, tmp_path, monkeypatch):
+    table, state, sink = start_capture(mariadb, db, spark, tmp_path)
+    mariadb.sql(f"ALTER TABLE {table} ADD COLUMN d VARCHAR(5) DEFAULT 'dd'", f"UPDATE {table} SET d = 'u' WHERE id = 3")
+    real = change_committer.ChangeCommitter.follow
+    crashed = []
+
+    def crash_once(self, changes):
+        if not crashed:
+            crashed.append(changes)
+            raise DblogError("simulated crash after the changelog commit")
+        return real(self, changes)
+
+    monkeypatch.setattr(change_committer.ChangeCommitter, "follow", crash_once)
+    with pytest.raises(DblogError, match="simulated crash"):
+        tail(state, sink, spark, "stream")
+    tail(state, sink, spark, "stream")
+    assert crashed
+    assert_lake_equals_source(mariadb, state, sink, table)
+    verify(state, sink, table)
+
+
+def test_schema_changes_during_the_snapshot(mariadb, db, spark, tmp_path):
+    """DDL between two batches (a dropped column the plan still names) and, from a second connection,
+    inside chunks' watermark windows."""
+    table = f"{db}.t"
+    mariadb.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, a INT, b VARCHAR(20), c DECIMAL(10,2))")
+    mariadb.sql(f"INSERT INTO {table} SELECT seq, seq * 2, CONCAT('b', seq), seq / 4 FROM {db}.seq_1_to_3000")
+    state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
+    plan_table(SourceConfig.parse(mariadb.uri()), table, state, chunk_size=200, batch_size=5,
+               watermark="position")
+    batches = StateDir(state).batches()
+    snapshot_batch(state, batches[0].index, sink, spark=spark)
+    mariadb.sql(f"ALTER TABLE {table} DROP COLUMN b", f"ALTER TABLE {table} ADD COLUMN d INT DEFAULT 3")
+    stop = threading.Event()
+
+    def churn():
+        n = 0
+        while not stop.is_set():
+            n += 1
+            column = f"x{n % 2}"
+            mariadb.sql(f"ALTER TABLE {table} ADD COLUMN {column} INT DEFAULT {n}",
+                        f"UPDATE {table} SET a = a + 1 WHERE id % 50 = {n % 50}",
+                        f"ALTER TABLE {table} DROP COLUMN {column}")
+            time.sleep(0.05)
+
+    writer = threading.Thread(target=churn, daemon=True)
+    writer.start()
+    try:
+        for batch in batches[1:]:
+            snapshot_batch(state, batch.index, sink, spark=spark)
+    finally:
+        stop.set()
+        writer.join()
+    mariadb.sql(f"UPDATE {table} SET d = 9 WHERE id % 9 = 0")
+    build_offsets(state)
+    tail(state, sink, spark, "stream")
+    assert_lake_equals_source(mariadb, state, sink, table)
