@@ -60,8 +60,9 @@ class ChangeCommitter:
         """Commit the changelog rows ``parts`` and schema ``changes`` of ``[start, end)``; returns what
         ``LakeTables.commit_stream`` says ("committed" or "replayed")."""
         rows = _rows(parts, self.lake.changelog_schema)
-        done = self.lake.reread_position()
-        todo = sorted({c for c in changes if done is None or c.pos > done}, key=lambda c: c.pos)
+        for change in changes:  # first: a crash after the changelog commit still finds them (``pending``)
+            self.state.record_schema_change(change)
+        todo = self.pending(end)
         if todo and self.behaviour == "fail":
             self._stop_at(rows, todo[0])
         if self.behaviour == "freeze":
@@ -71,6 +72,12 @@ class ChangeCommitter:
             self.follow(todo)
             self.lake.update_current(end)
         return outcome
+
+    def pending(self, end: BinlogPosition) -> list[SchemaChange]:
+        """Recorded schema changes before ``end`` the lake has not followed yet."""
+        done = self.lake.reread_position()
+        return [c for c in self.state.schema_changes(self.lake.table)
+                if (done is None or c.pos > done) and c.pos <= end]
 
     def _stop_at(self, rows: pa.Table, change: SchemaChange) -> None:
         cut = change.start
@@ -86,7 +93,6 @@ class ChangeCommitter:
         last = changes[-1]
         for change in changes:
             log.info("schema change: %s (%s)", change.describe(), self.behaviour)
-            self.state.record_schema_change(change)
         live = self._live_meta(last)
         if live is None:
             self.lake.record_reread(last.pos)

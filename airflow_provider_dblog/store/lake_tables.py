@@ -66,12 +66,12 @@ def writer_properties(schema: pa.Schema):
 def _retrying(what: str, attempt_fn):
     """Run ``attempt_fn`` until it commits: a commit that lost a race to another writer is retried
     from a fresh read (Delta's optimistic concurrency)."""
-    from deltalake.exceptions import CommitFailedError
+    from deltalake.exceptions import CommitFailedError, SchemaMismatchError
 
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             return attempt_fn()
-        except CommitFailedError as exc:
+        except (CommitFailedError, SchemaMismatchError) as exc:  # the latter: another writer changed the columns
             if attempt == MAX_ATTEMPTS:
                 raise DblogError(f"{what}: gave up after {attempt} commit conflicts ({str(exc).splitlines()[0]})") from None
             time.sleep(min(0.05 * attempt, 1.0))
@@ -86,7 +86,6 @@ class LakeTables:
         self.changelog_uri, self.current_uri = changelog_uri(sink, table), current_uri(sink, table)
         self.options = storage_options
         self._use_source(source)
-        self._adopted = False
         # the MERGE condition of a key: same chunk partition, same key columns
         self.key_match = " AND ".join(["s._chunk = t._chunk", *(f"t.{quote(k)} = s.{quote(k)}" for k in key_columns)])
 
@@ -128,10 +127,11 @@ class LakeTables:
 
     def current(self):
         table = self._open(self.current_uri, self.current_schema, ["_chunk"])
-        if not self._adopted:  # once the lake followed a schema change, its columns are the source's
-            self._adopted = True
-            if table.transaction_version(SCHEMA_APP) is not None:
-                self._use_source(source_columns(_arrow_schema(table)))
+        # the lake's columns are what it holds (a schema change may have been followed by another writer a
+        # moment ago); what a caller read is compared with them (``commit_chunk``)
+        source = source_columns(_arrow_schema(table))
+        if source.names != self.source.names or source.types != self.source.types:
+            self._use_source(source)
         return table
 
     # ---- schema changes ----
@@ -153,7 +153,7 @@ class LakeTables:
             return False
         _retrying(f"changing the columns of {self.table}'s changelog", lambda: self._widen_changelog(source))
         _retrying(f"changing the columns of {self.table}'s current state", lambda: self._evolve_current(source, at))
-        self._use_source(source)
+        self.current()  # its columns now
         log.info("lake: %s follows the source's columns from %s: %s", self.table, at, ", ".join(source.names))
         return True
 
@@ -161,6 +161,9 @@ class LakeTables:
         from deltalake import CommitProperties, Transaction, write_deltalake
 
         current = self.current()
+        done = _version_position(current.transaction_version(SCHEMA_APP))
+        if done is not None and done >= at.boundary():
+            return  # another writer followed a later change meanwhile: its columns stay
         target = current_schema(source)
         data = conform(current.to_pyarrow_dataset().to_table(), target)
         write_deltalake(current, data, mode="overwrite", schema_mode="overwrite", partition_by=["_chunk"],
@@ -204,11 +207,10 @@ class LakeTables:
         later read of the chunk is already in ``current`` (this one changes nothing there)."""
         self.current()  # adopt the lake's columns if it followed a schema change
         source = source_columns(rows.schema)
-        if source != self.source:
+        if source.names != self.source.names or source.types != self.source.types:
             # read with other columns than the lake's: newer ones (the chunk read after a schema change)
             # change the lake; older ones (a read that started before it) take the lake's columns
-            if not self.evolve(source, hw):
-                rows = conform(rows, self.changelog_schema)
+            self.evolve(source, hw)
         _retrying(f"appending chunk {chunk_id} to {self.changelog_uri}", lambda: self._append(rows))
         return _retrying(f"replacing chunk {chunk_id} of {self.table}",
                          lambda: self._replace_chunk(chunk_id, hw, rows))
@@ -237,6 +239,8 @@ class LakeTables:
         recorded = _version_position(current.transaction_version(chunk_app(chunk_id)))
         if recorded is not None and recorded >= hw.boundary():
             return False
+        rows = conform(rows, pa.schema([*self.current_schema, *(f for f in rows.schema
+                                                                 if f.name in ("_kind", "_before"))]))
         commit = CommitProperties(app_transactions=[Transaction(chunk_app(chunk_id), hw.boundary().to_version())])
         if recorded is None and current.transaction_version(TAIL_APP) is None:
             # the first read of the chunk before any tail batch: nothing of it can be in ``current`` yet,

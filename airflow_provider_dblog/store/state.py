@@ -25,6 +25,7 @@ from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.store.atomic import read_json, write_json
 from airflow_provider_dblog.store.checkpoints import CheckpointState, checkpoint_state
@@ -189,13 +190,20 @@ class StateDir:
         path = self.schema_file(table)
         return read_json(path) if path.exists() else {"table": table, "changes": [], "versions": []}
 
-    def record_schema_change(self, change) -> None:
-        """A DDL statement (``core.schema_events.SchemaChange``) naming the table, once per position."""
+    def record_schema_change(self, change: SchemaChange) -> None:
+        """A DDL statement naming the table, once per position."""
         history = self.schema_history(change.table)
-        entry = {"pos": change.pos.to_dict(), "kind": change.kind, "statement": change.statement}
+        entry = {"pos": change.pos.to_dict(), "start": change.start.to_dict(), "kind": change.kind,
+                 "statement": change.statement}
         if entry not in history["changes"]:
             history["changes"].append(entry)
             write_json(self.schema_file(change.table), history)
+
+    def schema_changes(self, table: str) -> list[SchemaChange]:
+        """The DDL statements recorded for ``table``, in binlog order."""
+        return sorted((SchemaChange(table, c["kind"], c["statement"], BinlogPosition.from_dict(c["start"]),
+                                    BinlogPosition.from_dict(c["pos"]))
+                       for c in self.schema_history(table)["changes"]), key=lambda c: c.pos)
 
     def record_schema_version(self, meta: TableMeta, pos: BinlogPosition) -> None:
         """The table's columns in force from ``pos`` on (the lake follows them)."""
