@@ -84,3 +84,91 @@ def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
             names.extend(_qualify(s, default_db) for s in sides if s.strip())
         return kind, names
     return None
+
+
+# ---- what an ALTER TABLE does to the rows ----------------------------------------------------------
+@dataclass(frozen=True)
+class ColumnAction:
+    """One clause of an ALTER TABLE: ``add`` (``default``: the literal's text, None for NULL, ``...``
+    when unknown: an expression or NOT NULL without one), ``drop``, ``rename`` (``name`` -> ``new``),
+    ``modify``, ``keep`` (no row changes: indexes, defaults, table options), ``other`` (unknown)."""
+
+    kind: str
+    name: str = ""
+    new: str = ""
+    default: object = None
+
+
+_NO_ROW_CHANGE = re.compile(r"^(ADD|DROP)\s+(INDEX|KEY|UNIQUE|FULLTEXT|SPATIAL|FOREIGN|CONSTRAINT|CHECK)\b|"
+                            r"^(ALGORITHM|LOCK|ENGINE|COMMENT|AUTO_INCREMENT|ROW_FORMAT)\b|"
+                            r"^ALTER\s+(COLUMN\s+)?\S+\s+(SET|DROP)\s+DEFAULT\b|^RENAME\s+(INDEX|KEY)\b|"
+                            r"^(FORCE|ENABLE\s+KEYS|DISABLE\s+KEYS)$", re.I)
+_DEFAULT = re.compile(r"\bDEFAULT\s+('(?:[^']|'')*'|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|NULL)(?=\s|,|$)", re.I)
+
+
+def _clauses(body: str) -> list[str]:
+    """Top-level comma-separated clauses (commas inside parentheses or quotes belong to their clause)."""
+    out, depth, quote, current = [], 0, "", ""
+    for ch in body:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(current.strip())
+            current = ""
+            continue
+        current += ch
+    return [c for c in [*out, current.strip()] if c]
+
+
+def _column_name(text: str) -> tuple[str, str]:
+    match = re.match(rf"\s*({_NAME})\s*(.*)$", text, re.S)
+    return (_unquote(match.group(1)), match.group(2)) if match else ("", text)
+
+
+def alter_actions(statement: str) -> list[ColumnAction]:
+    """The clauses of an ``ALTER TABLE`` statement, as far as they change rows."""
+    text = _VERSIONED.sub(r"\1", _COMMENTS.sub(" ", statement)).strip()
+    head = re.match(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?{_QUALIFIED}\s*", text, re.I)
+    if head is None:
+        return [ColumnAction("other")]
+    actions = []
+    for clause in _clauses(text[head.end():]):
+        if _NO_ROW_CHANGE.match(clause):
+            actions.append(ColumnAction("keep"))
+            continue
+        if re.match(r"^ADD\s+PRIMARY\b|^DROP\s+PRIMARY\b", clause, re.I):
+            actions.append(ColumnAction("other", clause))
+            continue
+        verb = re.match(r"^(ADD|DROP|RENAME|CHANGE|MODIFY)\s+(?:COLUMN\s+)?(?:IF\s+(?:NOT\s+)?EXISTS\s+)?(.*)$",
+                        clause, re.I | re.S)
+        if verb is None or verb.group(2).lstrip().startswith("("):
+            actions.append(ColumnAction("other", clause))
+            continue
+        kind, rest = verb.group(1).lower(), verb.group(2)
+        name, rest = _column_name(rest)
+        if kind == "add":
+            default = _DEFAULT.search(rest)
+            if default is not None:
+                literal = default.group(1)
+                value = None if literal.upper() == "NULL" else (
+                    literal[1:-1].replace("''", "'") if literal.startswith("'") else literal)
+            else:
+                value = ... if re.search(r"\bNOT\s+NULL\b|\bDEFAULT\b", rest, re.I) else None
+            actions.append(ColumnAction("add", name, default=value))
+        elif kind == "drop":
+            actions.append(ColumnAction("drop", name))
+        elif kind == "rename":
+            to = re.match(rf"^TO\s+({_NAME})\s*$", rest.strip(), re.I)
+            actions.append(ColumnAction("rename", name, _unquote(to.group(1))) if to else ColumnAction("other", clause))
+        elif kind == "change":
+            new, _ = _column_name(rest)
+            actions.append(ColumnAction("rename", name, new) if new != name else ColumnAction("modify", name))
+        else:
+            actions.append(ColumnAction("modify", name))
+    return actions

@@ -4,9 +4,12 @@ A range's rows may have been decoded with several versions of the table's column
 naming the table may sit between them. What happens to them is the capture's behaviour:
 
 * ``evolve`` (default): the changelog gains the new columns (it keeps dropped ones: history stays
-  readable), ``current`` takes the source's columns, and every chunk of the table is read again at a
-  new high watermark: rows that existed before an ADD COLUMN get the values the source shows for them
-  (its DEFAULT), a TRUNCATE empties the table, a table swapped in by RENAME TABLE replaces the old one.
+  readable) and ``current`` takes the source's columns. ALTER TABLE statements whose effect on the rows
+  is known from the statement (ADD COLUMN with a literal DEFAULT or none, DROP, RENAME or CHANGE of a
+  name, MODIFY to a wider type, index and option changes) are applied in place: rows from before the
+  statement get the DEFAULT, as MySQL and MariaDB show them. Anything else (a DEFAULT that is an
+  expression, a narrowing type change, TRUNCATE, a table swapped in by RENAME TABLE, CREATE after DROP)
+  reads every chunk of the table again at a new high watermark.
   The lake records the change it followed (``dblog-reread``), so a range replayed after a crash
   finishes what the crash interrupted and a later replay does nothing.
 * ``fail``: the range is committed up to the first DDL statement, then the capture stops with one line
@@ -25,12 +28,12 @@ import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
-from airflow_provider_dblog.core.schema_events import SchemaChange
+from airflow_provider_dblog.core.schema_events import SchemaChange, alter_actions
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.chunk_reader import run_chunk
 from airflow_provider_dblog.source.dialect import DataSourceDialect
 from airflow_provider_dblog.store.lake import changelog_schema
-from airflow_provider_dblog.store.lake_tables import LakeTables
+from airflow_provider_dblog.store.lake_tables import LakeTables, source_columns, widens
 from airflow_provider_dblog.store.state import StateDir, TablePlan
 
 log = logging.getLogger("dblog")
@@ -69,7 +72,7 @@ class ChangeCommitter:
             rows = self.lake.conform_rows(rows, self.lake.changelog_schema)
         outcome = self.lake.commit_stream(rows, end, update_current=update_current and not todo)
         if todo:
-            self.follow(todo)
+            self.follow(todo, [p for p in parts if p.num_rows])
             self.lake.update_current(end)
         return outcome
 
@@ -87,31 +90,43 @@ class ChangeCommitter:
                          f"change before it; restart with --schema-changes evolve to follow it, or freeze to "
                          f"keep the lake's columns")
 
-    def follow(self, changes: Sequence[SchemaChange]) -> None:
-        """Follow the table's schema ``changes`` (the last decides the columns): change the lake's columns,
-        read every chunk again, record it."""
-        last = changes[-1]
+    def follow(self, changes: Sequence[SchemaChange], parts: Sequence[pa.Table] = ()) -> None:
+        """Follow the table's schema ``changes`` in binlog order: ``current`` takes every change before a
+        statement in the columns before it, then the statement's columns (in place, or by reading every
+        chunk again, which also covers the statements after it); each followed statement is recorded."""
         for change in changes:
             log.info("schema change: %s (%s)", change.describe(), self.behaviour)
+        for group, columns in statement_groups(changes, parts):
+            self.lake.update_current(group[0].start)  # the rows before it keep the columns they had
+            if self._follow_group(group, columns):
+                break  # every chunk was read again: later statements are in what it read
+        self.lake.record_reread(changes[-1].pos)
+
+    def _follow_group(self, group: Sequence[SchemaChange], columns: pa.Schema | None) -> bool:
+        """Follow one group of statements; True if that read every chunk again."""
+        last = group[-1]
+        if self.behaviour == "freeze" and all(c.kind == "alter" for c in group):
+            self._log_ignored(group)
+            return False
         live = self._live_meta(last)
         if live is None:
-            self.lake.record_reread(last.pos)
-            return
+            return False
         if self.behaviour == "freeze":
-            if all(c.kind == "alter" for c in changes):
-                self._log_ignored(changes)
-                self.lake.record_reread(last.pos)
-                return
             live = self.plan.meta
         else:
             source = self.dialect.arrow_schema(live)
-            if source != self.lake.source:
-                self.lake.evolve(source, last.pos)
+            in_place = in_place_changes(self.lake.source, columns or source, group)
+            if in_place is not None:
+                self.lake.evolve(columns or source, last.pos, *in_place)
+                self.state.record_schema_version(live, last.pos)
+                self.lake.record_reread(last.pos)
+                return False
+            self.lake.evolve(source, last.pos)
             self.state.record_schema_version(live, last.pos)
         log.info("schema change: reading the %d chunks of %s again with columns %s", len(self.plan.chunks),
                  live.qualified, ", ".join(live.column_names))
         self.reread(replace(self.plan, meta=live))
-        self.lake.record_reread(last.pos)
+        return True
 
     def _live_meta(self, change: SchemaChange) -> TableMeta | None:
         """The table as the source has it now (None: dropped; its lake tables stay as they are)."""
@@ -135,6 +150,70 @@ class ChangeCommitter:
             if (change.table, change.pos) not in self._ignored:
                 self._ignored.add((change.table, change.pos))
                 log.warning("schema change ignored (--schema-changes freeze): %s", change.describe())
+
+
+def statement_groups(changes: Sequence[SchemaChange], parts: Sequence[pa.Table | pa.RecordBatch]
+                     ) -> list[tuple[list[SchemaChange], pa.Schema | None]]:
+    """The statements in groups, each with the source columns of the rows decoded after it (None: no row
+    between it and the next statement, or after the last: the source's columns now decide)."""
+    spans = [(pc.min(p["_pos"]).as_py(), pc.max(p["_pos"]).as_py(), source_columns(p.schema)) for p in parts]
+    groups, pending = [], []
+    for i, change in enumerate(changes):
+        pending.append(change)
+        after = change.pos.as_snapshot().encode()
+        until = changes[i + 1].start.encode() if i + 1 < len(changes) else None
+        columns = next((c for lo, hi, c in spans if lo > after and (until is None or hi <= until)), None)
+        if columns is not None or until is None:
+            groups.append((pending, columns))
+            pending = []
+    return groups
+
+
+def in_place_changes(before: pa.Schema, after: pa.Schema, changes: Sequence[SchemaChange]
+                     ) -> tuple[dict[str, str], dict[str, pa.Scalar]] | None:
+    """(renamed: new name -> old name, defaults of added columns) when ALTER TABLE ``changes`` turn the lake's
+    columns ``before`` into the source's ``after`` in a way the statements fully explain; None when the
+    rows must be read again."""
+    origin = {f.name.lower(): f.name for f in before}  # column now (lower case) -> the lake's column, or None
+    defaults: dict[str, object] = {}
+    for change in changes:
+        if change.kind != "alter":
+            return None
+        for action in alter_actions(change.statement):
+            name, new = action.name.lower(), action.new.lower()
+            if action.kind == "keep":
+                continue
+            if action.kind == "add" and action.default is not ... and name not in origin:
+                origin[name], defaults[name] = None, action.default
+            elif action.kind == "drop" and name in origin:
+                del origin[name]
+                defaults.pop(name, None)
+            elif action.kind == "rename" and name in origin and new not in origin:
+                origin[new] = origin.pop(name)
+                if name in defaults:
+                    defaults[new] = defaults.pop(name)
+            elif action.kind != "modify" or name not in origin:
+                return None
+    if sorted(origin) != sorted(f.name.lower() for f in after):
+        return None
+    renamed, values = {}, {}
+    for field in after:
+        old = origin[field.name.lower()]
+        if old is None:
+            value = defaults[field.name.lower()]
+            if value is not None:
+                try:
+                    values[field.name] = pa.array([value]).cast(field.type)[0]
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    return None
+            continue
+        old_type = before.field(old).type
+        if old_type != field.type and not (widens(old_type, field.type) and not (
+                pa.types.is_string(field.type) and not pa.types.is_string(old_type))):
+            return None
+        if old != field.name:
+            renamed[field.name] = old
+    return renamed, values
 
 
 def _rows(parts: Sequence[pa.Table | pa.RecordBatch], schema: pa.Schema) -> pa.Table:

@@ -143,29 +143,39 @@ class LakeTables:
         """The last schema change after which every chunk was read again."""
         return _version_position(self.current().transaction_version(REREAD_APP))
 
-    def evolve(self, source: pa.Schema, at: BinlogPosition) -> bool:
-        """Give ``current`` the source's columns in force from ``at`` (added columns null until their chunk
-        is read again, dropped ones removed, changed types cast) and widen the changelog where a type
-        changed (it keeps every column it ever had: its history stays readable). False if the lake already
-        followed a change at or after ``at``."""
+    def evolve(self, source: pa.Schema, at: BinlogPosition, renamed: dict[str, str] | None = None,
+               defaults: dict[str, pa.Scalar] | None = None) -> bool:
+        """Give ``current`` the source's columns in force from ``at`` (dropped ones removed, changed types
+        cast, ``renamed`` new name -> old name carried over, added ones null or, for rows from before
+        ``at``, their ``defaults``) and widen the changelog where a type changed (it keeps every column it
+        ever had: its history stays readable). False if the lake already followed a change at or after ``at``."""
         done = self.schema_position()
         if done is not None and done >= at.boundary():
             return False
         _retrying(f"changing the columns of {self.table}'s changelog", lambda: self._widen_changelog(source))
-        _retrying(f"changing the columns of {self.table}'s current state", lambda: self._evolve_current(source, at))
+        _retrying(f"changing the columns of {self.table}'s current state",
+                  lambda: self._evolve_current(source, at, renamed or {}, defaults or {}))
         self.current()  # its columns now
         log.info("lake: %s follows the source's columns from %s: %s", self.table, at, ", ".join(source.names))
         return True
 
-    def _evolve_current(self, source: pa.Schema, at: BinlogPosition) -> None:
+    def _evolve_current(self, source: pa.Schema, at: BinlogPosition, renamed: dict, defaults: dict) -> None:
         from deltalake import CommitProperties, Transaction, write_deltalake
 
         current = self.current()
         done = _version_position(current.transaction_version(SCHEMA_APP))
         if done is not None and done >= at.boundary():
             return  # another writer followed a later change meanwhile: its columns stay
-        target = current_schema(source)
-        data = conform(current.to_pyarrow_dataset().to_table(), target)
+        data = current.to_pyarrow_dataset().to_table()
+        kept = set(data.column_names) | set(renamed)  # added columns stay nullable: rows before it may lack values
+        target = current_schema(pa.schema([f if f.name in kept else f.with_nullable(True) for f in source]))
+        data = data.rename_columns([next((new for new, old in renamed.items() if old == n), n) for n in data.column_names])
+        data = conform(data, target)
+        before = pc.less_equal(data["_pos"], at.as_snapshot().encode())
+        for name, value in defaults.items():
+            if value is not None and data.num_rows:
+                filled = pc.if_else(before, pa.scalar(value.as_py(), target.field(name).type), data[name])
+                data = data.set_column(data.schema.get_field_index(name), target.field(name), filled)
         write_deltalake(current, data, mode="overwrite", schema_mode="overwrite", partition_by=["_chunk"],
                         storage_options=self.options, writer_properties=writer_properties(target),
                         commit_properties=CommitProperties(app_transactions=[
@@ -411,11 +421,12 @@ def merge_schemas(old: pa.Schema, new: pa.Schema) -> pa.Schema:
             fields[f.name] = pa.field(f.name, pa.struct(list(merge_schemas(pa.schema(list(prior.type)),
                                                                           pa.schema(list(f.type))))))
         else:
-            fields[f.name] = pa.field(f.name, f.type if _widens(prior.type, f.type) else pa.string())
+            fields[f.name] = pa.field(f.name, f.type if widens(prior.type, f.type) else pa.string())
     return pa.schema([pa.field(f.name, f.type, True) for f in fields.values()])
 
 
-def _widens(old: pa.DataType, new: pa.DataType) -> bool:
+def widens(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether every value of ``old`` is a value of ``new`` (a type the lake can change in place)."""
     if pa.types.is_integer(old) and pa.types.is_integer(new):
         return new.bit_width >= old.bit_width and (pa.types.is_signed_integer(new) or not pa.types.is_signed_integer(old))
     if pa.types.is_decimal(old) and pa.types.is_decimal(new):

@@ -125,11 +125,11 @@ def test_a_crash_between_the_ddl_commit_and_the_reread_converges(mariadb, db, sp
     real = change_committer.ChangeCommitter.follow
     crashed = []
 
-    def crash_once(self, changes):
+    def crash_once(self, changes, *rest):
         if not crashed:
             crashed.append(changes)
             raise DblogError("simulated crash after the changelog commit")
-        return real(self, changes)
+        return real(self, changes, *rest)
 
     monkeypatch.setattr(change_committer.ChangeCommitter, "follow", crash_once)
     with pytest.raises(DblogError, match="simulated crash"):
