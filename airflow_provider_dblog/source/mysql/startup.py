@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import re
+from itertools import islice
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -20,6 +21,7 @@ from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTl
 # loses the transaction's rows (their table map is behind it)
 _INSIDE = ("Table_map", "Write_rows", "Update_rows", "Delete_rows", "Annotate_rows", "Rows_query", "Xid")
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
+_GTID = re.compile(r"(\d+)-(\d+)-(\d+)")
 
 
 def startup_position(client: MySqlClient, server_ids: tuple[int, int], mode: StartupMode) -> BinlogPosition:
@@ -87,18 +89,29 @@ def gtid_position(client: MySqlClient, gtid_set: str) -> BinlogPosition:
     if seq > latest.get(domain, 0):
         raise DblogError(f"startup GTID {text} is in the future: the server's binlog is at {current or 'nothing'}")
     files = _files(client, f"gtid:{text}")
-    start = BinlogPosition.at(files[0], 4)
-    for event in listed_events(client, start, files):
-        if event.kind == "Gtid_list" and event.file == files[0]:
-            before = {int(g.split("-")[0]): int(g.split("-")[2]) for g in re.findall(r"\d+-\d+-\d+", event.info)}
-            if before.get(domain, 0) > seq:
-                raise DblogError(f"startup GTID {text} was purged from {client.config.address} (the oldest binlog "
-                                 f"{files[0]} starts after {event.info}): choose a later GTID or --startup initial")
-        if event.kind == "Gtid":
-            found = re.search(r"(\d+)-(\d+)-(\d+)", event.info)
-            if found and int(found.group(1)) == domain and int(found.group(3)) > seq:
-                return BinlogPosition.at(event.file, event.pos)
+    # the newest file that starts at or before the transaction after N: its Gtid_list (the last GTID per
+    # domain before the file) is at most N
+    first = next((i for i in range(len(files) - 1, -1, -1) if _gtid_list(client, files[i]).get(domain, 0) <= seq),
+                 None)
+    if first is None:
+        raise DblogError(f"startup GTID {text} was purged from {client.config.address} (the oldest binlog "
+                         f"{files[0]} starts after it): choose a later GTID or --startup initial")
+    for event in listed_events(client, BinlogPosition.at(files[first], 4), files[first:]):
+        found = _GTID.search(event.info) if event.kind == "Gtid" else None
+        if found and int(found.group(1)) == domain and int(found.group(3)) > seq:
+            return BinlogPosition.at(event.file, event.pos)
     return current_position(client)
+
+
+def _gtid_list(client: MySqlClient, file: str) -> dict[int, int]:
+    """The last sequence per domain before ``file`` (its ``Gtid_list`` event, among its first events)."""
+    for event in islice(listed_events(client, BinlogPosition.at(file, 4), [file], page=8), 8):
+        if event.kind == "Gtid_list":
+            last: dict[int, int] = {}
+            for domain, _, seq in _GTID.findall(event.info):
+                last[int(domain)] = max(last.get(int(domain), 0), int(seq))
+            return last
+    return {}
 
 
 def _stream(client: MySqlClient, server_ids: tuple[int, int], file: str, only_events: list):
