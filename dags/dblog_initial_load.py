@@ -4,8 +4,11 @@
   dict per batch of chunks;
 * ``snapshot`` (DblogSparkSubmitOperator mapped with ``expand_kwargs``) reads each batch's chunks in
   watermark windows on Spark executors; the UI names each mapped instance by table, chunk ids and
-  key range;
+  key range (a batch packs chunks of several small tables: "12 tables, 14 chunks: shop.a, ...");
 * ``report`` checks every chunk reported and builds the binlog-split offset map (XCom: a summary);
+* ``follow_binlog`` skips the tail when the ``startup`` param is ``snapshot-only``; with ``latest``,
+  ``position:...``, ``gtid:...`` or ``timestamp:...`` the plan returns no batch (``snapshot`` is skipped)
+  and the tables stream from that position (docs/startup-modes.md);
 * ``tail`` catches the lake up to the source's current binlog position (``--available-now``); the
   ``dblog_tail`` DAG keeps it current afterwards (or run a detached ``--continuous`` tail, see
   docs/airflow.md).
@@ -19,11 +22,12 @@ Configuration: params, else Variables ``dblog_*``, else ``$DBLOG_*`` (see dag_co
 """
 from __future__ import annotations
 
+from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import DAG
 
 from airflow_provider_dblog.airflow.dag_config import SPARK_CONN_ID, params, spark_conf, template
 from airflow_provider_dblog.airflow.operators import (
-    ChunkPlannerOperator, DblogReportOperator, DblogSparkSubmitOperator, tail_kwargs,
+    ChunkPlannerOperator, DblogReportOperator, DblogSparkSubmitOperator, follows_binlog, tail_kwargs,
 )
 
 with DAG(
@@ -33,7 +37,7 @@ with DAG(
     max_active_runs=1,
     tags=["dblog", "cdc"],
     doc_md=__doc__,
-    params=params("conn_id", "state", "sink", "tables", "exclude", "chunk_size", "batch_size"),
+    params=params("conn_id", "state", "sink", "tables", "exclude", "chunk_size", "batch_size", "batch_rows", "startup"),
 ) as dag:
     plan = ChunkPlannerOperator(
         task_id="plan",
@@ -44,6 +48,8 @@ with DAG(
         sink=template("sink"),
         chunk_size=template("chunk_size"),
         batch_size=template("batch_size"),
+        batch_rows=template("batch_rows"),
+        startup=template("startup"),
     )
     snapshot = DblogSparkSubmitOperator.partial(
         task_id="snapshot",
@@ -52,7 +58,10 @@ with DAG(
         dblog_conn_id=template("conn_id"),
         map_index_template="{{ task.batch_label }}",
     ).expand_kwargs(plan.output)
-    report = DblogReportOperator(task_id="report", state_dir=template("state"))
+    # none_failed: a startup mode without a snapshot maps no batch, and the skipped snapshot must not skip this
+    report = DblogReportOperator(task_id="report", state_dir=template("state"), trigger_rule="none_failed")
+    follow = ShortCircuitOperator(task_id="follow_binlog", python_callable=follows_binlog,
+                                  op_args=[template("startup")])
     tail = DblogSparkSubmitOperator(
         task_id="tail",
         conn_id=SPARK_CONN_ID,
@@ -60,4 +69,4 @@ with DAG(
         dblog_conn_id=template("conn_id"),
         **tail_kwargs(template("state"), template("sink")),
     )
-    plan >> snapshot >> report >> tail
+    plan >> snapshot >> report >> follow >> tail

@@ -26,6 +26,10 @@ SETTINGS = {
     "exclude": ("DBLOG_EXCLUDE", "", "string", "tables to leave out: DB.TABLE names or globs (shop.tmp_*)"),
     "chunk_size": ("DBLOG_CHUNK_SIZE", "100000", "integer", "rows per chunk"),
     "batch_size": ("DBLOG_BATCH_SIZE", "8", "integer", "chunks per Spark application (mapped task)"),
+    "batch_rows": ("DBLOG_BATCH_ROWS", "", "integer",
+                   "estimated rows per Spark application (empty: batch_size x chunk_size); small tables share one"),
+    "startup": ("DBLOG_STARTUP", "initial", "string",
+                "startup mode: initial | snapshot-only | latest | position:FILE:POS | gtid:SET | timestamp:EPOCH_MS"),
     "max_stall_seconds": ("DBLOG_MAX_STALL_SECONDS", "1800", "integer",
                           "health check: fail when the source moved but the tail made no progress for this long"),
 }

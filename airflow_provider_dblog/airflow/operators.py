@@ -47,10 +47,12 @@ def _fail(exc: DblogError):
 
 
 def snapshot_args(state_dir: str, sink: str, batch: int, force: bool = False,
-                  chunks: Sequence[int] | None = None) -> list[str]:
+                  chunks: Sequence[int] | None = None, table: str | None = None) -> list[str]:
     args = ["snapshot", "--state", str(state_dir), "--batch", str(batch), "--sink", str(sink)]
     if force:
         args.append("--force")
+    if table:
+        args += ["--table", table]
     if chunks:
         args += ["--chunks", ",".join(str(c) for c in chunks)]
     return args
@@ -86,18 +88,26 @@ class ChunkPlannerOperator(BaseOperator):
 
     Each dict: ``application`` (the package's ``cli/spark_app.py``), ``application_args``
     (``snapshot --state DIR --batch I --sink DIR [--force]``), ``name`` (the Spark app name) and
-    ``batch_label`` (table, chunk ids and key range: use ``map_index_template="{{ task.batch_label }}"``).
+    ``batch_label`` (``batch 3: shop.orders chunks 0-7 [-∞, 80000)``, or ``batch 0: 12 tables, 14 chunks:
+    shop.a, ...`` for a packed batch: use ``map_index_template="{{ task.batch_label }}"``).
+
+    ``batch_rows``: estimated rows per batch (default ``batch_size`` x ``chunk_size``); ``startup``: the
+    startup mode (docs/startup-modes.md): a mode without a snapshot returns no batches (the mapped
+    snapshot task is skipped: give the report task ``trigger_rule="none_failed"``).
     """
 
     template_fields: Sequence[str] = ("dblog_conn_id", "tables", "exclude", "state_dir", "sink", "chunk_size",
-                                      "batch_size", "chunk_key", "watermark", "force")
+                                      "batch_size", "batch_rows", "chunk_key", "watermark", "force", "startup")
     ui_color = "#e8f4e8"
 
     def __init__(self, *, tables: str | Sequence[str], state_dir: str, sink: str,
                  dblog_conn_id: str = DEFAULT_CONN_ID, chunk_size: int | str = 100_000, batch_size: int | str = 8,
                  chunk_key: str | None = None, watermark: str | None = None, force: bool | str = False,
-                 exclude: str | Sequence[str] | None = None, **kwargs) -> None:
+                 exclude: str | Sequence[str] | None = None, batch_rows: int | str | None = None,
+                 startup: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.batch_rows = batch_rows
+        self.startup = startup
         self.dblog_conn_id = dblog_conn_id
         self.tables = tables
         self.exclude = exclude
@@ -123,16 +133,19 @@ class ChunkPlannerOperator(BaseOperator):
             summary = plan_tables(source, tables, self.state_dir, chunk_keys(self.chunk_key, tables),
                                   chunk_size=chunk_size, batch_size=batch_size,
                                   watermark=str(self.watermark or "") or hook.watermark(),
-                                  watermark_table=options.get("watermark_table"), save_password=False, options=options)
-            batches = [b for b in summary["batches"] if b["table"] in tables]
+                                  watermark_table=options.get("watermark_table"), save_password=False, options=options,
+                                  batch_rows=self.batch_rows or None, startup=self.startup or None)
+            batches = [b for b in summary["batches"] if set(b["tables"]) & set(tables)]
             check_map_length(len(batches), "snapshot batches",
                              sum(summary["tables"][t]["chunks"] for t in tables))
         except DblogError as exc:
             raise _fail(exc) from None
         for name in tables:
             info = summary["tables"][name]
-            self.log.info("planned %s: %d chunks, key %s, %s watermarks", name, info["chunks"], ",".join(info["key"]),
-                          info["watermark"])
+            self.log.info("planned %s: %s rows, %d chunks, key %s, %s watermarks, startup %s", name,
+                          f"{info['rows']:,}", info["chunks"], ",".join(info["key"]), info["watermark"],
+                          info["startup"])
+        self.log.info("%d tables in %d snapshot batches", len(tables), len(batches))
         force = truthy(self.force)
         return [{"application": SUBMIT_APPLICATION,
                  "application_args": snapshot_args(self.state_dir, self.sink, b["batch"], force),
@@ -195,6 +208,13 @@ class DblogSparkSubmitOperator(SparkSubmitOperator):
         self.env_vars = env
         self._hook = None  # built from the attributes above
         return super().execute(context)
+
+
+def follows_binlog(startup: str | None) -> bool:
+    """For a ``ShortCircuitOperator`` before the tail: False (skip the tail) for ``snapshot-only``."""
+    from airflow_provider_dblog.core.startup import StartupMode
+
+    return StartupMode.parse(startup or None).tails
 
 
 class DblogReportOperator(BaseOperator):
@@ -278,7 +298,7 @@ class ResnapshotPlannerOperator(BaseOperator):
         self.log.info("re-snapshot of %s (%s): chunks %s", selection["table"], selection["what"],
                       ",".join(map(str, selection["chunks"])))
         out = [{"application": SUBMIT_APPLICATION,
-                "application_args": snapshot_args(self.state_dir, self.sink, b["batch"], True, b["chunks"]),
+                "application_args": snapshot_args(self.state_dir, self.sink, b["batch"], True, b["chunks"], b["table"]),
                 "name": f"dblog-resnapshot-{b['batch']}", "batch_label": b["label"]} for b in selection["batches"]]
         check_map_length(len(out), "re-snapshot batches")
         return out

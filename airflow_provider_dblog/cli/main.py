@@ -90,15 +90,20 @@ def cmd_plan(args) -> dict:
 
     source, tables, keys = _capture(args)
     return plan_tables(source, tables, args.state, keys, chunk_size=args.chunk_size, batch_size=args.batch_size,
-                       watermark=args.watermark, watermark_table=args.watermark_table)
+                       watermark=args.watermark, watermark_table=args.watermark_table, batch_rows=args.batch_rows,
+                       startup=args.startup)
 
 
 def cmd_snapshot(args) -> dict:
     from airflow_provider_dblog.steps.snapshot import snapshot_batch
 
     reports = snapshot_batch(args.state, args.batch, args.sink, args.force, parse_chunk_ids(args.chunks),
-                             spark=_session(args, "dblog-snapshot"))
-    return {"batch": args.batch, "chunks": [r["chunk"] for r in reports], "rows": sum(r["rows"] for r in reports)}
+                             spark=_session(args, "dblog-snapshot"), table=args.table)
+    tables: dict[str, list[int]] = {}
+    for report in reports:
+        tables.setdefault(report["table"], []).append(report["chunk"])
+    return {"batch": args.batch, "tables": tables, "chunks": sum(len(c) for c in tables.values()),
+            "rows": sum(r["rows"] for r in reports)}
 
 
 def cmd_report(args) -> dict:
@@ -159,7 +164,8 @@ def cmd_run(args) -> dict:
 
     source, tables, keys = _capture(args)
     return run_capture(source, tables, args.state, args.sink, args.chunk_size, args.batch_size, keys, args.watermark,
-                       args.watermark_table, args.driver_threads, schema_changes=args.schema_changes)
+                       args.watermark_table, args.driver_threads, args.batch_rows, args.startup,
+                       schema_changes=args.schema_changes)
 
 
 def _schema_changes_option(p: argparse.ArgumentParser) -> None:
@@ -184,7 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--exclude", help="with --tables: names or globs to leave out, e.g. 'shop.tmp_*'")
         p.add_argument("--state", required=True, help="state directory (plan, chunk reports, offsets, checkpoints)")
         p.add_argument("--chunk-size", type=int, default=100_000, help="rows per chunk (default 100000)")
-        p.add_argument("--batch-size", type=int, default=8, help="chunks per Spark application (default 8)")
+        p.add_argument("--batch-size", type=int, default=8,
+                       help="chunks of --chunk-size rows per Spark application (default 8); small tables' chunks "
+                            "count by their rows, so many small tables share one application")
+        p.add_argument("--batch-rows", type=int, default=None,
+                       help="estimated rows per Spark application (default: --batch-size x --chunk-size)")
+        p.add_argument("--startup", default="initial",
+                       help="initial (snapshot, then tail; default) | snapshot-only | latest | position:FILE:POS | "
+                            "gtid:SET | timestamp:EPOCH_MS (docs/startup-modes.md)")
         p.add_argument("--chunk-key", action="append",
                        help="DB.TABLE=COL[,COL] (repeatable; COL[,COL] with --table): split on these columns "
                             "(tables without a primary key)")
@@ -201,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--sink", required=True, help="lake directory")
     p.add_argument("--force", action="store_true", help="re-read chunks that already reported")
-    p.add_argument("--chunks", help="only these chunk ids of the batch (comma separated)")
+    p.add_argument("--table", help="only the chunks of this table (a batch may hold several tables)")
+    p.add_argument("--chunks", help="only these chunk ids (of --table, or of the batch's only table), e.g. 3,5-7")
     p.set_defaults(func=cmd_snapshot)
 
     p = sub.add_parser("report", help="check every chunk reported; build the binlog-split offset map")

@@ -6,8 +6,10 @@ import logging
 import threading
 from typing import Callable, Sequence
 
+from airflow_provider_dblog.core.batches import Batch, BatchGroup
 from airflow_provider_dblog.local.session import BackgroundSession, task_slots
 from airflow_provider_dblog.readers.chunk_reader import run_chunk
+from airflow_provider_dblog.readers.progress import logged_progress
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.state import StateDir
 
@@ -20,12 +22,12 @@ class DriverChunkReader:
     claimed before it is read, so after ``stop()`` Spark reads exactly the unclaimed ones; a chunk that
     failed here has no report and is read again by the caller's next pass."""
 
-    def __init__(self, state_dir: str, sink: str, table: str, chunk_ids: Sequence[int], threads: int = DRIVER_THREADS):
-        self.state_dir, self.sink, self.table = state_dir, sink, table
-        self._order = list(reversed(chunk_ids))
+    def __init__(self, state_dir: str, sink: str, items: Sequence[tuple[str, int]], threads: int = DRIVER_THREADS):
+        self.state_dir, self.sink = state_dir, sink
+        self._order = list(reversed(items))
         self._lock = threading.Lock()
         self._stopped = False
-        self.claimed: list[int] = []
+        self.claimed: list[tuple[str, int]] = []
         self._threads = [threading.Thread(target=self._read, name="dblog-driver-chunks", daemon=True)
                          for _ in range(min(threads, len(self._order)))]
 
@@ -40,7 +42,7 @@ class DriverChunkReader:
         for thread in self._threads:
             thread.join(timeout)
 
-    def _next(self) -> int | None:
+    def _next(self) -> tuple[str, int] | None:
         with self._lock:
             if self._stopped or len(self.claimed) == len(self._order):
                 return None
@@ -49,17 +51,18 @@ class DriverChunkReader:
 
     def _read(self) -> None:
         state = StateDir(self.state_dir)
-        plan = state.table(self.table)
         dialect = open_dialect(state.source(), state.options())
+        table = None
         try:
-            while (chunk_id := self._next()) is not None:
-                run_chunk(state, self.sink, plan, chunk_id, dialect)
+            while (item := self._next()) is not None:
+                table, chunk_id = item
+                run_chunk(state, self.sink, state.table(table), chunk_id, dialect)
         except Exception as exc:  # noqa: BLE001 - the chunk stays unreported; Spark's pass reads it
-            log.warning("reading a chunk of %s in the driver failed (Spark reads it instead): %s", self.table, exc)
+            log.warning("reading a chunk of %s in the driver failed (Spark reads it instead): %s", table, exc)
         finally:
             dialect.close()
 
-    def stop(self) -> set[int]:
+    def stop(self) -> set[tuple[str, int]]:
         """No new chunk from now on; returns every chunk this reader started (some may still be in flight)."""
         with self._lock:
             self._stopped = True
@@ -74,33 +77,59 @@ def driver_reading_needs_spark(driver_threads: int, master: str) -> bool:
     return driver_threads == 0 or slots is None or slots > driver_threads
 
 
-def snapshot_table(state_dir: str, sink: str, table: str, read_on_spark: Callable[[int, list[int]], list[dict]],
-                   spark=None, driver_threads: int = DRIVER_THREADS) -> list[dict]:
-    """Read every unreported chunk of ``table``. With ``driver_threads``, the driver reads chunks itself,
-    last first: all of them if ``spark`` is None, else while ``spark`` (a ``BackgroundSession``) starts;
-    a table the driver finishes first never waits for Spark. ``read_on_spark(batch, chunk_ids)`` reads
-    the rest batch by batch, and any chunk the driver failed. Returns the reports of the chunks Spark read."""
+def _groups(items: Sequence[tuple[str, int]]) -> list[BatchGroup]:
+    by_table: dict[str, list[int]] = {}
+    for table, chunk_id in items:
+        by_table.setdefault(table, []).append(chunk_id)
+    return [BatchGroup(t, tuple(ids)) for t, ids in by_table.items()]
+
+
+def snapshot_batches(state_dir: str, sink: str, batches: Sequence[Batch], tables: Sequence[str],
+                     read_on_spark: Callable[[int, list[BatchGroup]], list[dict]], spark=None,
+                     driver_threads: int = DRIVER_THREADS) -> list[dict]:
+    """Read every unreported chunk of ``tables`` in ``batches``. With ``driver_threads``, the driver reads
+    chunks itself, last first: all of them if ``spark`` is None, else while ``spark`` (a
+    ``BackgroundSession``) starts; a capture the driver finishes first never waits for Spark.
+    ``read_on_spark(batch, groups)`` reads the rest batch by batch, and any chunk the driver failed.
+    Returns the reports of the chunks Spark read."""
     state = StateDir(state_dir)
-    batches = [b for b in state.batches() if b.table == table]
+    wanted = set(tables)
+    done = {t: state.reports(t) for t in wanted}
+    items = [(g.table, c) for b in batches for g in b.groups if g.table in wanted
+             for c in g.chunk_ids if c not in done[g.table]]
     reader, in_driver = None, set()
     starting = isinstance(spark, BackgroundSession) and not spark.ready()
-    if driver_threads > 0 and (spark is None or starting):
-        reader = DriverChunkReader(state_dir, sink, table, state.unreported_chunks(table), threads=driver_threads)
-        reader.start()
-        while reader.alive() and not (starting and spark.ready()):
-            reader.join(0.05)
-        in_driver = reader.stop()
-        log.info("%s: %d chunks read in the driver%s", table, len(in_driver), " while Spark started" if starting else "")
+    if driver_threads > 0 and items and (spark is None or starting):
+        with logged_progress(state, _groups(items), "snapshot in the driver"):
+            reader = DriverChunkReader(state_dir, sink, items, threads=driver_threads)
+            reader.start()
+            while reader.alive() and not (starting and spark.ready()):
+                reader.join(0.05)
+            in_driver = reader.stop()
+            if spark is None:
+                reader.join()
+        log.info("%d chunks read in the driver%s", len(in_driver), " while Spark started" if starting else "")
     reports = []
-    for i, batch in enumerate(batches, start=1):
-        chunk_ids = [c for c in batch.chunk_ids if c not in in_driver]
-        if chunk_ids:
-            log.info("run: batch %d/%d of %s on Spark", i, len(batches), table)
-            reports += read_on_spark(batch.index, chunk_ids)
+    todo = set(items) - in_driver
+    for number, batch in enumerate(batches, start=1):
+        groups = _groups([(g.table, c) for g in batch.groups for c in g.chunk_ids if (g.table, c) in todo])
+        if groups:
+            log.info("run: batch %d (%d/%d) on Spark", batch.index, number, len(batches))
+            reports += read_on_spark(batch.index, groups)
     if reader:
         reader.join()
-        failed = set(state.unreported_chunks(table))  # chunks the driver failed to read
+        failed = {t: set(state.unreported_chunks(t)) for t in wanted}  # chunks the driver failed to read
         for batch in batches:
-            if chunk_ids := [c for c in batch.chunk_ids if c in failed]:
-                reports += read_on_spark(batch.index, chunk_ids)
+            groups = _groups([(g.table, c) for g in batch.groups if g.table in wanted for c in g.chunk_ids
+                              if c in failed[g.table]])
+            if groups:
+                reports += read_on_spark(batch.index, groups)
     return reports
+
+
+def snapshot_table(state_dir: str, sink: str, table: str,
+                   read_on_spark: Callable[[int, list[BatchGroup]], list[dict]], spark=None,
+                   driver_threads: int = DRIVER_THREADS) -> list[dict]:
+    """``snapshot_batches`` of one table: every unreported chunk of ``table``."""
+    batches = [b for b in StateDir(state_dir).batches() if table in b.tables]
+    return snapshot_batches(state_dir, sink, batches, [table], read_on_spark, spark, driver_threads)

@@ -13,6 +13,7 @@ from airflow_provider_dblog.core.chunks import ChunkRange, Key
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 
 
@@ -50,6 +51,9 @@ class DataSourceDialect(Protocol):
 
     def split_chunks(self, meta: TableMeta, chunk_size: int) -> list[ChunkRange]: ...
 
+    def estimate_rows(self, meta: TableMeta) -> int:
+        """About how many rows the table has (progress and batch packing; exact for small tables)."""
+
     def resolve_strategy(self, strategy: str, meta: TableMeta) -> str:
         """``auto`` -> the best watermark strategy this server supports; others are checked."""
 
@@ -71,6 +75,10 @@ class DataSourceDialect(Protocol):
 
     def ensure_available(self, position: BinlogPosition) -> None:
         """Raise if the binlog needed to read from ``position`` was purged."""
+
+    def startup_position(self, mode: StartupMode) -> BinlogPosition:
+        """Where a startup mode without a snapshot starts: a transaction boundary the server still has
+        (``DblogError`` in one line when purged, in the future, mid-transaction or not supported)."""
 
     def read_changes(self, start: BinlogPosition, end: BinlogPosition | None,
                      tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1)) -> Iterator[ChangeEvent]:

@@ -61,7 +61,11 @@ def reread_on_spark(state: StateDir, sink: str, dialect, spark) -> Callable:
     from airflow_provider_dblog.spark.snapshot_job import run_chunks
 
     def reread(plan) -> None:
-        run_chunks(str(state.path), sink, plan, [c.id for c in plan.chunks], dialect, spark)
+        from airflow_provider_dblog.core.batches import BatchGroup
+
+        group = BatchGroup(plan.meta.qualified, tuple(c.id for c in plan.chunks))
+        run_chunks(str(state.path), sink, {group.table: plan}, [group], dialect, spark,
+                   f"re-read of {group.table} after a schema change")
     return reread
 
 

@@ -5,11 +5,14 @@ import logging
 import time
 from typing import Sequence
 
+from airflow_provider_dblog.core.batches import chunk_weights, pack_batches
+from airflow_provider_dblog.core.chunks import chunks_from_boundaries
 from airflow_provider_dblog.core.config import (
     DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, SourceConfig, match_tables, positive_int, table_names, table_patterns,
     watermark_strategy,
 )
 from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.credentials import remember
 from airflow_provider_dblog.store.state import StateDir, TablePlan
@@ -17,31 +20,42 @@ from airflow_provider_dblog.store.state import StateDir, TablePlan
 log = logging.getLogger("dblog")
 
 
-def validate_plan_options(chunk_size=DEFAULT_CHUNK_SIZE, batch_size=DEFAULT_BATCH_SIZE, watermark="auto") -> tuple:
-    """The plan's options, checked before anything touches the source."""
-    return (positive_int(chunk_size, "--chunk-size (rows per chunk)"),
-            positive_int(batch_size, "--batch-size (chunks per Spark application)"), watermark_strategy(watermark))
+def validate_plan_options(chunk_size=DEFAULT_CHUNK_SIZE, batch_size=DEFAULT_BATCH_SIZE, watermark="auto",
+                          batch_rows=None, startup=None) -> tuple:
+    """The plan's options, checked before anything touches the source: (chunk size, batch row budget,
+    watermark strategy, startup mode). The budget defaults to ``batch_size`` full chunks."""
+    chunk_size = positive_int(chunk_size, "--chunk-size (rows per chunk)")
+    batch_size = positive_int(batch_size, "--batch-size (chunks per Spark application)")
+    budget = (positive_int(batch_rows, "--batch-rows (estimated rows per Spark application)")
+              if batch_rows not in (None, "", 0, "0") else chunk_size * batch_size)
+    return chunk_size, budget, watermark_strategy(watermark), StartupMode.parse(startup)
 
 
 def plan_table(source: SourceConfig, table: str, state_dir: str, chunk_size: int = DEFAULT_CHUNK_SIZE,
                batch_size: int = DEFAULT_BATCH_SIZE, chunk_key: Sequence[str] | None = None,
                watermark: str = "auto", watermark_table: str | None = None, save_password: bool = True,
-               options: dict | None = None) -> dict:
+               options: dict | None = None, batch_rows: int | None = None, startup: str | None = None) -> dict:
     """Check the source, split the table into chunks, persist the plan; returns the plan summary."""
     return plan_tables(source, [table], state_dir, {table: chunk_key} if chunk_key else None,
                        chunk_size=chunk_size, batch_size=batch_size, watermark=watermark,
-                       watermark_table=watermark_table, save_password=save_password, options=options)
+                       watermark_table=watermark_table, save_password=save_password, options=options,
+                       batch_rows=batch_rows, startup=startup)
 
 
 def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
                 chunk_keys: dict[str, Sequence[str]] | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 batch_size: int = DEFAULT_BATCH_SIZE, watermark: str = "auto", watermark_table: str | None = None,
-                save_password: bool = True, options: dict | None = None) -> dict:
+                save_password: bool = True, options: dict | None = None, batch_rows: int | None = None,
+                startup: str | None = None) -> dict:
     """Plan ``tables`` on one connection (``chunk_keys``: per-table chunk key columns); returns the summary
     of the whole plan. The source is checked once and every table described before any is split: a
     table without a usable key stops the plan before anything is written, in one line naming every
-    such table. A table already planned keeps its plan (idempotent: `dblog run` resumes)."""
-    chunk_size, batch_size, watermark = validate_plan_options(chunk_size, batch_size, watermark)
+    such table. The new tables' chunks are packed into batches of about ``batch_rows`` estimated rows
+    (default ``batch_size`` full chunks), after the batches already planned. ``startup``: a mode that
+    reads no snapshot gives each table one unread chunk and its stream start instead (core.startup).
+    A table already planned keeps its plan (idempotent: `dblog run` resumes)."""
+    chunk_size, budget, watermark, mode = validate_plan_options(chunk_size, batch_size, watermark, batch_rows,
+                                                                startup)
     chunk_keys = chunk_keys or {}
     unknown_keys = sorted(set(chunk_keys) - set(tables))
     if unknown_keys:
@@ -59,34 +73,57 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
         dialect = open_dialect(source, options)
         try:
             dialect.check_source()
-            metas, keyless = {}, []
-            for table in todo:
-                try:
-                    metas[table] = dialect.describe_table(table, chunk_keys.get(table))
-                except DblogError as exc:
-                    if "no primary key" not in str(exc):
-                        raise
-                    keyless.append(table)
-            if keyless:
-                raise DblogError(f"{len(keyless)} table(s) have no primary key or NOT NULL unique key: "
-                                 f"{', '.join(keyless)}; exclude them (--exclude) or give each a chunk key "
-                                 f"(--chunk-key DB.TABLE=COL[,COL], an indexed column)")
-            for number, meta in enumerate(metas.values(), start=1):
-                started = time.time()
-                strategy = dialect.resolve_strategy(watermark, meta)
-                planned_at, planned_gtid = dialect.current_position(), dialect.gtid_position()
-                chunks = dialect.split_chunks(meta, chunk_size)
-                batches = state.save_plan(source, TablePlan(meta, tuple(chunks), strategy, planned_at, planned_gtid),
-                                          batch_size, options)
-                log.info("planned %s (%d/%d): %d chunks in %d batches (key %s, %s watermarks) in %.1fs",
-                         meta.qualified, number, len(metas), len(chunks),
-                         sum(b.table == meta.qualified for b in batches), ",".join(meta.key_columns), strategy,
-                         time.time() - started)
+            metas = describe_tables(dialect, todo, chunk_keys)
+            start_at = None if mode.snapshots else dialect.startup_position(mode)
+            plans = [plan_one(dialect, meta, chunk_size, watermark, mode, start_at, number, len(metas))
+                     for number, meta in enumerate(metas.values(), start=1)]
         finally:
             dialect.close()
+        weights = [w for p in plans if p.startup.snapshots
+                   for w in chunk_weights(p.meta.qualified, [c.id for c in p.chunks], p.rows, chunk_size)]
+        batches = pack_batches(weights, budget, first_index=len(state.batches()) if state.has_plan() else 0)
+        state.save_plans(source, plans, batches, options)
+        log.info("plan: %d tables, %s rows, %d chunks to read in %d batches of at most %s estimated rows%s",
+                 len(plans), f"{sum(p.rows for p in plans):,}", len(weights), len(batches), f"{budget:,}",
+                 "" if mode.snapshots else f"; startup {mode}: no snapshot, the stream starts at {start_at}")
     if save_password:
         remember(source)
     return plan_summary(state)
+
+
+def describe_tables(dialect, tables: Sequence[str], chunk_keys: dict) -> dict:
+    """Every table's metadata; one line naming every table without a usable key."""
+    metas, keyless = {}, []
+    for table in tables:
+        try:
+            metas[table] = dialect.describe_table(table, chunk_keys.get(table))
+        except DblogError as exc:
+            if "no primary key" not in str(exc):
+                raise
+            keyless.append(table)
+    if keyless:
+        raise DblogError(f"{len(keyless)} table(s) have no primary key or NOT NULL unique key: "
+                         f"{', '.join(keyless)}; exclude them (--exclude) or give each a chunk key "
+                         f"(--chunk-key DB.TABLE=COL[,COL], an indexed column)")
+    return metas
+
+
+def plan_one(dialect, meta, chunk_size: int, watermark: str, mode: StartupMode, start_at, number: int,
+             total: int) -> TablePlan:
+    """One table's plan: its chunks (one unread chunk when the mode reads no snapshot), logged."""
+    started = time.time()
+    strategy = dialect.resolve_strategy(watermark, meta)
+    planned_at, planned_gtid = dialect.current_position(), dialect.gtid_position()
+    rows = dialect.estimate_rows(meta)
+    chunks = dialect.split_chunks(meta, chunk_size) if mode.snapshots else chunks_from_boundaries([])
+    plan = TablePlan(meta, tuple(chunks), strategy, planned_at, planned_gtid, rows, mode, start_at)
+    if mode.snapshots:
+        log.info("planned %s (%d/%d): %s rows in %d chunks (key %s, %s watermarks) in %.1fs", meta.qualified, number,
+                 total, f"{rows:,}", len(chunks), ",".join(meta.key_columns), strategy, time.time() - started)
+    else:
+        log.info("planned %s (%d/%d): startup %s, no snapshot (about %s rows not read): the stream starts at %s",
+                 meta.qualified, number, total, mode, f"{rows:,}", start_at)
+    return plan
 
 
 def resolve_tables(source: SourceConfig, tables=None, patterns=None, exclude=None, options: dict | None = None
@@ -119,7 +156,10 @@ def resolve_tables(source: SourceConfig, tables=None, patterns=None, exclude=Non
 def plan_summary(state: StateDir) -> dict:
     tables = state.tables()
     return {"state": str(state.path), "source": state.load_raw()["source"],
-            "tables": {name: {"chunks": len(t.chunks), "key": list(t.meta.key_columns), "watermark": t.strategy}
+            "tables": {name: {"chunks": len(t.chunks), "rows": t.rows, "key": list(t.meta.key_columns),
+                              "watermark": t.strategy, "startup": str(t.startup),
+                              **({"start_at": str(t.start_at)} if t.start_at else {})}
                        for name, t in tables.items()},
-            "batches": [{"batch": b.index, "table": b.table, "chunks": list(b.chunk_ids),
-                         "label": b.label(tables[b.table])} for b in state.batches()]}
+            "batches": [{"batch": b.index, "tables": list(b.tables),
+                         "groups": [{"table": g.table, "chunks": list(g.chunk_ids)} for g in b.groups],
+                         "rows": b.rows, "label": state.batch_label(b)} for b in state.batches()]}

@@ -1,4 +1,5 @@
-"""Report: check every planned chunk reported its exact range, build the binlog-split offset map."""
+"""Report: check every planned chunk reported its exact range, build the binlog-split offset map (a
+table whose startup mode reads no snapshot starts every key at the mode's position)."""
 from __future__ import annotations
 
 import logging
@@ -18,10 +19,15 @@ def build_offsets(state_dir: str) -> dict:
     tables = state.tables()
     problems, offsets, summary = [], {}, {"tables": {}}
     for name, plan in tables.items():
+        if not plan.startup.snapshots:  # nothing read: every key's stream starts at the mode's position
+            offsets[name] = TableOffsets.from_chunks(name, plan.chunks, {c.id: plan.start_at for c in plan.chunks})
+            summary["tables"][name] = {"chunks": 0, "rows": 0, "startup": str(plan.startup),
+                                       "min_hw": str(plan.start_at), "max_hw": str(plan.start_at)}
+            continue
         reports = state.reports(name)
         missing = [c.id for c in plan.chunks if c.id not in reports]
         if missing:
-            batches = sorted({b.index for b in state.batches() if b.table == name and set(b.chunk_ids) & set(missing)})
+            batches = sorted({b.index for b in state.batches() if set(b.chunk_ids(name)) & set(missing)})
             problems.append(f"{name} chunks {compress_ids(missing)} have no report (rerun batches "
                             f"{', '.join(map(str, batches))})")
             continue

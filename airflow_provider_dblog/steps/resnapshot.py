@@ -175,7 +175,7 @@ def chunks_in_range(dialect, meta, chunks, lo: tuple | None, hi: tuple | None) -
 def select_chunks(state_dir: str, table: Any, key_lo: Any = None, key_hi: Any = None, chunk_ids: Any = None,
                   filter: Any = None, source: SourceConfig | None = None) -> dict:
     """The chunks of ``table`` to re-read (each selection optional, combined with AND), grouped by batch:
-    ``{"table", "what", "chunks": [...], "batches": [{"batch", "chunks", "label"}]}``. ``source``: the
+    ``{"table", "what", "chunks": [...], "batches": [{"batch", "table", "chunks", "label"}]}``. ``source``: the
     connection to use (default: the state's, with its stored password)."""
     if filter not in (None, ""):
         reject_unsafe(filter)  # before anything else touches the input
@@ -184,6 +184,9 @@ def select_chunks(state_dir: str, table: Any, key_lo: Any = None, key_hi: Any = 
     table = str(table).strip()
     state = StateDir(state_dir)
     plan = state.table(table)
+    if not plan.startup.snapshots:
+        raise DblogError(f"{table} was planned with startup mode {plan.startup} and has no snapshot chunks to "
+                         f"re-read: capture it again with --startup initial in a new --state and --sink")
     meta = plan.meta
     if filter not in (None, ""):
         filter_sql(filter, meta.column_names, str)  # every column and token checked before connecting
@@ -217,9 +220,9 @@ def select_chunks(state_dir: str, table: Any, key_lo: Any = None, key_hi: Any = 
         f"rows where {condition}" if condition else "") if part) or "the whole table"
     batches = []
     for batch in state.batches():
-        mine = [c for c in batch.chunk_ids if c in chosen] if batch.table == table else []
+        mine = [c for c in batch.chunk_ids(table) if c in chosen]
         if mine:
-            batches.append({"batch": batch.index, "chunks": mine,
+            batches.append({"batch": batch.index, "table": table, "chunks": mine,
                             "label": f"re-snapshot {table} chunks {compress_ids(mine)} {plan.key_span(mine)}"})
     return {"table": table, "what": what, "chunks": chosen, "batches": batches}
 
@@ -235,6 +238,6 @@ def resnapshot(state_dir: str, sink: str, table: Any, key_lo: Any = None, key_hi
     if not dry_run:
         for batch in selection["batches"]:
             reports = snapshot_batch(state_dir, batch["batch"], sink, force=True, chunk_ids=batch["chunks"],
-                                     spark=spark)
+                                     spark=spark, table=batch["table"])
             rows += sum(r["rows"] for r in reports)
     return {**selection, "rows": rows, "dry_run": dry_run}

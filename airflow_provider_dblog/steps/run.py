@@ -9,11 +9,12 @@ from typing import Sequence
 
 from airflow_provider_dblog.core.config import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
-from airflow_provider_dblog.local.chunk_readers import DRIVER_THREADS, driver_reading_needs_spark, snapshot_table
+from airflow_provider_dblog.local.chunk_readers import DRIVER_THREADS, driver_reading_needs_spark, snapshot_batches
 from airflow_provider_dblog.local.session import BackgroundSession, lazy_local_session
 from airflow_provider_dblog.spark.session import local_master
-from airflow_provider_dblog.steps.plan import plan_tables
+from airflow_provider_dblog.steps.plan import plan_tables, validate_plan_options
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
@@ -27,32 +28,42 @@ def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sin
                 chunk_size: int = DEFAULT_CHUNK_SIZE, batch_size: int = DEFAULT_BATCH_SIZE,
                 chunk_keys: dict[str, Sequence[str]] | None = None, watermark: str = "auto",
                 watermark_table: str | None = None, driver_threads: int | None = None,
+                batch_rows: int | None = None, startup: str | None = None,
                 schema_changes: str = "evolve") -> dict:
+    """Plan, snapshot (startup modes that read one), report and an available-now tail (unless every
+    table's startup mode is snapshot-only)."""
     check_sink(sink)
     threads = DRIVER_THREADS if driver_threads is None else driver_threads
     if threads < 0:
         raise DblogError("--driver-threads must be 0 (Spark reads every chunk) or a positive number of threads")
-    # a Spark with more task slots than the driver's threads starts while the table is planned and its
+    validate_plan_options(chunk_size, batch_size, watermark, batch_rows, startup)  # before a Spark starts
+    # a Spark with more task slots than the driver's threads starts while the tables are planned and the
     # first chunks are read; otherwise none starts unless the tail needs one
-    spark = BackgroundSession("dblog-run") if driver_reading_needs_spark(threads, local_master()) else None
+    snapshots = StartupMode.parse(startup).snapshots
+    needs_spark = snapshots and driver_reading_needs_spark(threads, local_master())
+    spark = BackgroundSession("dblog-run") if needs_spark else None
     plan = plan_tables(source, tables, state_dir, chunk_keys, chunk_size=chunk_size, batch_size=batch_size,
-                       watermark=watermark, watermark_table=watermark_table)
+                       watermark=watermark, watermark_table=watermark_table, batch_rows=batch_rows, startup=startup)
     state = StateDir(state_dir)
-    batches = [b for b in state.batches() if b.table in tables]
+    batches = [b for b in state.batches() if set(b.tables) & set(tables)]
     todo = sum(len(state.unreported_chunks(table)) for table in tables)
 
     session = spark or lazy_local_session("dblog-run")
 
-    def read_on_spark(batch: int, chunk_ids: list[int]) -> list[dict]:
-        return snapshot_batch(state_dir, batch, sink, chunk_ids=chunk_ids, spark=session)
+    def read_on_spark(batch: int, groups) -> list[dict]:
+        return snapshot_batch(state_dir, batch, sink, only=groups, spark=session)
 
-    on_spark = 0
-    for number, table in enumerate(tables, start=1):
-        on_spark += len(snapshot_table(state_dir, sink, table, read_on_spark, spark, driver_threads=threads))
-        log.info("run: snapshot of %s done (%d/%d tables)", table, number, len(tables))
+    on_spark = len(snapshot_batches(state_dir, sink, batches, tables, read_on_spark, spark, driver_threads=threads))
+    if todo:
+        log.info("run: snapshot of %d tables done (%d chunks in %d batches)", len(tables), todo, len(batches))
     summary = build_offsets(state_dir)
-    tail = run_tail(state_dir, sink, available_now=True, tables=list(tables), spark=session,
-                    driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES, schema_changes=schema_changes)
+    following = [t for t in tables if state.table(t).startup.tails]
+    if following:
+        tail = run_tail(state_dir, sink, available_now=True, tables=following, spark=session,
+                        driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES, schema_changes=schema_changes)
+    else:
+        tail = {"skipped": "startup mode snapshot-only: no tail (run `dblog tail` to follow the binlog later)"}
+        log.info("run: %s", tail["skipped"])
     return {"plan": {"tables": len(tables), "chunks": sum(plan["tables"][t]["chunks"] for t in tables),
                      "batches": len(batches)},
             "snapshot": {"chunks_read": todo, "on_spark": on_spark, "in_driver": todo - on_spark},

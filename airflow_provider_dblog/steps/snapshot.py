@@ -1,9 +1,10 @@
-"""Snapshot: read a batch's chunks in their watermark windows on Spark's executors."""
+"""Snapshot: read a batch's chunks (of one or several tables) on Spark, each in its watermark window."""
 from __future__ import annotations
 
 import logging
 from typing import Sequence
 
+from airflow_provider_dblog.core.batches import BatchGroup
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.spark.snapshot_job import run_chunks
 from airflow_provider_dblog.store.object_store import check_sink
@@ -13,16 +14,27 @@ log = logging.getLogger("dblog")
 
 
 def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = False,
-                   chunk_ids: Sequence[int] | None = None, spark=None) -> list[dict]:
-    """Read a batch's unreported chunks (all of ``chunk_ids`` with ``force``); returns their reports."""
+                   chunk_ids: Sequence[int] | None = None, spark=None, table: str | None = None,
+                   only: Sequence[BatchGroup] | None = None) -> list[dict]:
+    """Read a batch's unreported chunks (all selected with ``force``); returns their reports. Selection:
+    ``table`` (one table of the batch), ``chunk_ids`` (of that table, or of the batch's only table), and
+    ``only`` (these chunks of the batch, e.g. the ones a local driver did not read itself)."""
     state = StateDir(state_dir)
-    table, todo = state.pending_chunks(batch_index, force, chunk_ids)
-    if not todo:
-        log.info("batch %d (%s): every chunk already reported; nothing to read (--force re-reads)", batch_index, table)
+    groups = state.pending_chunks(batch_index, force, chunk_ids, table)
+    if only is not None:
+        wanted = {(g.table, c) for g in only for c in g.chunk_ids}
+        groups = [BatchGroup(g.table, ids) for g in groups
+                  if (ids := tuple(c for c in g.chunk_ids if (g.table, c) in wanted))]
+    label = f"batch {batch_index} ({state.batch_label(state.batch(batch_index))})"
+    if not groups:
+        log.info("%s: every chunk already reported; nothing to read (--force re-reads)", label)
         return []
     check_sink(sink)  # before Spark starts: a wrong bucket or credentials is one line, nothing written
     dialect = open_dialect(state.source(), state.options())
     dialect.check_source()  # fail fast, before Spark starts, on a bad password, settings or privileges
     dialect.close()
-    log.info("batch %d (%s): reading %d chunks", batch_index, table, len(todo))
-    return run_chunks(state_dir, sink, state.table(table), todo, dialect, spark)
+    plans = {g.table: state.table(g.table) for g in groups}
+    log.info("%s: reading %d chunks of %d tables: %s", label, sum(len(g.chunk_ids) for g in groups), len(groups),
+             ", ".join(f"{g.table} {len(g.chunk_ids)}/{len(plans[g.table].chunks)}" for g in groups[:20])
+             + (", ..." if len(groups) > 20 else ""))
+    return run_chunks(state_dir, sink, plans, groups, dialect, spark, label=label)

@@ -17,6 +17,7 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.spark.tail_queries import end_offsets, start_queries, watch
+from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.object_store import check_sink
 from airflow_provider_dblog.store.state import StateDir
 
@@ -45,6 +46,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
         try:
             for name in names:  # a clear error before Spark starts, if the binlog to resume from is gone
                 dialect.ensure_available(state.resume_position(name, offsets[name].min_hw))
+            create_unread_tables(state, sink, dialect, names)
             settled: dict[str, BinlogPosition] = {}
             rows: dict[str, int] = {}
             skipped, in_driver = [], []
@@ -98,6 +100,16 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
     if in_driver:
         summary["caught_up_in_driver"] = {name: str(settled[name]) for name in sorted(in_driver)}
     return summary
+
+
+def create_unread_tables(state: StateDir, sink: str, dialect, names: list[str]) -> None:
+    """Tables whose startup mode read no snapshot get their (empty) lake tables before the tail starts:
+    readable, mirrored and verified like the others before their first change arrives."""
+    for name in names:
+        plan = state.table(name)
+        if not plan.startup.snapshots:
+            lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
+            lake.changelog(), lake.current()
 
 
 @contextmanager

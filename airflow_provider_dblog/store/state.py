@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from airflow_provider_dblog.core.batches import Batch, BatchGroup
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
+from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.store.atomic import read_json, write_json
 from airflow_provider_dblog.store.checkpoints import CheckpointState, checkpoint_state
@@ -37,6 +39,9 @@ class TablePlan:
     strategy: str
     planned_at: BinlogPosition
     planned_gtid: str | None = None  # the server's GTID state when planned (informational)
+    rows: int = 0  # estimated when planned (progress, batch packing)
+    startup: StartupMode = StartupMode()
+    start_at: BinlogPosition | None = None  # where the stream starts when the startup mode reads no snapshot
 
     def chunk(self, chunk_id: int) -> ChunkRange:
         return self.chunks[chunk_id]
@@ -48,15 +53,18 @@ class TablePlan:
         hi = "∞" if last.hi is None else ",".join(map(str, last.hi))
         return f"[{lo}, {hi})"
 
+    def to_dict(self) -> dict:
+        return {"meta": self.meta.to_dict(), "chunks": [c.to_dict() for c in self.chunks], "strategy": self.strategy,
+                "planned_at": self.planned_at.to_dict(), "planned_gtid": self.planned_gtid, "rows": self.rows,
+                "startup": self.startup.to_dict(),
+                "start_at": self.start_at.to_dict() if self.start_at else None}
 
-@dataclass(frozen=True)
-class Batch:
-    index: int
-    table: str
-    chunk_ids: tuple[int, ...]
-
-    def label(self, plan: TablePlan) -> str:
-        return f"{self.table} chunks {self.chunk_ids[0]}-{self.chunk_ids[-1]} {plan.key_span(self.chunk_ids)}"
+    @classmethod
+    def from_dict(cls, data: dict) -> "TablePlan":
+        return cls(TableMeta.from_dict(data["meta"]), tuple(ChunkRange.from_dict(c) for c in data["chunks"]),
+                   data["strategy"], BinlogPosition.from_dict(data["planned_at"]), data.get("planned_gtid"),
+                   int(data.get("rows") or 0), StartupMode.from_dict(data.get("startup")),
+                   BinlogPosition.from_dict(data["start_at"]) if data.get("start_at") else None)
 
 
 class StateDir:
@@ -93,9 +101,7 @@ class StateDir:
         raw = self.load_raw()
         if self._tables is not None and self._tables[0] is raw:
             return self._tables[1]
-        tables = {name: TablePlan(TableMeta.from_dict(t["meta"]), tuple(ChunkRange.from_dict(c) for c in t["chunks"]),
-                                t["strategy"], BinlogPosition.from_dict(t["planned_at"]), t.get("planned_gtid"))
-                  for name, t in raw["tables"].items()}
+        tables = {name: TablePlan.from_dict(t) for name, t in raw["tables"].items()}
         self._tables = (raw, tables)
         return tables
 
@@ -106,7 +112,7 @@ class StateDir:
         return tables[name]
 
     def batches(self) -> list[Batch]:
-        return [Batch(i, b["table"], tuple(b["chunks"])) for i, b in enumerate(self.load_raw()["batches"])]
+        return [Batch.from_dict(i, b) for i, b in enumerate(self.load_raw()["batches"])]
 
     def batch(self, index: int) -> Batch:
         batches = self.batches()
@@ -114,23 +120,29 @@ class StateDir:
             raise DblogError(f"batch {index} does not exist: the plan in {self.path} has batches 0-{len(batches) - 1}")
         return batches[index]
 
-    def save_plan(self, source: SourceConfig, plan: TablePlan, batch_size: int, options: dict) -> list[Batch]:
-        """Adds (or replaces) one table's plan; batches of other tables keep their indexes."""
-        raw = read_json(self.plan_file) if self.has_plan() else {"version": 1, "tables": {}, "batches": []}
+    def batch_label(self, batch: Batch) -> str:
+        tables = self.tables()
+        return batch.label(lambda table, ids: tables[table].key_span(ids))
+
+    def save_plans(self, source: SourceConfig, plans: Sequence[TablePlan], batches: Sequence[Batch],
+                   options: dict) -> None:
+        """Adds tables' plans and their batches (``batches`` indexed from ``len(self.batches())``);
+        tables and batches already planned keep theirs, so their indexes stay valid."""
+        raw = read_json(self.plan_file) if self.has_plan() else {"version": 2, "tables": {}, "batches": []}
         if raw.get("source", source.public_uri) != source.public_uri:
             raise DblogError(f"{self.path} already holds a plan for {raw['source']}: use another --state directory")
+        new = {p.meta.qualified for p in plans}
+        if new & set(raw["tables"]):
+            raise ValueError(f"already planned: {', '.join(sorted(new & set(raw['tables'])))}")
+        if [b.index for b in batches] != list(range(len(raw["batches"]), len(raw["batches"]) + len(batches))):
+            raise ValueError("new batches must be numbered after the plan's batches")
+        raw["version"] = 2
         raw["source"] = source.public_uri
         raw.setdefault("options", {}).update(options)
-        name = plan.meta.qualified
-        raw["tables"][name] = {"meta": plan.meta.to_dict(), "chunks": [c.to_dict() for c in plan.chunks],
-                               "strategy": plan.strategy, "planned_at": plan.planned_at.to_dict(),
-                               "planned_gtid": plan.planned_gtid}
-        kept = [b for b in raw["batches"] if b["table"] != name]
-        ids = [c.id for c in plan.chunks]
-        new = [{"table": name, "chunks": ids[i:i + batch_size]} for i in range(0, len(ids), batch_size)]
-        raw["batches"] = kept + new
+        for plan in plans:
+            raw["tables"][plan.meta.qualified] = plan.to_dict()
+        raw["batches"] += [b.to_dict() for b in batches]
         write_json(self.plan_file, raw)
-        return self.batches()
 
     # ---- chunk reports ----
     def report_file(self, table: str, chunk_id: int) -> Path:
@@ -145,18 +157,31 @@ class StateDir:
             return {}
         return {int(p.stem.split("-")[1]): read_json(p) for p in sorted(folder.glob("chunk-*.json"))}
 
-    def pending_chunks(self, batch_index: int, force: bool = False,
-                       chunk_ids: Sequence[int] | None = None) -> tuple[str, list[int]]:
-        """The batch's table and its chunks to read: ``chunk_ids`` of it (default all), unreported unless ``force``."""
+    def pending_chunks(self, batch_index: int, force: bool = False, chunk_ids: Sequence[int] | None = None,
+                       table: str | None = None) -> list[BatchGroup]:
+        """The batch's chunks to read, per table: those of ``table`` (default every table of the batch),
+        only ``chunk_ids`` (default all; needs ``table`` when the batch holds several), unreported unless
+        ``force``. Groups with nothing to read are left out."""
         batch = self.batch(batch_index)
-        wanted = list(batch.chunk_ids if chunk_ids is None else [c for c in chunk_ids if c in batch.chunk_ids])
-        done = self.reports(batch.table) if not force else {}
-        return batch.table, [c for c in wanted if c not in done]
+        if table is not None and table not in batch.tables:
+            raise DblogError(f"batch {batch_index} holds no chunk of {table}: it holds {', '.join(batch.tables)}")
+        if chunk_ids is not None and table is None and len(batch.groups) > 1:
+            raise DblogError(f"batch {batch_index} holds chunks of {len(batch.groups)} tables: name the table of "
+                             f"--chunks with --table DB.TABLE")
+        out = []
+        for group in batch.groups:
+            if table is not None and group.table != table:
+                continue
+            wanted = [c for c in group.chunk_ids if chunk_ids is None or c in chunk_ids]
+            done = self.reports(group.table) if not force else {}
+            if todo := tuple(c for c in wanted if c not in done):
+                out.append(BatchGroup(group.table, todo))
+        return out
 
     def unreported_chunks(self, table: str) -> list[int]:
         """The table's chunks without a report, in batch order (one read of its reports)."""
         done = self.reports(table)
-        return [c for b in self.batches() if b.table == table for c in b.chunk_ids if c not in done]
+        return [c for b in self.batches() for c in b.chunk_ids(table) if c not in done]
 
     # ---- offsets & checkpoints ----
     @property

@@ -269,7 +269,7 @@ def test_dags_import_cleanly_and_the_form_rejects_an_injected_filter(airflow):
     assert {"dblog_initial_load", "dblog_tail", "dblog_resnapshot"} <= set(out["dags"])
     assert out["injection"].startswith("Invalid input for param filter"), out["injection"]
     assert out["tail_max_active_runs"] == 1
-    assert out["load_tasks"] == ["plan", "report", "snapshot", "tail"]
+    assert out["load_tasks"] == ["follow_binlog", "plan", "report", "snapshot", "tail"]
     assert out["operator_injection"].startswith(
         "dblog: filter rejected: ';' (a second statement) is not allowed in a filter"), out["operator_injection"]
     assert out["max_map_length"] == (
@@ -427,8 +427,8 @@ def test_api_resnapshot_and_cleared_instance_converge_while_the_tail_runs(airflo
     in_range = [c.id for c in plan.chunks
                 if (c.lo is None or c.lo[0] <= hi) and (c.hi is None or lo < c.hi[0])]
     cleared_batch = state.batch(0)
-    assert not set(in_range) & set(cleared_batch.chunk_ids), (in_range, cleared_batch)
-    expected_rereads = set(in_range) | set(cleared_batch.chunk_ids)
+    assert not set(in_range) & set(cleared_batch.chunk_ids(airflow.table)), (in_range, cleared_batch)
+    expected_rereads = set(in_range) | set(cleared_batch.chunk_ids(airflow.table))
 
     servers = Servers(airflow).start()
     tail = writer = None

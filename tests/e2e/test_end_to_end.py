@@ -40,8 +40,8 @@ def load_table(mariadb, db, rows):
 
 def snapshot_all(state, sink, spark, table):
     for batch in StateDir(state).batches():
-        if batch.table == table:
-            snapshot_batch(state, batch.index, sink, spark=spark)
+        if table in batch.tables:
+            snapshot_batch(state, batch.index, sink, spark=spark, table=table)
 
 
 def assert_mirror_equals_source(spark, state, sink, table, port, tmp_path, name="mirror"):
@@ -226,7 +226,8 @@ def test_forced_chunk_reruns_while_the_tail_runs(mariadb, db, spark, tmp_path):
         batches = StateDir(state).batches()
         for _ in range(3):
             batch = rnd.choice(batches)
-            chunks = rnd.sample(list(batch.chunk_ids), k=rnd.randint(1, len(batch.chunk_ids)))
+            ids = batch.chunk_ids(table)
+            chunks = rnd.sample(list(ids), k=rnd.randint(1, len(ids)))
             reports = snapshot_batch(state, batch.index, sink, force=True, spark=spark, chunk_ids=chunks)
             assert sorted(r["chunk"] for r in reports) == sorted(chunks)
             time.sleep(1)
@@ -307,7 +308,7 @@ def test_chunk_rerun_repairs_changes_the_lake_never_saw(mariadb, db, spark, tmp_
     holding = {c.id for c in chunks for key in (10, 6001, 2500, 3333333)
                if (c.lo is None or key >= c.lo[0]) and (c.hi is None or key < c.hi[0])}
     for batch in StateDir(state).batches():
-        todo = sorted(holding & set(batch.chunk_ids))
+        todo = sorted(holding & set(batch.chunk_ids(table)))
         if todo:
             snapshot_batch(state, batch.index, sink, force=True, spark=spark, chunk_ids=todo)
     run_tail(state, sink, available_now=True, spark=spark)
@@ -336,7 +337,7 @@ class SlowStart(BackgroundSession):
 
 def on_spark(state, sink, spark):
     """What `dblog run` gives ``snapshot_table``: a batch's chunks read on ``spark``."""
-    return lambda batch, chunk_ids: snapshot_batch(state, batch, sink, chunk_ids=chunk_ids, spark=spark)
+    return lambda batch, groups: snapshot_batch(state, batch, sink, only=groups, spark=spark)
 
 
 def _planned(mariadb, db, tmp_path, rows):

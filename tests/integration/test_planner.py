@@ -149,7 +149,7 @@ def test_planning_again_keeps_the_first_plan(mariadb, db, tmp_path):
     assert second == first
     assert StateDir(tmp_path).reports(f"{db}.again") == {0: {"chunk": 0}}
     both = plan_table(source, f"{db}.other", str(tmp_path), chunk_size=5, batch_size=1)
-    assert [b["table"] for b in both["batches"]] == [f"{db}.again"] * 3 + [f"{db}.other"] * 2
+    assert [b["tables"] for b in both["batches"]] == [[f"{db}.again"]] * 3 + [[f"{db}.other"]] * 2
 
 
 def test_plan_records_position_and_gtid(mariadb, db, tmp_path):

@@ -152,6 +152,9 @@ class InMemoryDialect:
         keys = sorted(self.server.rows[meta.qualified])
         return chunks_from_boundaries(keys[chunk_size::chunk_size])
 
+    def estimate_rows(self, meta: TableMeta) -> int:
+        return len(self.server.rows[meta.qualified])
+
     def resolve_strategy(self, strategy: str, meta: TableMeta) -> str:
         if strategy not in ("auto", "position"):
             raise DblogError(f"watermark strategy {strategy} needs a real server: use position")
@@ -179,6 +182,15 @@ class InMemoryDialect:
 
     def ensure_available(self, position: BinlogPosition) -> None:
         pass
+
+    def startup_position(self, mode) -> BinlogPosition:
+        """latest and position:FILE:POS (a commit position of this binlog); other modes are not supported."""
+        if mode.kind == "latest":
+            return self.server.position()
+        commits = {tx.commit for tx in self.server.binlog} | {BinlogPosition.at(BINLOG, 4)}
+        if mode.kind == "position" and mode.position in commits:
+            return mode.position
+        raise DblogError(f"startup mode {mode}: not a commit position of the in-memory binlog")
 
     def read_changes(self, start, end, tables, share=(0, 1)) -> Iterator[ChangeEvent]:
         part, parts = share

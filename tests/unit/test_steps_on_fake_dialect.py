@@ -113,7 +113,7 @@ def test_plan_snapshot_report_and_binlog_reader_converge_under_writes(tmp_path):
     plan = plan_table(SourceConfig.parse(server.uri), TABLE, state_dir, chunk_size=6, batch_size=3)
     assert plan["tables"][TABLE]["chunks"] == 7 and len(plan["batches"]) == 3
 
-    def no_spark(batch, chunk_ids):
+    def no_spark(batch, groups):
         raise AssertionError("the driver's reader reads every chunk when no Spark is given")
     snapshot_table(state_dir, sink, TABLE, no_spark, spark=None, driver_threads=1)
     apply(server, random_ops(rnd, 40))
@@ -191,7 +191,7 @@ def test_resnapshot_selects_the_chunks_a_key_range_overlaps(tmp_path):
     plan_table(SourceConfig.parse(server.uri), TABLE, state_dir, chunk_size=10, batch_size=2)
     assert select_chunks(state_dir, TABLE, key_lo=19, key_hi=20)["chunks"] == [0, 1]
     assert select_chunks(state_dir, TABLE, key_lo=40)["batches"] == [
-        {"batch": 1, "chunks": [2], "label": f"re-snapshot {TABLE} chunks 2 [40, ∞)"}]
+        {"batch": 1, "table": TABLE, "chunks": [2], "label": f"re-snapshot {TABLE} chunks 2 [40, ∞)"}]
     assert select_chunks(state_dir, TABLE, chunk_ids="0-1", key_hi=5)["chunks"] == [0]
     with pytest.raises(DblogError, match="no chunk 7"):
         select_chunks(state_dir, TABLE, chunk_ids="7")

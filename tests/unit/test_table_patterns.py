@@ -56,7 +56,7 @@ def test_a_pattern_plans_every_matching_table_and_nothing_else(tmp_path):
     summary = plan_tables(source, tables, str(tmp_path / "state"), chunk_size=3, batch_size=2)
     assert sorted(summary["tables"]) == ["shop.order_lines", "shop.orders"]
     assert {t: info["chunks"] for t, info in summary["tables"].items()} == {"shop.order_lines": 3, "shop.orders": 3}
-    assert {b["table"] for b in summary["batches"]} == {"shop.order_lines", "shop.orders"}
+    assert {t for b in summary["batches"] for t in b["tables"]} == {"shop.order_lines", "shop.orders"}
 
 
 def test_an_empty_match_and_an_unknown_name_are_one_line_each(tmp_path):

@@ -13,9 +13,10 @@ from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
-from airflow_provider_dblog.source.mysql import binlog, schema, splitter, watermarks
+from airflow_provider_dblog.source.mysql import binlog, schema, splitter, startup, watermarks
 from airflow_provider_dblog.source.mysql.collation import KeyOrder
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.sql import at_most, range_condition, snapshot_sql, table_sql
@@ -48,6 +49,9 @@ class MySqlDialect:
 
     def split_chunks(self, meta: TableMeta, chunk_size: int) -> list[ChunkRange]:
         return splitter.split_chunks(self.client, meta, chunk_size)
+
+    def estimate_rows(self, meta: TableMeta) -> int:
+        return splitter.approximate_rows(self.client, meta)
 
     def resolve_strategy(self, strategy: str, meta: TableMeta) -> str:
         return watermarks.resolve_strategy(self.client, strategy,
@@ -99,6 +103,9 @@ class MySqlDialect:
 
     def ensure_available(self, position: BinlogPosition) -> None:
         binlog.ensure_available(self.client, position)
+
+    def startup_position(self, mode: StartupMode) -> BinlogPosition:
+        return startup.startup_position(self.client, self.stream.server_id_range, mode)
 
     def read_changes(self, start: BinlogPosition, end: BinlogPosition | None,
                      tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1)) -> Iterator[ChangeEvent]:
