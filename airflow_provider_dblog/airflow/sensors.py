@@ -41,7 +41,7 @@ class DblogTailHealthSensor(BaseSensorOperator):
         try:
             max_stall = float(self.max_stall_seconds)
             state = StateDir(self.state_dir)
-            if not state.offsets_file.exists():
+            if not state.has_offsets():
                 self.log.info("no offset map in %s yet (initial load not reported): waiting", self.state_dir)
                 return False
             source = DblogHook(self.dblog_conn_id).check_state_source(state.load_raw()["source"])

@@ -7,7 +7,7 @@ import threading
 from typing import Callable, Sequence
 
 from airflow_provider_dblog.local.session import BackgroundSession, task_slots
-from airflow_provider_dblog.readers.chunk_reader import run_chunk
+from airflow_provider_dblog.readers.chunk_reader import persist_reports, run_chunk
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.state import StateDir
 
@@ -53,7 +53,7 @@ class DriverChunkReader:
         dialect = open_dialect(state.source(), state.options())
         try:
             while (chunk_id := self._next()) is not None:
-                run_chunk(state, self.sink, plan, chunk_id, dialect)
+                persist_reports(state, self.sink, plan, [chunk_id], [run_chunk(self.sink, plan, chunk_id, dialect)])
         except Exception as exc:  # noqa: BLE001 - the chunk stays unreported; Spark's pass reads it
             log.warning("reading a chunk of %s in the driver failed (Spark reads it instead): %s", self.table, exc)
         finally:

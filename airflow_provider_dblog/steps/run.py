@@ -26,8 +26,11 @@ log = logging.getLogger("dblog")
 def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sink: str,
                 chunk_size: int = DEFAULT_CHUNK_SIZE, batch_size: int = DEFAULT_BATCH_SIZE,
                 chunk_keys: dict[str, Sequence[str]] | None = None, watermark: str = "auto",
-                watermark_table: str | None = None, driver_threads: int | None = None) -> dict:
+                watermark_table: str | None = None, driver_threads: int | None = None,
+                checkpoint: str | None = None) -> dict:
+    """``checkpoint``: the tail's Spark checkpoint directory (``steps.tail.run_tail``)."""
     check_sink(sink)
+    StateDir(state_dir, checkpoint).checkpoint_root()  # the state's location, and a checkpoint for it: before any work
     threads = DRIVER_THREADS if driver_threads is None else driver_threads
     if threads < 0:
         raise DblogError("--driver-threads must be 0 (Spark reads every chunk) or a positive number of threads")
@@ -51,7 +54,7 @@ def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sin
         log.info("run: snapshot of %s done (%d/%d tables)", table, number, len(tables))
     summary = build_offsets(state_dir)
     tail = run_tail(state_dir, sink, available_now=True, tables=list(tables), spark=session,
-                    driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES)
+                    driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES, checkpoint=checkpoint)
     return {"plan": {"tables": len(tables), "chunks": sum(plan["tables"][t]["chunks"] for t in tables),
                      "batches": len(batches)},
             "snapshot": {"chunks_read": todo, "on_spark": on_spark, "in_driver": todo - on_spark},

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
+from airflow_provider_dblog.readers.chunk_reader import persist_reports
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.spark.snapshot_job import run_chunks
 from airflow_provider_dblog.store.object_store import check_sink
@@ -14,7 +15,8 @@ log = logging.getLogger("dblog")
 
 def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = False,
                    chunk_ids: Sequence[int] | None = None, spark=None) -> list[dict]:
-    """Read a batch's unreported chunks (all of ``chunk_ids`` with ``force``); returns their reports."""
+    """Read a batch's unreported chunks (all of ``chunk_ids`` with ``force``) on Spark; this driver checks
+    that each chunk's commit is in the lake and persists its report. Returns the reports."""
     state = StateDir(state_dir)
     table, todo = state.pending_chunks(batch_index, force, chunk_ids)
     if not todo:
@@ -25,4 +27,5 @@ def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = Fa
     dialect.check_source()  # fail fast, before Spark starts, on a bad password, settings or privileges
     dialect.close()
     log.info("batch %d (%s): reading %d chunks", batch_index, table, len(todo))
-    return run_chunks(state_dir, sink, state.table(table), todo, dialect, spark)
+    plan = state.table(table)
+    return persist_reports(state, sink, plan, todo, run_chunks(sink, plan, todo, dialect, spark))

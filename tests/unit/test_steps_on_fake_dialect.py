@@ -146,7 +146,7 @@ def test_a_chunk_rerun_replaces_its_range_and_later_stream_rows_still_win(tmp_pa
     apply(server, [("delete", 2, 0, 0), ("update", 4, 50, 7), ("key", 6, 61, 0), ("insert", 1, 0, 9)])
     tail_to_now(state, sink, dialect)
     apply(server, [("delete", 0, 0, 0), ("insert", 3, 0, 9)])
-    run_chunk(state, sink, state.table(TABLE), 0, dialect)  # the repair: chunk 0 again, at a new HW
+    run_chunk(sink, state.table(TABLE), 0, dialect)  # the repair: chunk 0 again, at a new HW
     apply(server, [("update", 8, 51, 3), ("delete", 4, 0, 0), ("insert", 5, 0, 1)])
     tail_to_now(state, sink, dialect)  # commits the changes before the rerun's HW too: they change nothing
     assert current(state, sink, dialect) == server.rows[TABLE]
