@@ -37,7 +37,8 @@ with DAG(
     max_active_runs=1,
     tags=["dblog", "cdc"],
     doc_md=__doc__,
-    params=params("conn_id", "state", "sink", "tables", "exclude", "chunk_size", "batch_size", "batch_rows", "startup"),
+    params=params("conn_id", "state", "sink", "checkpoint", "tables", "exclude", "chunk_size", "batch_size",
+                  "batch_rows", "startup"),
 ) as dag:
     plan = ChunkPlannerOperator(
         task_id="plan",
@@ -67,6 +68,6 @@ with DAG(
         conn_id=SPARK_CONN_ID,
         conf=spark_conf(),
         dblog_conn_id=template("conn_id"),
-        **tail_kwargs(template("state"), template("sink")),
+        **tail_kwargs(template("state"), template("sink"), checkpoint=template("checkpoint")),
     )
     plan >> snapshot >> report >> follow >> tail

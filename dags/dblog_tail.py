@@ -31,7 +31,7 @@ with DAG(
     max_active_runs=1,
     tags=["dblog", "cdc"],
     doc_md=__doc__,
-    params=params("conn_id", "state", "sink", "max_stall_seconds"),
+    params=params("conn_id", "state", "sink", "checkpoint", "max_stall_seconds"),
 ) as dag:
     maintain = DblogMaintainOperator(task_id="maintain", state_dir=template("state"), sink=template("sink"))
     if os.environ.get("DBLOG_TAIL_MODE", "available_now") != "continuous":
@@ -41,13 +41,14 @@ with DAG(
             conf=spark_conf(),
             dblog_conn_id=template("conn_id"),
             execution_timeout=timedelta(hours=1),
-            **tail_kwargs(template("state"), template("sink")),
+            **tail_kwargs(template("state"), template("sink"), checkpoint=template("checkpoint")),
         )
         tail >> maintain
     DblogTailHealthSensor(
         task_id="health_check",
         dblog_conn_id=template("conn_id"),
         state_dir=template("state"),
+        checkpoint=template("checkpoint"),
         max_stall_seconds=template("max_stall_seconds"),
         poke_interval=30,
         timeout=600,

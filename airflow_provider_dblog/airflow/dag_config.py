@@ -20,8 +20,10 @@ from airflow.sdk import Param
 # name -> (environment variable, built-in default, param JSON type, description)
 SETTINGS = {
     "conn_id": ("DBLOG_CONN_ID", "dblog_source", "string", "Airflow connection (type mysql) of the source"),
-    "state": ("DBLOG_STATE", "/var/lib/dblog/state", "string", "state directory (plan, reports, offsets, checkpoints)"),
-    "sink": ("DBLOG_SINK", "/var/lib/dblog/lake", "string", "lake directory (snapshot and stream Parquet)"),
+    "state": ("DBLOG_STATE", "/var/lib/dblog/state", "string", "state: a directory or s3://BUCKET/PREFIX (plan, reports, offsets)"),
+    "sink": ("DBLOG_SINK", "/var/lib/dblog/lake", "string", "the lake: a directory or s3://BUCKET/PREFIX"),
+    "checkpoint": ("DBLOG_CHECKPOINT", "", "string", "directory of the tail's Spark checkpoints on the worker's "
+                   "disk or a cluster filesystem (empty: STATE/checkpoints; required for an s3:// state)"),
     "tables": ("DBLOG_TABLES", "", "string", "tables to load: DB.TABLE names or globs, comma-separated (shop.*,crm.customers)"),
     "exclude": ("DBLOG_EXCLUDE", "", "string", "tables to leave out: DB.TABLE names or globs (shop.tmp_*)"),
     "chunk_size": ("DBLOG_CHUNK_SIZE", "100000", "integer", "rows per chunk"),

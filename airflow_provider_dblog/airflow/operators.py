@@ -59,9 +59,12 @@ def snapshot_args(state_dir: str, sink: str, batch: int, force: bool = False,
 
 
 def tail_kwargs(state_dir: str, sink: str, continuous: bool = False, table: str | None = None,
-                max_events: int = 0) -> dict:
-    """Kwargs for a ``DblogSparkSubmitOperator`` running the tail (``--available-now`` by default)."""
+                max_events: int = 0, checkpoint: str | None = None) -> dict:
+    """Kwargs for a ``DblogSparkSubmitOperator`` running the tail (``--available-now`` by default);
+    ``checkpoint``: its ``--checkpoint`` directory (a template rendering empty means the default)."""
     args = ["tail", "--state", str(state_dir), "--sink", str(sink), "--continuous" if continuous else "--available-now"]
+    if checkpoint is not None:
+        args += ["--checkpoint", str(checkpoint)]
     if table:
         args += ["--table", table]
     if max_events:

@@ -22,11 +22,12 @@ class DblogTailHealthSensor(BaseSensorOperator):
     ``soft_fail=True`` to turn a stall into a skip instead of a failure.
     """
 
-    template_fields: Sequence[str] = ("dblog_conn_id", "state_dir", "max_stall_seconds", "tables")
+    template_fields: Sequence[str] = ("dblog_conn_id", "state_dir", "max_stall_seconds", "tables", "checkpoint")
     ui_color = "#f0e8f8"
 
     def __init__(self, *, state_dir: str, dblog_conn_id: str = DblogHook.default_conn_name,
-                 max_stall_seconds: float | str = 1800, tables: str | Sequence[str] | None = None, **kwargs) -> None:
+                 max_stall_seconds: float | str = 1800, tables: str | Sequence[str] | None = None,
+                 checkpoint: str | None = None, **kwargs) -> None:
         kwargs.setdefault("poke_interval", 30)
         kwargs.setdefault("timeout", 600)
         super().__init__(**kwargs)
@@ -34,18 +35,20 @@ class DblogTailHealthSensor(BaseSensorOperator):
         self.state_dir = state_dir
         self.max_stall_seconds = max_stall_seconds
         self.tables = tables
+        self.checkpoint = checkpoint  # the tail's --checkpoint (empty or None: STATE/checkpoints)
 
     def poke(self, context) -> bool:
         from airflow_provider_dblog.store.state import StateDir
 
         try:
             max_stall = float(self.max_stall_seconds)
-            state = StateDir(self.state_dir)
-            if not state.offsets_file.exists():
+            state = StateDir(self.state_dir, self.checkpoint or None)
+            if not state.has_offsets():
                 self.log.info("no offset map in %s yet (initial load not reported): waiting", self.state_dir)
                 return False
             source = DblogHook(self.dblog_conn_id).check_state_source(state.load_raw()["source"])
-            report = check_health(self.state_dir, max_stall, table_names(self.tables) or None, source=source)
+            report = check_health(self.state_dir, max_stall, table_names(self.tables) or None, source=source,
+                                  checkpoint=self.checkpoint or None)
         except (DblogError, ValueError) as exc:
             raise AirflowFailException(f"dblog: {exc}") from None
         for name, info in (report or {}).items():

@@ -131,7 +131,7 @@ def cmd_tail(args) -> dict:
                     max_events=args.max_events, tables=[args.table] if args.table else None,
                     stop_event=_stop_on_signals(), spark=_session(args, "dblog-tail", short_lived=False),
                     driver_catch_up_bytes=catch_up, merge_interval=args.merge_interval,
-                    schema_changes=args.schema_changes)
+                    schema_changes=args.schema_changes, checkpoint=args.checkpoint)
 
 
 def cmd_mirror(args) -> dict:
@@ -165,7 +165,7 @@ def cmd_run(args) -> dict:
     source, tables, keys = _capture(args)
     return run_capture(source, tables, args.state, args.sink, args.chunk_size, args.batch_size, keys, args.watermark,
                        args.watermark_table, args.driver_threads, args.batch_rows, args.startup,
-                       schema_changes=args.schema_changes)
+                       schema_changes=args.schema_changes, checkpoint=args.checkpoint)
 
 
 def _schema_changes_option(p: argparse.ArgumentParser) -> None:
@@ -188,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
         which.add_argument("--table", help="DB.TABLE")
         which.add_argument("--tables", help="comma-separated DB.TABLE names or globs: 'shop.*,crm.customers'")
         p.add_argument("--exclude", help="with --tables: names or globs to leave out, e.g. 'shop.tmp_*'")
-        p.add_argument("--state", required=True, help="state directory (plan, chunk reports, offsets, checkpoints)")
+        p.add_argument("--state", required=True, help="state: a directory or s3://BUCKET/PREFIX (plan, chunk reports, "
+                                                      "offsets)")
         p.add_argument("--chunk-size", type=int, default=100_000, help="rows per chunk (default 100000)")
         p.add_argument("--batch-size", type=int, default=8,
                        help="chunks of --chunk-size rows per Spark application (default 8); small tables' chunks "
@@ -204,6 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--watermark", default="auto",
                        help="auto | position | watermark_table | consistent_snapshot (default auto)")
         p.add_argument("--watermark-table", help="DB.TABLE for watermark_table (default DB._dblog_watermark)")
+
+    def checkpoint(p):
+        p.add_argument("--checkpoint", help="directory of the tail's Spark checkpoints, on the driver's disk or a "
+                                            "cluster filesystem (default STATE/checkpoints; required when --state "
+                                            "is s3://: losing it costs a restart, the lake records the position)")
 
     p = sub.add_parser("plan", help="split a table into chunks and batches; prints the batches as JSON")
     planning(p)
@@ -235,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge-interval", type=float, default=0.0,
                    help="update the lake's current tables at most every this many seconds (default 0: every "
                         "micro-batch); the changelog commits every micro-batch either way")
+    checkpoint(p)
     p.add_argument("--driver-catch-up-mb", type=float, default=None,
                    help="--available-now without a checkpoint: read at most this much binlog in this process "
                         "instead of starting a streaming query (default 64; 0: always Spark)")
@@ -258,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     _schema_changes_option(p)
     planning(p)
     p.add_argument("--sink", required=True)
+    checkpoint(p)
     p.add_argument("--driver-threads", type=int, default=None,
                    help="chunks read in this process at once (default 2); a local Spark starts only if it runs "
                         "more tasks at once ($DBLOG_SPARK_MASTER, default local[2]); 0: Spark reads every chunk")

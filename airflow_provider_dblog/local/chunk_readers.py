@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 
 from airflow_provider_dblog.core.batches import Batch, BatchGroup
 from airflow_provider_dblog.local.session import BackgroundSession, task_slots
-from airflow_provider_dblog.readers.chunk_reader import run_chunk
+from airflow_provider_dblog.readers.chunk_reader import persist_reports, run_chunk
 from airflow_provider_dblog.readers.progress import logged_progress
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.state import StateDir
@@ -56,7 +56,8 @@ class DriverChunkReader:
         try:
             while (item := self._next()) is not None:
                 table, chunk_id = item
-                run_chunk(state, self.sink, state.table(table), chunk_id, dialect)
+                plan = state.table(table)
+                persist_reports(state, self.sink, plan, [chunk_id], [run_chunk(self.sink, plan, chunk_id, dialect)])
         except Exception as exc:  # noqa: BLE001 - the chunk stays unreported; Spark's pass reads it
             log.warning("reading a chunk of %s in the driver failed (Spark reads it instead): %s", table, exc)
         finally:
@@ -100,7 +101,7 @@ def snapshot_batches(state_dir: str, sink: str, batches: Sequence[Batch], tables
     reader, in_driver = None, set()
     starting = isinstance(spark, BackgroundSession) and not spark.ready()
     if driver_threads > 0 and items and (spark is None or starting):
-        with logged_progress(state, _groups(items), "snapshot in the driver"):
+        with logged_progress(sink, _groups(items), "snapshot in the driver"):
             reader = DriverChunkReader(state_dir, sink, items, threads=driver_threads)
             reader.start()
             while reader.alive() and not (starting and spark.ready()):

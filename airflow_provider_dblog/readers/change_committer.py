@@ -30,7 +30,7 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange, alter_actions
 from airflow_provider_dblog.core.tables import TableMeta
-from airflow_provider_dblog.readers.chunk_reader import run_chunk
+from airflow_provider_dblog.readers.chunk_reader import persist_reports, run_chunk
 from airflow_provider_dblog.source.dialect import DataSourceDialect
 from airflow_provider_dblog.store.lake import changelog_schema
 from airflow_provider_dblog.store.lake_tables import LakeTables, source_columns, widens
@@ -44,7 +44,7 @@ def reread_here(state: StateDir, sink: str, dialect: DataSourceDialect) -> Rerea
     """Read the chunks again one after another in this process (small tables, the local catch-up)."""
     def reread(plan: TablePlan) -> None:
         for chunk in plan.chunks:
-            run_chunk(state, sink, plan, chunk.id, dialect)
+            persist_reports(state, sink, plan, [chunk.id], [run_chunk(sink, plan, chunk.id, dialect)])
     return reread
 
 

@@ -1,24 +1,28 @@
-"""Reading one chunk: watermark window -> SELECT -> merge, then its lake file and its report.
+"""Reading one chunk: watermark window -> SELECT -> merge, then its lake commit; its report goes back
+to the driver, which checks the commit landed and persists the report (``persist_reports``).
 
-Engine-neutral I/O orchestration over a ``DataSourceDialect`` and the store: the same function runs in
-a Spark task, in the local driver's reader threads, and in tests.
+Engine-neutral I/O orchestration over a ``DataSourceDialect`` and the store: ``run_chunk`` runs in a
+Spark task, in the local driver's reader threads, and in tests; an executor writes only to the lake
+(through Delta commits), never to the state, so nothing it writes needs to sit on a shared disk.
 """
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 import pyarrow as pa
 
 from airflow_provider_dblog.core.chunks import ChunkRange
+from airflow_provider_dblog.core.config import compress_ids
 from airflow_provider_dblog.core.errors import DblogError, SchemaChangedError
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.core.window import merge_window
 from airflow_provider_dblog.source.dialect import DataSourceDialect
-from airflow_provider_dblog.store.lake import snapshot_rows
-from airflow_provider_dblog.store.lake_tables import LakeTables
+from airflow_provider_dblog.store.lake import current_uri, snapshot_rows
+from airflow_provider_dblog.store.lake_tables import LakeTables, chunk_commits
 from airflow_provider_dblog.store.state import StateDir, TablePlan
 
 log = logging.getLogger(__name__)
@@ -64,9 +68,9 @@ def _read_once(dialect: DataSourceDialect, meta: TableMeta, chunk: ChunkRange, s
     return ChunkRead(rows, lw, hw, len(events), selected.num_rows, meta)
 
 
-def run_chunk(state: StateDir, sink: str, plan: TablePlan, chunk_id: int, dialect: DataSourceDialect) -> dict:
-    """Read one chunk, commit it to the lake (changelog rows + its range in ``current``), then write its
-    report (the report last: a chunk with a report is always in the lake)."""
+def run_chunk(sink: str, plan: TablePlan, chunk_id: int, dialect: DataSourceDialect) -> dict:
+    """Read one chunk and commit it to the lake (changelog rows + its range in ``current``); returns its
+    report, for the driver to persist (``persist_reports``) once the commit is there."""
     table = plan.meta.qualified
     chunk = plan.chunk(chunk_id)
     started = time.time()
@@ -82,7 +86,41 @@ def run_chunk(state: StateDir, sink: str, plan: TablePlan, chunk_id: int, dialec
               "rows": read.rows.num_rows, "selected": read.selected, "window_events": read.window_events,
               "strategy": plan.strategy, "applied": applied, "seconds": round(time.time() - started, 3),
               "finished_at": time.time()}
-    state.write_report(table, chunk_id, report)
     log.info("chunk %s/%d %s: %d rows, window %s..%s with %d events, %.2fs", table, chunk_id, chunk.describe(),
              report["rows"], read.lw, read.hw, read.window_events, report["seconds"])
     return report
+
+
+def failed_chunk(chunk_id: int, exc: BaseException) -> dict:
+    """What a task returns instead of a report when a chunk fails: its root cause on one line."""
+    message = str(exc) if isinstance(exc, DblogError) else f"{type(exc).__name__}: {exc}"
+    return {"chunk": chunk_id, "error": (message.strip().splitlines() or [""])[0][:300]}
+
+
+def persist_reports(state: StateDir, sink: str, plan: TablePlan, chunk_ids: Sequence[int],
+                    reports: Sequence[dict]) -> list[dict]:
+    """Driver side: persist the reports of ``chunk_ids`` whose commit the lake holds (its ``dblog-chunk-N``
+    transaction at or after the reported HW). Raises one line naming the chunks that failed, returned
+    nothing, or whose commit is not in the lake (an executor that wrote to its own disk); the others are
+    persisted first, so a rerun reads only those. Returns the persisted reports."""
+    table = plan.meta.qualified
+    done = {r["chunk"]: r for r in reports if "error" not in r}
+    errors = {r["chunk"]: r["error"] for r in reports if "error" in r}
+    commits = chunk_commits(sink, table, sorted(done))
+    landed = [c for c in chunk_ids if c in done and commits[c] is not None
+              and commits[c] >= BinlogPosition.from_dict(done[c]["hw"]).boundary()]
+    for chunk_id in landed:
+        state.write_report(table, chunk_id, done[chunk_id])
+    problems = [f"chunk {c} failed: {errors[c]}" for c in chunk_ids if c in errors][:3]
+    unseen = [c for c in chunk_ids if c in done and c not in landed]
+    if unseen:
+        problems.append(f"chunks {compress_ids(unseen)} reported a commit that {current_uri(sink, table)} does not "
+                        f"hold (does every executor reach --sink {sink}? a local path must be on a disk all "
+                        f"nodes share)")
+    unread = [c for c in chunk_ids if c not in done and c not in errors]
+    if unread:
+        problems.append(f"chunks {compress_ids(unread)} were not read")
+    if problems:
+        raise DblogError(f"snapshot of {table}: " + "; ".join(problems) + " (a rerun reads only the chunks "
+                         f"without a report)")
+    return [done[c] for c in landed]

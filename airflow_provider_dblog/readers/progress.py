@@ -1,17 +1,16 @@
 """Snapshot progress a person can follow: per table, chunks done / chunks to read, logged as chunk
-reports appear in the state directory (the one signal every executor, driver thread and retry
-writes; the driver of a Spark job sees nothing else until the job ends)."""
+commits land in the lake (the one signal every executor, driver thread and retry writes; the driver of
+a Spark job sees nothing else until the job ends, and executors never write the state)."""
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from contextlib import contextmanager
 from typing import Sequence
 
 from airflow_provider_dblog.core.batches import BatchGroup
-from airflow_provider_dblog.store.state import StateDir
+from airflow_provider_dblog.store.lake_tables import chunk_commits
 
 log = logging.getLogger("dblog")
 PROGRESS_SECONDS = 5.0
@@ -26,28 +25,27 @@ def progress_lines(totals: dict[str, int], before: dict[str, int], now: dict[str
     return [f"{t}: {now.get(t, 0)}/{totals[t]} chunks (all tables: {done}/{total})" for t in moved]
 
 
-class ReportWatcher:
-    """Counts, per table, the chunks of ``groups`` whose report was written since the watcher started."""
+class CommitWatcher:
+    """Counts, per table, the chunks of ``groups`` committed to the lake since the watcher started (their
+    ``dblog-chunk-N`` transaction moved)."""
 
-    def __init__(self, state: StateDir, groups: Sequence[BatchGroup]):
-        self.state, self.groups = state, list(groups)
-        self.started = time.time() - 1.0  # file times may be coarser than the clock
+    def __init__(self, sink: str, groups: Sequence[BatchGroup]):
+        self.sink, self.groups = sink, list(groups)
         self.totals = {g.table: len(g.chunk_ids) for g in self.groups}
-
-    def _reported(self, table: str, chunk_id: int) -> bool:
-        try:
-            return os.stat(self.state.report_file(table, chunk_id)).st_mtime >= self.started
-        except OSError:
-            return False
+        self.before = {g.table: chunk_commits(sink, g.table, g.chunk_ids) for g in self.groups}
 
     def counts(self) -> dict[str, int]:
-        return {g.table: sum(self._reported(g.table, c) for c in g.chunk_ids) for g in self.groups}
+        out = {}
+        for g in self.groups:
+            now = chunk_commits(self.sink, g.table, g.chunk_ids)
+            out[g.table] = sum(now[c] is not None and now[c] != self.before[g.table][c] for c in g.chunk_ids)
+        return out
 
 
 @contextmanager
-def logged_progress(state: StateDir, groups: Sequence[BatchGroup], what: str, every: float = PROGRESS_SECONDS):
+def logged_progress(sink: str, groups: Sequence[BatchGroup], what: str, every: float = PROGRESS_SECONDS):
     """Log ``what``'s progress every ``every`` seconds while the block runs, and once at its end."""
-    watcher, stop = ReportWatcher(state, groups), threading.Event()
+    watcher, stop = CommitWatcher(sink, groups), threading.Event()
     last: dict[str, int] = {}
 
     def report() -> None:

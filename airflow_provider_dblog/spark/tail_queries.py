@@ -58,14 +58,16 @@ class LakeSink:
 
 def reread_on_spark(state: StateDir, sink: str, dialect, spark) -> Callable:
     """Read every chunk of a table's plan again as one Spark job (after a schema change)."""
+    from airflow_provider_dblog.readers.chunk_reader import persist_reports
     from airflow_provider_dblog.spark.snapshot_job import run_chunks
 
     def reread(plan) -> None:
         from airflow_provider_dblog.core.batches import BatchGroup
 
         group = BatchGroup(plan.meta.qualified, tuple(c.id for c in plan.chunks))
-        run_chunks(str(state.path), sink, {group.table: plan}, [group], dialect, spark,
-                   f"re-read of {group.table} after a schema change")
+        reports = run_chunks(sink, {group.table: plan}, [group], dialect, spark,
+                             f"re-read of {group.table} after a schema change")
+        persist_reports(state, sink, plan, group.chunk_ids, reports)
     return reread
 
 

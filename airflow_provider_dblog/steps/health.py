@@ -20,9 +20,10 @@ from airflow_provider_dblog.store.checkpoints import last_commit
 from airflow_provider_dblog.store.state import StateDir
 
 
-def tail_progress(state_dir: str, table: str) -> tuple[BinlogPosition, float, str]:
-    """(committed position, when it was committed (epoch s), where that came from) for ``table``."""
-    state = StateDir(state_dir)
+def tail_progress(state_dir: str, table: str, checkpoint: str | None = None) -> tuple[BinlogPosition, float, str]:
+    """(committed position, when it was committed (epoch s), where that came from) for ``table``;
+    ``checkpoint``: the tail's ``--checkpoint`` directory, if not the default."""
+    state = StateDir(state_dir, checkpoint)
     found = last_commit(state.checkpoint_dir(table))
     if found is None:
         offsets = state.offsets()
@@ -36,13 +37,14 @@ def tail_progress(state_dir: str, table: str) -> tuple[BinlogPosition, float, st
 
 
 def check_tail_health(state_dir: str, source_position: BinlogPosition, max_stall_seconds: float,
-                      tables: Sequence[str] | None = None, now: float | None = None) -> dict:
+                      tables: Sequence[str] | None = None, now: float | None = None,
+                      checkpoint: str | None = None) -> dict:
     """Per table: lag and stall; raises ``DblogError`` naming every stalled table."""
     now = time.time() if now is None else now
     names = list(tables or sorted(StateDir(state_dir).offsets()))
     report, stalled = {}, []
     for name in names:
-        position, progressed_at, origin = tail_progress(state_dir, name)
+        position, progressed_at, origin = tail_progress(state_dir, name, checkpoint)
         behind = source_position > position
         idle = max(0.0, now - progressed_at)
         report[name] = {"tail": str(position), "source": str(source_position), "behind": behind,
@@ -57,15 +59,15 @@ def check_tail_health(state_dir: str, source_position: BinlogPosition, max_stall
 
 
 def check_health(state_dir: str, max_stall_seconds: float, tables: Sequence[str] | None = None,
-                 source=None) -> dict | None:
+                 source=None, checkpoint: str | None = None) -> dict | None:
     """The health check against the live source; None while the initial load has no offset map yet.
     ``source``: the ``SourceConfig`` to use (default: the state's, with its stored password)."""
-    state = StateDir(state_dir)
-    if not state.offsets_file.exists():
+    state = StateDir(state_dir, checkpoint)
+    if not state.has_offsets():
         return None
     dialect = open_dialect(source or state.source(), state.options())
     try:
         position = dialect.current_position()
     finally:
         dialect.close()
-    return check_tail_health(state_dir, position, max_stall_seconds, tables)
+    return check_tail_health(state_dir, position, max_stall_seconds, tables, checkpoint=checkpoint)

@@ -29,10 +29,12 @@ def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sin
                 chunk_keys: dict[str, Sequence[str]] | None = None, watermark: str = "auto",
                 watermark_table: str | None = None, driver_threads: int | None = None,
                 batch_rows: int | None = None, startup: str | None = None,
-                schema_changes: str = "evolve") -> dict:
+                schema_changes: str = "evolve", checkpoint: str | None = None) -> dict:
     """Plan, snapshot (startup modes that read one), report and an available-now tail (unless every
-    table's startup mode is snapshot-only)."""
+    table's startup mode is snapshot-only). ``checkpoint``: the tail's Spark checkpoint directory
+    (``steps.tail.run_tail``)."""
     check_sink(sink)
+    StateDir(state_dir, checkpoint).checkpoint_root()  # the state's location, and a checkpoint for it: before any work
     threads = DRIVER_THREADS if driver_threads is None else driver_threads
     if threads < 0:
         raise DblogError("--driver-threads must be 0 (Spark reads every chunk) or a positive number of threads")
@@ -60,7 +62,8 @@ def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sin
     following = [t for t in tables if state.table(t).startup.tails]
     if following:
         tail = run_tail(state_dir, sink, available_now=True, tables=following, spark=session,
-                        driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES, schema_changes=schema_changes)
+                        driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES, schema_changes=schema_changes,
+                        checkpoint=checkpoint)
     else:
         tail = {"skipped": "startup mode snapshot-only: no tail (run `dblog tail` to follow the binlog later)"}
         log.info("run: %s", tail["skipped"])

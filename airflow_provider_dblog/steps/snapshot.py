@@ -5,6 +5,8 @@ import logging
 from typing import Sequence
 
 from airflow_provider_dblog.core.batches import BatchGroup
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.readers.chunk_reader import persist_reports
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.spark.snapshot_job import run_chunks
 from airflow_provider_dblog.store.object_store import check_sink
@@ -16,9 +18,10 @@ log = logging.getLogger("dblog")
 def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = False,
                    chunk_ids: Sequence[int] | None = None, spark=None, table: str | None = None,
                    only: Sequence[BatchGroup] | None = None) -> list[dict]:
-    """Read a batch's unreported chunks (all selected with ``force``); returns their reports. Selection:
-    ``table`` (one table of the batch), ``chunk_ids`` (of that table, or of the batch's only table), and
-    ``only`` (these chunks of the batch, e.g. the ones a local driver did not read itself)."""
+    """Read a batch's unreported chunks (all selected with ``force``) on Spark; this driver checks that each
+    chunk's commit is in the lake and persists its report. Returns the reports. Selection: ``table`` (one
+    table of the batch), ``chunk_ids`` (of that table, or of the batch's only table), and ``only`` (these
+    chunks of the batch, e.g. the ones a local driver did not read itself)."""
     state = StateDir(state_dir)
     groups = state.pending_chunks(batch_index, force, chunk_ids, table)
     if only is not None:
@@ -37,4 +40,20 @@ def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = Fa
     log.info("%s: reading %d chunks of %d tables: %s", label, sum(len(g.chunk_ids) for g in groups), len(groups),
              ", ".join(f"{g.table} {len(g.chunk_ids)}/{len(plans[g.table].chunks)}" for g in groups[:20])
              + (", ..." if len(groups) > 20 else ""))
-    return run_chunks(state_dir, sink, plans, groups, dialect, spark, label=label)
+    return persist_groups(state, sink, plans, groups, run_chunks(sink, plans, groups, dialect, spark, label=label))
+
+
+def persist_groups(state: StateDir, sink: str, plans: dict, groups: Sequence[BatchGroup], reports: list[dict]
+                   ) -> list[dict]:
+    """``persist_reports`` per table of the batch: every table's good reports are saved before one line
+    names what failed."""
+    saved, problems = [], []
+    for group in groups:
+        mine = [r for r in reports if r.get("table") == group.table]
+        try:
+            saved.extend(persist_reports(state, sink, plans[group.table], group.chunk_ids, mine))
+        except DblogError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise DblogError("; ".join(problems[:3]) + (f"; and {len(problems) - 3} more tables" if len(problems) > 3 else ""))
+    return saved

@@ -28,12 +28,13 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
              max_events: int = 0, tables: list[str] | None = None, spark=None,
              stop_event: threading.Event | None = None, progress_seconds: float = 10.0,
              decode_parallelism: int = 0, driver_catch_up_bytes: int = 0, merge_interval: float = 0.0,
-             schema_changes: str = "evolve") -> dict:
-    """Run the tail; ``driver_catch_up_bytes`` > 0 lets a cold available-now catch-up of at most that much
+             checkpoint: str | None = None, schema_changes: str = "evolve") -> dict:
+    """Run the tail; ``checkpoint``: the directory of its Spark checkpoints (default STATE/checkpoints; required
+    for an object-store state); ``driver_catch_up_bytes`` > 0 lets a cold available-now catch-up of at most that much
     binlog run in this process (local runs only: ``local.catch_up``); ``merge_interval``: update the
     lake's ``current`` tables at most this often (seconds; 0: every micro-batch), and when the tail ends;
     ``schema_changes``: what a DDL statement of a captured table does (``readers.change_committer``)."""
-    state = StateDir(state_dir)
+    state = StateDir(state_dir, checkpoint)
     check_sink(sink)
     with tail_lock(state):
         offsets = state.offsets()
@@ -114,10 +115,14 @@ def create_unread_tables(state: StateDir, sink: str, dialect, names: list[str]) 
 
 @contextmanager
 def tail_lock(state: StateDir):
-    """One tail per state directory at a time on this host (Spark only guards a checkpoint within one
-    JVM): a second tail, e.g. a scheduled catch-up beside a running one, waits, then resumes."""
-    state.path.mkdir(parents=True, exist_ok=True)
-    with open(state.path / "tail.lock", "a+") as handle:
+    """One tail per checkpoint at a time on this host (Spark only guards a checkpoint within one JVM): a
+    second tail, e.g. a scheduled catch-up beside a running one, waits, then resumes. The lock file is
+    ``STATE/tail.lock`` for a local state, ``CHECKPOINT/tail.lock`` for one on object storage (a flock
+    needs a local file); tails on other hosts are fenced by the lake (the ``dblog-tail`` app transaction:
+    of two commits of one batch, one wins and the other adds nothing)."""
+    folder = state.files.local or state.checkpoint_root()
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "tail.lock", "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -367,6 +367,20 @@ class LakeTables:
         return self.current().to_pyarrow_dataset().to_table(columns=list(columns) if columns else None)
 
 
+def chunk_commits(sink: str, table: str, chunk_ids: Sequence[int],
+                  storage_options: dict | None = None) -> dict[int, BinlogPosition | None]:
+    """Per chunk the HW its latest commit to ``current`` recorded (the ``dblog-chunk-N`` app transaction;
+    None: never committed), read without creating anything: what the driver checks after a snapshot job."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        current = DeltaTable(current_uri(sink, table), storage_options=storage_options)
+    except TableNotFoundError:
+        return dict.fromkeys(chunk_ids)
+    return {c: _version_position(current.transaction_version(chunk_app(c))) for c in chunk_ids}
+
+
 def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
     """Per key the row with the greatest ``_pos`` (deletes included: the caller decides)."""
     if rows.num_rows == 0:

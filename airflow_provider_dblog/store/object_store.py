@@ -1,8 +1,8 @@
-"""Object storage for the lake: ``s3://BUCKET/PREFIX`` sinks, with credentials and endpoint from the
-standard variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``,
-``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``) that delta-rs and pyarrow read themselves: no secret ever
-passes through dblog's arguments, state or logs. ``check_sink`` turns the usual mistakes into one line
-naming the fix before anything is written."""
+"""Object storage for the lake and the state: ``s3://BUCKET/PREFIX`` locations, with credentials and
+endpoint from the standard variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``,
+``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``) that delta-rs and pyarrow read: no secret ever passes through
+dblog's arguments, state or logs. ``check_location`` turns the usual mistakes into one line naming the
+fix before anything is written (``check_sink`` for ``--sink``; ``store.files`` runs it for ``--state``)."""
 from __future__ import annotations
 
 import os
@@ -18,7 +18,9 @@ def is_object_store(uri: str) -> bool:
     return "://" in str(uri) and not str(uri).startswith("file://")
 
 
-def _s3_filesystem():
+def s3_filesystem():
+    """pyarrow's S3 filesystem configured from the standard variables (the SDK reads the keys itself);
+    returns it and the endpoint's name for messages."""
     import pyarrow.fs as pafs
 
     endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
@@ -31,19 +33,25 @@ def _s3_filesystem():
 
 
 def check_sink(uri: str) -> None:
-    """For an object-store sink: the bucket exists and the credentials are accepted; a local sink needs
-    nothing. Raises ``DblogError`` with the fix."""
+    check_location(uri, "--sink")
+
+
+def check_location(uri: str, option: str) -> None:
+    """For an object-store location: the bucket exists and the credentials are accepted; a local path
+    needs nothing. Raises ``DblogError`` with the fix; ``option`` names the setting (``--sink``, ``--state``)."""
     if not is_object_store(uri):
         return
     parsed = urlparse(str(uri))
     if parsed.scheme != "s3":
-        return  # gs://, abfss://: delta-rs reads their own variables; checked on the first write
+        if option == "--sink":
+            return  # gs://, abfss://: delta-rs reads their own variables; checked on the first write
+        raise DblogError(f"{option} {uri}: the state supports a local path or s3://BUCKET/PREFIX only")
     if not (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")):
         raise DblogError(f"no S3 credentials for {uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and "
                          f"AWS_ENDPOINT_URL / AWS_REGION for a server other than AWS)")
     import pyarrow.fs as pafs
 
-    fs, endpoint = _s3_filesystem()
+    fs, endpoint = s3_filesystem()
     try:
         info = fs.get_file_info(parsed.netloc)
     except OSError as exc:
@@ -54,4 +62,4 @@ def check_sink(uri: str) -> None:
         raise DblogError(f"cannot reach the object store at {endpoint} for {uri}: check AWS_ENDPOINT_URL "
                          f"(and AWS_ALLOW_HTTP=true for http) and that the server runs") from None
     if info.type == pafs.FileType.NotFound:
-        raise DblogError(f"bucket {parsed.netloc} does not exist at {endpoint}: create it, or fix --sink")
+        raise DblogError(f"bucket {parsed.netloc} does not exist at {endpoint}: create it, or fix {option}")

@@ -1,16 +1,21 @@
-"""The state directory: the plan, one report per finished chunk, the offset map, tail checkpoints.
+"""The state: the plan, one report per finished chunk, the offset map, catch-up records, on a local
+path or ``s3://BUCKET/PREFIX`` (``store.files``); Spark's streaming checkpoint beside it.
 
-Every file is written atomically (temp file + rename), so a killed step never leaves a torn file,
-and nothing here ever holds a password.
+Every file is written atomically (a local temp file + rename, or one S3 PUT), so a killed step never
+leaves a torn file; only the driver writes here (executors return their reports to it), and nothing
+here ever holds a password.
 
     STATE/plan.json                       tables, their chunks, and the batches over all tables
-    STATE/reports/DB.TABLE/chunk-N.json   one per finished chunk read (LW, HW, rows, output file)
+    STATE/reports/DB.TABLE/chunk-N.json   one per finished chunk read (LW, HW, rows, ...)
     STATE/offsets.json                    the binlog-split offset map (after ``dblog report``)
-    STATE/checkpoints/DB.TABLE/           Spark Structured Streaming checkpoint of the tail
     STATE/schemas/DB.TABLE.json           the table's schema history: DDL statements seen in the binlog and the
                                           columns in force from a position on (after the planned ones)
     STATE/caught_up/DB.TABLE.json         every row change of the table in [from, to) is in the lake (none
                                           there, or read by a driver catch-up): a tail at ``from`` may move to ``to``
+    CHECKPOINT/DB.TABLE/                  Spark Structured Streaming checkpoint of the tail: ``--checkpoint``,
+                                          by default STATE/checkpoints for a local state (Spark here cannot
+                                          write to S3: no s3a); losing it costs a restart, the lake records
+                                          the tail's position
 """
 from __future__ import annotations
 
@@ -29,9 +34,11 @@ from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
-from airflow_provider_dblog.store.atomic import read_json, write_json
 from airflow_provider_dblog.store.checkpoints import CheckpointState, checkpoint_state
 from airflow_provider_dblog.store.credentials import with_password
+from airflow_provider_dblog.store.files import Files
+
+
 @dataclass(frozen=True)
 class TablePlan:
     meta: TableMeta
@@ -68,27 +75,36 @@ class TablePlan:
 
 
 class StateDir:
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+    """``path``: a local directory or ``s3://BUCKET/PREFIX``; ``checkpoints``: where the tail's Spark
+    checkpoints live (a local or cluster-mounted directory; default ``STATE/checkpoints`` for a local state)."""
+
+    def __init__(self, path: str | os.PathLike, checkpoints: str | os.PathLike | None = None):
+        self.files = Files(path)
+        self.path = self.files.local or self.files.root  # for messages: the directory or the URI
+        if checkpoints:
+            self.checkpoints = Path(checkpoints)
+        else:
+            self.checkpoints = self.files.local / "checkpoints" if self.files.local else None
         self._plan: tuple[tuple, dict] | None = None  # (file identity, parsed plan): parsed once per change
         self._tables: tuple[dict, dict] | None = None
 
     # ---- plan ----
+    PLAN = "plan.json"
+
     @property
-    def plan_file(self) -> Path:
-        return self.path / "plan.json"
+    def plan_file(self) -> str:
+        return self.files.uri(self.PLAN)
 
     def has_plan(self) -> bool:
-        return self.plan_file.exists()
+        return self.files.exists(self.PLAN)
 
     def load_raw(self) -> dict:
-        if not self.has_plan():
+        identity = self.files.identity(self.PLAN)
+        if identity is None:
             raise DblogError(f"no plan in {self.path}: run `dblog plan --source URI --table DB.TABLE --state "
                              f"{self.path}` first")
-        stat = self.plan_file.stat()
-        identity = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         if self._plan is None or self._plan[0] != identity:
-            self._plan = (identity, read_json(self.plan_file))
+            self._plan = (identity, self.files.read_json(self.PLAN))
         return self._plan[1]
 
     def source(self) -> SourceConfig:
@@ -128,7 +144,7 @@ class StateDir:
                    options: dict) -> None:
         """Adds tables' plans and their batches (``batches`` indexed from ``len(self.batches())``);
         tables and batches already planned keep theirs, so their indexes stay valid."""
-        raw = read_json(self.plan_file) if self.has_plan() else {"version": 2, "tables": {}, "batches": []}
+        raw = self.files.read_json(self.PLAN) if self.has_plan() else {"version": 2, "tables": {}, "batches": []}
         if raw.get("source", source.public_uri) != source.public_uri:
             raise DblogError(f"{self.path} already holds a plan for {raw['source']}: use another --state directory")
         new = {p.meta.qualified for p in plans}
@@ -142,20 +158,23 @@ class StateDir:
         for plan in plans:
             raw["tables"][plan.meta.qualified] = plan.to_dict()
         raw["batches"] += [b.to_dict() for b in batches]
-        write_json(self.plan_file, raw)
+        self.files.write_json(self.PLAN, raw)
+        self._plan = (self.files.identity(self.PLAN), raw)  # an S3 mtime has whole seconds: no stale cache
 
     # ---- chunk reports ----
-    def report_file(self, table: str, chunk_id: int) -> Path:
-        return self.path / "reports" / table / f"chunk-{chunk_id:06d}.json"
+    def report_file(self, table: str, chunk_id: int) -> str:
+        """The report's name in the state (``files.uri`` gives its location)."""
+        return f"reports/{table}/chunk-{chunk_id:06d}.json"
 
     def write_report(self, table: str, chunk_id: int, report: dict) -> None:
-        write_json(self.report_file(table, chunk_id), report)
+        """Driver side only: executors return their reports (``readers.chunk_reader.persist_reports``)."""
+        self.files.write_json(self.report_file(table, chunk_id), report)
 
     def reports(self, table: str) -> dict[int, dict]:
-        folder = self.path / "reports" / table
-        if not folder.exists():
-            return {}
-        return {int(p.stem.split("-")[1]): read_json(p) for p in sorted(folder.glob("chunk-*.json"))}
+        folder = f"reports/{table}"
+        names = [n for n in self.files.names(folder, ".json") if n.startswith("chunk-")]
+        reports = self.files.read_all([f"{folder}/{n}" for n in names])
+        return {int(n[len("chunk-"):-len(".json")]): report for n, report in zip(names, reports)}
 
     def pending_chunks(self, batch_index: int, force: bool = False, chunk_ids: Sequence[int] | None = None,
                        table: str | None = None) -> list[BatchGroup]:
@@ -184,36 +203,49 @@ class StateDir:
         return [c for b in self.batches() for c in b.chunk_ids(table) if c not in done]
 
     # ---- offsets & checkpoints ----
+    OFFSETS = "offsets.json"
+
     @property
-    def offsets_file(self) -> Path:
-        return self.path / "offsets.json"
+    def offsets_file(self) -> str:
+        return self.files.uri(self.OFFSETS)
+
+    def has_offsets(self) -> bool:
+        return self.files.exists(self.OFFSETS)
 
     def write_offsets(self, offsets: dict[str, TableOffsets]) -> None:
-        write_json(self.offsets_file, {"tables": {name: o.to_dict() for name, o in offsets.items()},
-                                       "built_at": time.time()})
+        self.files.write_json(self.OFFSETS, {"tables": {name: o.to_dict() for name, o in offsets.items()},
+                                             "built_at": time.time()})
 
     def offsets(self) -> dict[str, TableOffsets]:
         """The offset map ``dblog report`` built: per table, chunk boundaries and high watermarks."""
-        if not self.offsets_file.exists():
+        if not self.has_offsets():
             raise DblogError(f"no offset map in {self.path}: run `dblog report --state {self.path}` first")
-        return {name: TableOffsets.from_dict(d) for name, d in read_json(self.offsets_file)["tables"].items()}
+        return {name: TableOffsets.from_dict(d) for name, d in self.files.read_json(self.OFFSETS)["tables"].items()}
 
     def offsets_built_at(self) -> float:
-        return float(read_json(self.offsets_file).get("built_at") or self.offsets_file.stat().st_mtime)
+        return float(self.files.read_json(self.OFFSETS).get("built_at") or self.files.modified(self.OFFSETS))
+
+    def checkpoint_root(self) -> Path:
+        """Where the tail's checkpoints live; raises (one line) for an object-store state without ``--checkpoint``."""
+        if self.checkpoints is None:
+            raise DblogError(f"the state {self.path} is on object storage, where Spark's streaming checkpoint "
+                             f"cannot be written here: give the tail a local or cluster-mounted directory with "
+                             f"--checkpoint DIR")
+        return self.checkpoints
 
     def checkpoint_dir(self, table: str) -> Path:
-        return self.path / "checkpoints" / table
+        return self.checkpoint_root() / table
 
     def checkpoint(self, table: str) -> CheckpointState:
         return checkpoint_state(self.checkpoint_dir(table))
 
     # ---- schema history ----
-    def schema_file(self, table: str) -> Path:
-        return self.path / "schemas" / f"{table}.json"
+    def schema_file(self, table: str) -> str:
+        return f"schemas/{table}.json"
 
     def schema_history(self, table: str) -> dict:
-        path = self.schema_file(table)
-        return read_json(path) if path.exists() else {"table": table, "changes": [], "versions": []}
+        name = self.schema_file(table)
+        return self.files.read_json(name) if self.files.exists(name) else {"table": table, "changes": [], "versions": []}
 
     def record_schema_change(self, change: SchemaChange) -> None:
         """A DDL statement naming the table, once per position."""
@@ -222,7 +254,7 @@ class StateDir:
                  "statement": change.statement}
         if entry not in history["changes"]:
             history["changes"].append(entry)
-            write_json(self.schema_file(change.table), history)
+            self.files.write_json(self.schema_file(change.table), history)
 
     def schema_changes(self, table: str) -> list[SchemaChange]:
         """The DDL statements recorded for ``table``, in binlog order."""
@@ -236,38 +268,39 @@ class StateDir:
         entry = {"pos": pos.to_dict(), "meta": meta.to_dict()}
         if entry not in history["versions"]:
             history["versions"].append(entry)
-            write_json(self.schema_file(meta.qualified), history)
+            self.files.write_json(self.schema_file(meta.qualified), history)
 
     def meta_in_force(self, table: str) -> TableMeta:
         """The table's latest recorded columns: the planned ones until a schema change was followed."""
-        versions = self.schema_history(table)["versions"] if self.schema_file(table).exists() else []
+        versions = self.schema_history(table)["versions"]
         return TableMeta.from_dict(versions[-1]["meta"]) if versions else self.table(table).meta
 
     # ---- catch-up checks ----
-    def caught_up_file(self, table: str) -> Path:
-        return self.path / "caught_up" / f"{table}.json"
+    def caught_up_file(self, table: str) -> str:
+        return f"caught_up/{table}.json"
 
     def write_caught_up(self, table: str, start: BinlogPosition, end: BinlogPosition) -> None:
         """Record that the lake holds every row change of ``table`` in the binlog range ``[start, end)``
         (none there, or read by a catch-up; write this only after checking or writing it): a tail whose
         position is in that range may move to ``end``. A range that continues the recorded one extends it."""
-        path = self.caught_up_file(table)
-        if path.exists():
-            data = read_json(path)
+        name = self.caught_up_file(table)
+        if self.files.exists(name):
+            data = self.files.read_json(name)
             if BinlogPosition.from_dict(data["from"]) <= start <= BinlogPosition.from_dict(data["to"]):
                 start = BinlogPosition.from_dict(data["from"])
-        write_json(path, {"table": table, "from": start.to_dict(), "to": end.to_dict(), "checked_at": time.time()})
+        self.files.write_json(name, {"table": table, "from": start.to_dict(), "to": end.to_dict(),
+                                     "checked_at": time.time()})
 
     def caught_up(self, table: str, position: BinlogPosition) -> tuple[BinlogPosition, float] | None:
         """(``to``, when it was recorded) if the recorded range covers ``position`` (``from <= position <= to``):
         the lake already holds every change of the table between ``position`` and ``to``; None otherwise."""
-        path = self.caught_up_file(table)
-        if not path.exists():
+        name = self.caught_up_file(table)
+        if not self.files.exists(name):
             return None
-        data = read_json(path)
+        data = self.files.read_json(name)
         start, end = BinlogPosition.from_dict(data["from"]), BinlogPosition.from_dict(data["to"])
         if start <= position <= end:
-            return end, float(data.get("checked_at") or path.stat().st_mtime)
+            return end, float(data.get("checked_at") or self.files.modified(name))
         return None
 
     def resume_position(self, table: str, min_hw: BinlogPosition) -> BinlogPosition:

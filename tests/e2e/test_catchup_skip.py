@@ -172,7 +172,7 @@ def test_small_cold_catch_ups_run_in_the_driver_then_the_stream_continues(mariad
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m1")
 
     # killed after the lake commit, before the record: the rerun adds no second copy
-    StateDir(state).caught_up_file(table).unlink()
+    StateDir(state).files.delete(StateDir(state).caught_up_file(table))
     run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)
     assert assert_each_change_once(sink, table) == 110
 

@@ -190,24 +190,24 @@ def test_tail_survives_sigkill_mid_batch_and_a_lost_checkpoint(mariadb, db, spar
 
 
 def test_a_snapshot_batch_killed_mid_commit_is_rerun_without_loss_or_doubles(mariadb, db, spark, tmp_path):
-    """SIGKILL of `dblog snapshot` while its chunks commit: the rerun reads the chunks without a report
-    (a chunk committed but not reported is read and committed again, replacing its range), and the lake
-    equals the source."""
+    """SIGKILL of `dblog snapshot` while its chunks commit: the driver persists reports after the job, so
+    the rerun reads every chunk again (a chunk committed but not reported is read and committed again,
+    replacing its range), and the lake equals the source."""
     table = load_table(mariadb, db, 30_000)
     state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
     plan_table(SourceConfig.parse(mariadb.uri()), table, state, chunk_size=1_000, batch_size=100)
-    reports = StateDir(state).path / "reports" / table
+    log = Path(sink) / table / "current" / "_delta_log"
+    commits = lambda: len(list(log.glob("*.json"))) if log.exists() else 0  # noqa: E731
     proc = subprocess.Popen([DBLOG, "snapshot", "--state", state, "--batch", "0", "--sink", sink],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.time() + 300
-    while proc.poll() is None and time.time() < deadline and len(list(reports.glob("*.json")) if reports.exists() else []) < 5:
+    while proc.poll() is None and time.time() < deadline and commits() < 6:  # the table's creation + 5 chunks
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    done = len(list(reports.glob("*.json")))
-    assert 5 <= done < 30, f"{done} chunks reported before the kill"
+    assert 6 <= commits() < 31 and not StateDir(state).reports(table), f"{commits()} commits before the kill"
     rest = snapshot_batch(state, 0, sink, spark=spark)
-    assert len(rest) == 30 - done
+    assert len(rest) == 30
     mariadb.sql(f"DELETE FROM {table} WHERE id % 97 = 0", f"UPDATE {table} SET n_v = -id WHERE id % 13 = 0")
     build_offsets(state)
     run_tail(state, sink, available_now=True, spark=spark)
@@ -375,7 +375,7 @@ def test_a_chunk_the_driver_failed_to_read_is_read_by_spark(mariadb, db, spark, 
     table, state, sink, chunk_ids = _planned(mariadb, db, tmp_path, 10_000)
     failed = []
 
-    def run_chunk_failing_in_the_driver_injected(state_, sink_, plan_, chunk_id, dialect):
+    def run_chunk_failing_in_the_driver_injected(sink_, plan_, chunk_id, dialect):
         if threading.current_thread().name == "dblog-driver-chunks":
             failed.append(chunk_id)
             raise ConnectionError("injected: connection lost")

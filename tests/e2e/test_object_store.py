@@ -1,6 +1,6 @@
-"""The lake on object storage: a real S3 server (SeaweedFS from PyPI, tests/support/seaweedfs.py), real
-MariaDB, Spark local[2] through the CLI (every process gets the standard AWS_* variables, as a
-deployment would). State stays on a local path here."""
+"""The lake and the state on object storage: a real S3 server (SeaweedFS from PyPI,
+tests/support/seaweedfs.py), real MariaDB, Spark local[2] through the CLI (every process gets the
+standard AWS_* variables, as a deployment would)."""
 from __future__ import annotations
 
 import json
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.lakecheck import SEED_SQL, TYPES_DDL, compare_rows
+from tests.support.lakecheck import SEED_SQL, TYPES_DDL, compare_rows, typed_mutation, typed_row
 from tests.support.seaweedfs import SeaweedS3
+from tests.support.workload import Writer
 
 pytestmark = pytest.mark.slow
 DBLOG = str(Path(sys.executable).parent / "dblog")
@@ -109,3 +110,71 @@ def test_bad_object_store_settings_are_one_line_each_and_write_nothing(mariadb, 
         assert result.returncode != 0 and message in line, line
         assert "dblog-test-secret" not in result.stderr + result.stdout and "wrong" not in line
         assert not state.exists()
+
+
+def _objects(s3, prefix: str) -> list[str]:
+    """The object names under ``s3://lake/PREFIX`` (none if absent)."""
+    import pyarrow.fs as pafs
+
+    env = s3.env()
+    fs = pafs.S3FileSystem(access_key=env["AWS_ACCESS_KEY_ID"], secret_key=env["AWS_SECRET_ACCESS_KEY"],
+                           region=env["AWS_REGION"], scheme="http", endpoint_override=s3.endpoint.split("://")[1])
+    selector = pafs.FileSelector(f"lake/{prefix}", recursive=True, allow_not_found=True)
+    return sorted(i.path[len(f"lake/{prefix}/"):] for i in fs.get_file_info(selector) if i.type == pafs.FileType.File)
+
+
+def test_state_and_lake_on_s3_with_a_writer_running(mariadb, db, s3, tmp_path):
+    """`dblog run` with --state and --sink on S3 while a writer changes the table, then an available-now
+    tail after it stops: ``current`` equals the source row by row. Plan, reports, offsets and catch-up
+    records are objects in the bucket; only the Spark checkpoint (--checkpoint) is on the local disk."""
+    table = f"{db}.s"
+    mariadb.sql(f"CREATE TABLE {table} {TYPES_DDL}")
+    mariadb.sql(f"INSERT INTO {table} {SEED_SQL.format(n=5000)}", db=db)
+    env = {**os.environ, **s3.env(), "DBLOG_SPARK_MASTER": "local[2]"}
+    state, sink, checkpoint = "s3://lake/st17/state", "s3://lake/st17/lake", str(tmp_path / "checkpoint")
+    writer = Writer(mariadb.port, table, 6000, typed_row, typed_mutation, seed=17, pause=0.002)
+    writer.start()
+    try:
+        writer.wait_started()
+        run = _dblog(env, "run", "--source", mariadb.uri(), "--table", table, "--state", state, "--sink", sink,
+                     "--checkpoint", checkpoint, "--chunk-size", "1000", "--batch-size", "2", "--driver-threads", "0")
+        assert run.returncode == 0, run.stderr[-3000:]
+        snapshot = json.loads(run.stdout)["snapshot"]
+        assert snapshot["on_spark"] == snapshot["chunks_read"] >= 5  # executors' reports persisted by the driver
+        time.sleep(1)
+    finally:
+        writer.stop()
+    tail = _dblog(env, "tail", "--state", state, "--sink", sink, "--checkpoint", checkpoint, "--available-now",
+                  "--driver-catch-up-mb", "0")
+    assert tail.returncode == 0, tail.stderr[-3000:]
+    assert not compare_rows(_lake_rows(s3, sink, table), mariadb.port, table)
+    objects = _objects(s3, "st17/state")
+    chunks = json.loads(run.stdout)["report"]["chunks"]
+    assert {"plan.json", "offsets.json"} <= set(objects) and "tail.lock" not in objects
+    assert len([o for o in objects if o.startswith(f"reports/{table}/chunk-")]) == chunks
+    assert (tmp_path / "checkpoint" / table / "commits").is_dir() and (tmp_path / "checkpoint" / "tail.lock").exists()
+    verify = _dblog(env, "verify", "--state", state, "--sink", sink, "--table", table)
+    assert verify.returncode == 0, verify.stderr[-3000:]
+    assert "dblog-test-secret" not in run.stderr + tail.stderr + verify.stderr + json.dumps(objects)
+
+
+def test_bad_state_settings_are_one_line_each_and_write_nothing(mariadb, db, s3, tmp_path):
+    mariadb.sql(f"CREATE TABLE {db}.u (id INT PRIMARY KEY)", f"INSERT INTO {db}.u VALUES (1), (2)")
+    base = {**os.environ, **s3.env()}
+    checkpoint = ["--checkpoint", str(tmp_path / "checkpoint")]
+    cases = [
+        ({"AWS_SECRET_ACCESS_KEY": "wrong"}, "s3://lake/badstate", checkpoint, "refused the S3 credentials"),
+        ({}, "s3://no-such-bucket/state", checkpoint, "bucket no-such-bucket does not exist at"),
+        ({"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, "s3://lake/badstate", checkpoint, "cannot reach the object store"),
+        ({}, "s3://lake/badstate", [], "--checkpoint DIR"),
+        ({}, "gs://lake/badstate", checkpoint, "local path or s3://BUCKET/PREFIX only"),
+    ]
+    for number, (override, state, extra, message) in enumerate(cases):
+        sink = tmp_path / f"sink{number}"
+        result = _dblog({**base, **override}, "run", "--source", mariadb.uri(), "--table", f"{db}.u", "--state",
+                        state, "--sink", str(sink), *extra)
+        line = _one_line(result.stderr)
+        assert result.returncode != 0 and message in line, line
+        assert "dblog-test-secret" not in result.stderr + result.stdout and "wrong" not in line
+        assert not sink.exists() and not (tmp_path / "checkpoint").exists()
+    assert _objects(s3, "badstate") == []

@@ -17,7 +17,7 @@ from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.local.chunk_readers import snapshot_table
 from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
-from airflow_provider_dblog.readers.chunk_reader import read_chunk, run_chunk
+from airflow_provider_dblog.readers.chunk_reader import failed_chunk, persist_reports, read_chunk, run_chunk
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.steps.plan import plan_table
 from airflow_provider_dblog.steps.report import build_offsets
@@ -146,10 +146,32 @@ def test_a_chunk_rerun_replaces_its_range_and_later_stream_rows_still_win(tmp_pa
     apply(server, [("delete", 2, 0, 0), ("update", 4, 50, 7), ("key", 6, 61, 0), ("insert", 1, 0, 9)])
     tail_to_now(state, sink, dialect)
     apply(server, [("delete", 0, 0, 0), ("insert", 3, 0, 9)])
-    run_chunk(state, sink, state.table(TABLE), 0, dialect)  # the repair: chunk 0 again, at a new HW
+    run_chunk(sink, state.table(TABLE), 0, dialect)  # the repair: chunk 0 again, at a new HW
     apply(server, [("update", 8, 51, 3), ("delete", 4, 0, 0), ("insert", 5, 0, 1)])
     tail_to_now(state, sink, dialect)  # commits the changes before the rerun's HW too: they change nothing
     assert current(state, sink, dialect) == server.rows[TABLE]
+
+
+def test_the_driver_persists_only_reports_whose_commit_is_in_the_lake(tmp_path):
+    """Executors return reports; the driver checks each chunk's commit in ``current`` before persisting:
+    a chunk committed to another lake (an executor's own disk), a failed chunk and a chunk never returned
+    are one line, and the good reports are persisted first (a rerun reads only the rest)."""
+    server = server_with_rows(40)
+    state_dir, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    plan_table(SourceConfig.parse(server.uri), TABLE, state_dir, chunk_size=10, batch_size=8)
+    state = StateDir(state_dir)
+    plan, dialect = state.table(TABLE), open_dialect(state.source())
+    good = run_chunk(sink, plan, 0, dialect)
+    elsewhere = run_chunk(str(tmp_path / "executor-disk"), plan, 1, dialect)
+    failed = failed_chunk(2, ConnectionError("injected: lost connection\nsecond line"))
+    with pytest.raises(DblogError) as raised:
+        persist_reports(state, sink, plan, [0, 1, 2, 3], [good, elsewhere, failed])
+    message = str(raised.value)
+    assert "chunk 2 failed: ConnectionError: injected: lost connection" in message and "second line" not in message
+    assert "chunks 1 reported a commit" in message and "--sink" in message and "chunks 3 were not read" in message
+    assert set(state.reports(TABLE)) == {0}
+    assert persist_reports(state, sink, plan, [1], [run_chunk(sink, plan, 1, dialect)])[0]["chunk"] == 1
+    assert set(state.reports(TABLE)) == {0, 1}
 
 
 def test_commits_in_any_order_leave_the_greatest_position_per_key(tmp_path):

@@ -1,0 +1,121 @@
+"""The state's files on a local path or ``s3://BUCKET/PREFIX``, through pyarrow's filesystems: one small
+interface (read, write, list, delete by a name relative to the root), so the state never asks where it
+lives.
+
+Writes are atomic either way: locally a temp file beside the target and one rename (``store.atomic``);
+on S3 one PUT (an object appears whole or not at all). An S3 root is checked once per process
+(``object_store.check_location``): a wrong bucket, credential or endpoint is one line naming the fix,
+before anything is written. Credentials come from the standard ``AWS_*`` variables only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_dblog.store.atomic import read_json, write_json
+from airflow_provider_dblog.store.object_store import check_location, is_object_store, s3_filesystem
+
+_CHECKED: dict[tuple, Any] = {}  # (bucket, AWS_* settings) -> a filesystem whose location was checked
+_CHECK_LOCK = threading.Lock()
+_SETTINGS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP")
+
+
+def _checked_s3(root: str, option: str):
+    """One S3 filesystem per bucket and settings, its location checked on first use."""
+    key = (root.split("://", 1)[1].split("/", 1)[0], *(os.environ.get(name) for name in _SETTINGS))
+    with _CHECK_LOCK:
+        if key not in _CHECKED:
+            check_location(root, option)
+            _CHECKED[key] = s3_filesystem()[0]
+        return _CHECKED[key]
+
+
+class Files:
+    """Small files under ``root`` (a local directory or ``s3://BUCKET/PREFIX``), named relative to it."""
+
+    def __init__(self, root: str | os.PathLike, option: str = "--state"):
+        self.root = str(root).rstrip("/") or "/"
+        self.remote = is_object_store(self.root)
+        if self.remote:
+            self.fs = _checked_s3(self.root, option)
+            self.base = self.root.split("://", 1)[1]
+        else:
+            import pyarrow.fs as pafs
+
+            self.fs = pafs.LocalFileSystem()
+            self.base = str(Path(self.root).absolute())
+
+    @property
+    def local(self) -> Path | None:
+        """The root as a local directory (None on object storage)."""
+        return None if self.remote else Path(self.base)
+
+    def uri(self, name: str) -> str:
+        """Where ``name`` lives, for messages."""
+        return f"{self.root}/{name}"
+
+    def _path(self, name: str) -> str:
+        return f"{self.base}/{name}"
+
+    def _info(self, name: str):
+        import pyarrow.fs as pafs
+
+        info = self.fs.get_file_info(self._path(name))
+        return None if info.type == pafs.FileType.NotFound else info
+
+    def exists(self, name: str) -> bool:
+        return self._info(name) is not None
+
+    def read_json(self, name: str):
+        if not self.remote:
+            return read_json(self._path(name))
+        with self.fs.open_input_stream(self._path(name)) as stream:
+            return json.loads(stream.read())
+
+    def read_all(self, names: list[str]) -> list:
+        """``read_json`` of each name; on object storage eight requests at a time (a report per chunk)."""
+        if not self.remote or len(names) < 2:
+            return [self.read_json(name) for name in names]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(8) as pool:
+            return list(pool.map(self.read_json, names))
+
+    def write_json(self, name: str, data) -> None:
+        """Replace ``name`` atomically (never a torn file)."""
+        if not self.remote:
+            write_json(Path(self._path(name)), data)
+            return
+        body = json.dumps(data, indent=1, default=str).encode()
+        with self.fs.open_output_stream(self._path(name)) as out:
+            out.write(body)
+
+    def names(self, folder: str, suffix: str = "") -> list[str]:
+        """The names of the files directly in ``folder`` ending in ``suffix``, sorted (none if it is absent)."""
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(self._path(folder), allow_not_found=True)
+        return sorted(info.base_name for info in self.fs.get_file_info(selector)
+                      if info.type == pafs.FileType.File and info.base_name.endswith(suffix)
+                      and not info.base_name.startswith("."))
+
+    def modified(self, name: str) -> float:
+        return self._info(name).mtime_ns / 1e9
+
+    def identity(self, name: str) -> tuple | None:
+        """What changes whenever ``name`` is replaced (None if absent): to re-read a file only when it changed."""
+        if not self.remote:
+            try:
+                st = os.stat(self._path(name))
+            except FileNotFoundError:
+                return None
+            return st.st_mtime_ns, st.st_size, st.st_ino
+        info = self._info(name)
+        return None if info is None else (info.mtime_ns, info.size)
+
+    def delete(self, name: str) -> None:
+        if self.exists(name):
+            self.fs.delete_file(self._path(name))

@@ -1,0 +1,45 @@
+"""The state's filesystem abstraction (store/files.py) on a local path; object storage is in
+tests/e2e/test_object_store.py (a real S3 server)."""
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.store.files import Files
+from airflow_provider_dblog.store.state import StateDir
+
+
+def test_files_on_a_local_path_write_atomically_list_and_delete(tmp_path):
+    files = Files(tmp_path / "state")
+    assert files.local == tmp_path / "state" and not files.remote
+    assert not files.exists("reports/d.t/chunk-000001.json") and files.names("reports/d.t") == []
+    assert files.identity("plan.json") is None
+    files.write_json("reports/d.t/chunk-000001.json", {"chunk": 1})
+    files.write_json("reports/d.t/chunk-000000.json", {"chunk": 0})
+    files.write_json("plan.json", {"v": 1})
+    first = files.identity("plan.json")
+    files.write_json("plan.json", {"v": 2})
+    assert files.identity("plan.json") != first and files.read_json("plan.json") == {"v": 2}
+    assert files.names("reports/d.t", ".json") == ["chunk-000000.json", "chunk-000001.json"]  # no temp files left
+    assert files.read_all(["reports/d.t/chunk-000000.json", "reports/d.t/chunk-000001.json"]) == [{"chunk": 0},
+                                                                                                  {"chunk": 1}]
+    assert files.modified("plan.json") > 0 and files.uri("plan.json") == f"{tmp_path / 'state'}/plan.json"
+    files.delete("plan.json")
+    files.delete("plan.json")  # absent: nothing to do
+    assert not files.exists("plan.json") and sorted(p.name for p in (tmp_path / "state").iterdir()) == ["reports"]
+
+
+def test_a_local_state_keeps_its_checkpoints_inside_unless_told(tmp_path):
+    assert StateDir(tmp_path / "s").checkpoint_dir("d.t") == tmp_path / "s" / "checkpoints" / "d.t"
+    assert StateDir(tmp_path / "s", tmp_path / "ck").checkpoint_dir("d.t") == tmp_path / "ck" / "d.t"
+    state = StateDir(tmp_path / "s")
+    state.write_report("d.t", 3, {"chunk": 3})
+    assert state.reports("d.t") == {3: {"chunk": 3}} and not state.has_offsets() and not state.has_plan()
+
+
+def test_unsupported_or_unauthenticated_state_locations_are_one_line(monkeypatch):
+    with pytest.raises(DblogError, match="local path or s3://BUCKET/PREFIX only"):
+        StateDir("gs://bucket/state")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    with pytest.raises(DblogError, match="no S3 credentials for s3://bucket/state: set AWS_ACCESS_KEY_ID"):
+        StateDir("s3://bucket/state")
