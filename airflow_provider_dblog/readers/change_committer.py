@@ -72,7 +72,7 @@ class ChangeCommitter:
             rows = self.lake.conform_rows(rows, self.lake.changelog_schema)
         outcome = self.lake.commit_stream(rows, end, update_current=update_current and not todo)
         if todo:
-            self.follow(todo, [p for p in parts if p.num_rows])
+            self.follow(todo, [p for p in parts if p.num_rows], end)
             self.lake.update_current(end)
         return outcome
 
@@ -90,17 +90,42 @@ class ChangeCommitter:
                          f"change before it; restart with --schema-changes evolve to follow it, or freeze to "
                          f"keep the lake's columns")
 
-    def follow(self, changes: Sequence[SchemaChange], parts: Sequence[pa.Table] = ()) -> None:
+    def follow(self, changes: Sequence[SchemaChange], parts: Sequence[pa.Table] = (),
+               end: BinlogPosition | None = None) -> None:
         """Follow the table's schema ``changes`` in binlog order: ``current`` takes every change before a
         statement in the columns before it, then the statement's columns (in place, or by reading every
-        chunk again, which also covers the statements after it); each followed statement is recorded."""
+        chunk again, which also covers the statements after it); each followed statement is recorded.
+        When every statement can be followed in place, ``current`` is rewritten once, up to ``end``."""
         for change in changes:
             log.info("schema change: %s (%s)", change.describe(), self.behaviour)
-        for group, columns in statement_groups(changes, parts):
+        groups = statement_groups(changes, parts)
+        in_place = self._in_place_steps(groups) if self.behaviour == "evolve" and end is not None else None
+        if in_place is not None:
+            steps, live = in_place
+            self.lake.follow_in_place(steps, end)
+            self.state.record_schema_version(live, changes[-1].pos)
+            return
+        for group, columns in groups:
             self.lake.update_current(group[0].start)  # the rows before it keep the columns they had
             if self._follow_group(group, columns):
                 break  # every chunk was read again: later statements are in what it read
         self.lake.record_reread(changes[-1].pos)
+
+    def _in_place_steps(self, groups) -> tuple[list[tuple], TableMeta] | None:
+        """Each group's (start, position, columns after it, renamed, defaults) and the table now, if every
+        group's effect on the rows is known from its statements; None otherwise."""
+        live = self._live_meta(groups[-1][0][-1])
+        if live is None:
+            return None
+        before, steps = self.lake.source, []
+        for group, columns in groups:
+            after = columns or self.dialect.arrow_schema(live)
+            known = in_place_changes(before, after, group)
+            if known is None:
+                return None
+            steps.append((group[0].start, group[-1].pos, after, *known))
+            before = after
+        return steps, live
 
     def _follow_group(self, group: Sequence[SchemaChange], columns: pa.Schema | None) -> bool:
         """Follow one group of statements; True if that read every chunk again."""

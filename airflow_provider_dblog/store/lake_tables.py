@@ -166,16 +166,8 @@ class LakeTables:
         done = _version_position(current.transaction_version(SCHEMA_APP))
         if done is not None and done >= at.boundary():
             return  # another writer followed a later change meanwhile: its columns stay
-        data = current.to_pyarrow_dataset().to_table()
-        kept = set(data.column_names) | set(renamed)  # added columns stay nullable: rows before it may lack values
-        target = current_schema(pa.schema([f if f.name in kept else f.with_nullable(True) for f in source]))
-        data = data.rename_columns([next((new for new, old in renamed.items() if old == n), n) for n in data.column_names])
-        data = conform(data, target)
-        before = pc.less_equal(data["_pos"], at.as_snapshot().encode())
-        for name, value in defaults.items():
-            if value is not None and data.num_rows:
-                filled = pc.if_else(before, pa.scalar(value.as_py(), target.field(name).type), data[name])
-                data = data.set_column(data.schema.get_field_index(name), target.field(name), filled)
+        data = changed_columns(current.to_pyarrow_dataset().to_table(), source, at, renamed, defaults)
+        target = data.schema
         write_deltalake(current, data, mode="overwrite", schema_mode="overwrite", partition_by=["_chunk"],
                         storage_options=self.options, writer_properties=writer_properties(target),
                         commit_properties=CommitProperties(app_transactions=[
@@ -192,6 +184,60 @@ class LakeTables:
         data = conform(changelog.to_pyarrow_dataset().to_table(), merged)
         write_deltalake(changelog, data, mode="overwrite", schema_mode="overwrite", storage_options=self.options,
                         writer_properties=writer_properties(merged))
+
+    def follow_in_place(self, steps: Sequence[tuple], end: BinlogPosition) -> None:
+        """Follow schema changes whose effect on every row is known, in one rewrite of ``current``: for each
+        step ``(start, at, source, renamed, defaults)`` the changes up to ``start`` with the columns before
+        it, then its columns (``changed_columns``); then the changes up to ``end``. Records the tail position,
+        the schema change and that it was followed, in the same commit."""
+        last = steps[-1][1]
+        _retrying(f"following schema changes of {self.table}", lambda: self._follow_in_place(steps, end, last))
+        self.current()
+        log.info("lake: %s follows the source's columns from %s: %s", self.table, last, ", ".join(self.source.names))
+
+    def _follow_in_place(self, steps: Sequence[tuple], end: BinlogPosition, last: BinlogPosition) -> None:
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        current = self.current()
+        done = _version_position(current.transaction_version(REREAD_APP))
+        if done is not None and done >= last.boundary():
+            return
+        applied = _version_position(current.transaction_version(TAIL_APP))
+        data = current.to_pyarrow_dataset().to_table()
+        data = conform(data, _plain(data.schema))
+        for start, at, source, renamed, defaults in steps:
+            data = self._apply_here(current, data, applied, start)
+            applied = start if applied is None or start > applied else applied
+            data = changed_columns(data, source, at, renamed, defaults)
+        data = self._apply_here(current, data, applied, end)
+        versions = [Transaction(app, pos.boundary().to_version()) for app, pos in
+                    ((TAIL_APP, max(end, applied) if applied else end), (SCHEMA_APP, last), (REREAD_APP, last))]
+        write_deltalake(current, data, mode="overwrite", schema_mode="overwrite", partition_by=["_chunk"],
+                        storage_options=self.options, writer_properties=writer_properties(data.schema),
+                        commit_properties=CommitProperties(app_transactions=versions))
+
+    def _apply_here(self, current, data: pa.Table, applied: BinlogPosition | None, upto: BinlogPosition) -> pa.Table:
+        """``_apply_changes`` on rows in memory: the changelog's changes in ``(applied, upto]``, per key the
+        greatest position, a key not in ``data`` inserted only after its chunk's HW."""
+        if applied is not None and applied >= upto:
+            return data
+        window = [pc.field("_pos") <= upto.as_snapshot().encode()]
+        if applied is not None:
+            window.append(pc.field("_pos") > applied.as_snapshot().encode())
+        changes = latest_per_key(self._changes(*window, schema=data.schema), self.keys)
+        if changes.num_rows == 0:
+            return data
+        probe = changes.select(list(self.keys)).append_column("_i", pa.array(range(changes.num_rows), pa.int64()))
+        present = data.select(list(self.keys)).append_column("_in", pa.nulls(data.num_rows, pa.bool_()).fill_null(True))
+        joined = probe.join(present, list(self.keys), join_type="left outer")
+        matched = pc.fill_null(pc.take(joined["_in"], pc.sort_indices(joined["_i"])), False)
+        hws = {c: _version_position(current.transaction_version(chunk_app(c)))
+               for c in pc.unique(changes["_chunk"]).to_pylist()}
+        chunk_hw = pa.array([(hws[c].as_snapshot().encode() if hws[c] else "") for c in changes["_chunk"].to_pylist()],
+                            pa.string())
+        keep = pc.or_(matched, pc.greater(changes["_pos"], chunk_hw))
+        merged = latest_per_key(pa.concat_tables([data, changes.filter(keep)]), self.keys)
+        return merged.filter(pc.not_equal(merged["_op"], "d"))
 
     def record_reread(self, at: BinlogPosition) -> None:
         """Every chunk has been read again after the schema change at ``at``."""
@@ -336,16 +382,18 @@ class LakeTables:
          .when_not_matched_insert(columns, "s._op <> 'd' AND s._pos > s._chunk_hw")
          .execute())
 
-    def _changes(self, *filters) -> pa.Table:
-        """Changelog rows that are changes (not snapshot rows), in current-state columns, matching ``filters``."""
+    def _changes(self, *filters, schema: pa.Schema | None = None) -> pa.Table:
+        """Changelog rows that are changes (not snapshot rows), in current-state columns (or ``schema``),
+        matching ``filters``."""
+        schema = schema or self.current_schema
         expression = pc.field("_op") != "r"
         for f in filters:
             expression = expression & f
         changelog = self.changelog()
         have = _names(changelog)
-        data = changelog.to_pyarrow_dataset().to_table(columns=[n for n in self.current_schema.names if n in have],
+        data = changelog.to_pyarrow_dataset().to_table(columns=[n for n in schema.names if n in have],
                                                        filter=expression)
-        return conform(data, self.current_schema)
+        return conform(data, schema)
 
     # ---- maintenance ----
     def maintain(self, retention_hours: float) -> dict:
@@ -395,6 +443,22 @@ def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
         same = eq if same is None else pc.and_(same, eq)
     first = pa.concat_arrays([pa.array([True]), pc.invert(same).combine_chunks()])
     return ordered.filter(first)
+
+
+def changed_columns(data: pa.Table, source: pa.Schema, at: BinlogPosition, renamed: dict, defaults: dict
+                    ) -> pa.Table:
+    """``current``'s rows in the source's new columns: ``renamed`` (new name -> old) carried over, dropped ones
+    removed, types cast, added ones null or, for rows from before ``at``, their ``defaults``."""
+    kept = set(data.column_names) | set(renamed)  # added columns stay nullable: rows before it may lack values
+    target = current_schema(pa.schema([f if f.name in kept else f.with_nullable(True) for f in source]))
+    data = data.rename_columns([next((new for new, old in renamed.items() if old == n), n) for n in data.column_names])
+    data = conform(data, target)
+    before = pc.less_equal(data["_pos"], at.as_snapshot().encode())
+    for name, value in defaults.items():
+        if value is not None and data.num_rows:
+            filled = pc.if_else(before, pa.scalar(value.as_py(), target.field(name).type), data[name])
+            data = data.set_column(data.schema.get_field_index(name), target.field(name), filled)
+    return data
 
 
 def source_columns(schema: pa.Schema) -> pa.Schema:
