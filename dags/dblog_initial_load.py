@@ -38,7 +38,7 @@ with DAG(
     tags=["dblog", "cdc"],
     doc_md=__doc__,
     params=params("conn_id", "state", "sink", "checkpoint", "tables", "exclude", "chunk_size", "batch_size",
-                  "batch_rows", "startup"),
+                  "batch_rows", "startup", "schema_changes"),
 ) as dag:
     plan = ChunkPlannerOperator(
         task_id="plan",
@@ -68,6 +68,7 @@ with DAG(
         conn_id=SPARK_CONN_ID,
         conf=spark_conf(),
         dblog_conn_id=template("conn_id"),
-        **tail_kwargs(template("state"), template("sink"), checkpoint=template("checkpoint")),
+        **tail_kwargs(template("state"), template("sink"), checkpoint=template("checkpoint"),
+                      schema_changes=template("schema_changes")),
     )
     plan >> snapshot >> report >> follow >> tail

@@ -31,7 +31,7 @@ with DAG(
     max_active_runs=1,
     tags=["dblog", "cdc"],
     doc_md=__doc__,
-    params=params("conn_id", "state", "sink", "checkpoint", "max_stall_seconds"),
+    params=params("conn_id", "state", "sink", "checkpoint", "schema_changes", "max_stall_seconds"),
 ) as dag:
     maintain = DblogMaintainOperator(task_id="maintain", state_dir=template("state"), sink=template("sink"))
     if os.environ.get("DBLOG_TAIL_MODE", "available_now") != "continuous":
@@ -41,7 +41,8 @@ with DAG(
             conf=spark_conf(),
             dblog_conn_id=template("conn_id"),
             execution_timeout=timedelta(hours=1),
-            **tail_kwargs(template("state"), template("sink"), checkpoint=template("checkpoint")),
+            **tail_kwargs(template("state"), template("sink"), checkpoint=template("checkpoint"),
+                          schema_changes=template("schema_changes")),
         )
         tail >> maintain
     DblogTailHealthSensor(

@@ -30,6 +30,9 @@ SETTINGS = {
     "batch_size": ("DBLOG_BATCH_SIZE", "8", "integer", "chunks per Spark application (mapped task)"),
     "batch_rows": ("DBLOG_BATCH_ROWS", "", "integer",
                    "estimated rows per Spark application (empty: batch_size x chunk_size); small tables share one"),
+    "schema_changes": ("DBLOG_SCHEMA_CHANGES", "evolve", "string",
+                       "a DDL statement of a captured table: evolve (follow it), fail (stop before it), freeze "
+                       "(keep the lake's columns); docs/schema-changes.md"),
     "startup": ("DBLOG_STARTUP", "initial", "string",
                 "startup mode: initial | snapshot-only | latest | position:FILE:POS | gtid:SET | timestamp:EPOCH_MS"),
     "max_stall_seconds": ("DBLOG_MAX_STALL_SECONDS", "1800", "integer",

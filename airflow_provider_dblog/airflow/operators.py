@@ -59,12 +59,15 @@ def snapshot_args(state_dir: str, sink: str, batch: int, force: bool = False,
 
 
 def tail_kwargs(state_dir: str, sink: str, continuous: bool = False, table: str | None = None,
-                max_events: int = 0, checkpoint: str | None = None) -> dict:
+                max_events: int = 0, checkpoint: str | None = None, schema_changes: str | None = None) -> dict:
     """Kwargs for a ``DblogSparkSubmitOperator`` running the tail (``--available-now`` by default);
-    ``checkpoint``: its ``--checkpoint`` directory (a template rendering empty means the default)."""
+    ``checkpoint``: its ``--checkpoint`` directory (a template rendering empty means the default);
+    ``schema_changes``: its ``--schema-changes`` behaviour (evolve, fail, freeze)."""
     args = ["tail", "--state", str(state_dir), "--sink", str(sink), "--continuous" if continuous else "--available-now"]
     if checkpoint is not None:
         args += ["--checkpoint", str(checkpoint)]
+    if schema_changes is not None:
+        args += ["--schema-changes", str(schema_changes)]
     if table:
         args += ["--table", table]
     if max_events:

@@ -12,7 +12,6 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 
 from airflow_provider_dblog.core.chunks import locate
-from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
@@ -49,17 +48,19 @@ class TableChangeReader:
         change starts new batches), and the DDL statements naming the table, in binlog order."""
         schema = self.dialect.arrow_schema(self.meta)
         pending: list[ChangeEvent] = []
+        other_key = False  # rows of a version keyed otherwise than the plan: the driver plans the table again
         try:
             for item in self.dialect.read_changes(start, end, [self.meta], share=share):
                 if isinstance(item, ChangeEvent):
-                    pending.append(item)
+                    if not other_key:
+                        pending.append(item)
                     if len(pending) < LOOKUP_BATCH:
                         continue
                 if pending:  # a full batch, or the last rows of a schema version
                     yield from event_rows(*self.emitted(pending), schema).to_batches()
                     pending = []
                 if isinstance(item, SchemaVersion):
-                    check_key(self.meta, item)
+                    other_key = tuple(item.meta.key_columns) != tuple(self.meta.key_columns)
                     schema = self.dialect.arrow_schema(item.meta)
                 elif isinstance(item, SchemaChange):
                     yield item
@@ -67,12 +68,3 @@ class TableChangeReader:
                 yield from event_rows(*self.emitted(pending), schema).to_batches()
         finally:
             self.dialect.close()
-
-
-def check_key(planned, version: SchemaVersion) -> None:
-    """Rows are located in the plan's chunks by their key: a new key makes the plan's chunks meaningless."""
-    if tuple(version.meta.key_columns) != tuple(planned.key_columns):
-        raise DblogError(f"the key of {planned.qualified} changed at {version.pos} "
-                         f"({', '.join(planned.key_columns)} -> {', '.join(version.meta.key_columns) or 'none'}): "
-                         f"its chunks no longer apply; capture it again with a new plan (dblog run --tables "
-                         f"{planned.qualified} --state NEW_STATE_DIR)")

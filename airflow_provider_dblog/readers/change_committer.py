@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange, alter_actions
 from airflow_provider_dblog.core.tables import TableMeta
@@ -37,6 +38,7 @@ from airflow_provider_dblog.store.lake_tables import LakeTables, source_columns,
 from airflow_provider_dblog.store.state import StateDir, TablePlan
 
 log = logging.getLogger("dblog")
+REPLANNED = "planned again after a key change; its stream starts again with the new plan"
 Reread = Callable[[TablePlan], None]  # reads every chunk of the plan again (in this process or on Spark)
 
 
@@ -57,12 +59,21 @@ class ChangeCommitter:
         self.plan = state.table(lake.table)
         self.reread = reread or reread_here(state, sink, dialect)
         self._ignored: set[tuple] = set()
+        self.replanned = False  # the table was planned again (a new key): its stream must start again
+
+    def check_plan(self) -> None:
+        """Before a micro-batch: a stream reading with the plan the table had before it was planned again
+        stops here, committing nothing (``REPLANNED``), so that it starts again with the new plan."""
+        if self.replanned:
+            raise DblogError(f"{self.lake.table}: {REPLANNED}")
 
     def commit(self, parts: Sequence[pa.Table | pa.RecordBatch], changes: Sequence[SchemaChange],
                end: BinlogPosition, update_current: bool = True) -> str:
         """Commit the changelog rows ``parts`` and schema ``changes`` of ``[start, end)``; returns what
         ``LakeTables.commit_stream`` says ("committed" or "replayed")."""
         rows = _rows(parts, self.lake.changelog_schema)
+        if self.behaviour == "evolve" and not changes:
+            changes = self._unannounced(parts, end)
         for change in changes:  # first: a crash after the changelog commit still finds them (``pending``)
             self.state.record_schema_change(change)
         todo = self.pending(end)
@@ -73,8 +84,27 @@ class ChangeCommitter:
         outcome = self.lake.commit_stream(rows, end, update_current=update_current and not todo)
         if todo:
             self.follow(todo, [p for p in parts if p.num_rows], end)
-            self.lake.update_current(end)
+            if self.replanned:  # its chunks were read after ``end``: the rows before it are all there
+                self.lake.mark_current(end)
+            else:
+                self.lake.update_current(end)
         return outcome
+
+    def _unannounced(self, parts: Sequence[pa.Table | pa.RecordBatch], end: BinlogPosition) -> list[SchemaChange]:
+        """Rows decoded with other columns than the lake's, newer than its last schema change, and no DDL
+        statement seen (one the parser did not attribute to the table): followed like a statement that
+        needs a re-read, from the first such row."""
+        since = self.lake.schema_position()
+        newer = [pc.min(p["_pos"]).as_py() for p in parts if p.num_rows and _differs(source_columns(p.schema),
+                                                                                         self.lake.source)]
+        newer = [BinlogPosition.decode(p).in_file_of(end) for p in newer]
+        newer = [p for p in newer if since is None or p > since]
+        if not newer:
+            return []
+        first = min(newer)
+        at = BinlogPosition(first.seq, max(first.offset - 1, 0), 0, first.file)
+        return [SchemaChange(self.lake.table, "alter", "(columns changed in the binlog's table map; no DDL "
+                                                       "statement seen)", at, at)]
 
     def pending(self, end: BinlogPosition) -> list[SchemaChange]:
         """Recorded schema changes before ``end`` the lake has not followed yet."""
@@ -136,6 +166,9 @@ class ChangeCommitter:
         live = self._live_meta(last)
         if live is None:
             return False
+        if tuple(live.key_columns) != tuple(self.plan.meta.key_columns):
+            self._replan(live, last)
+            return True
         if self.behaviour == "freeze":
             live = self.plan.meta
         else:
@@ -163,18 +196,42 @@ class ChangeCommitter:
             log.warning("schema change: %s: %s; the lake keeps its rows and stops following it until it "
                         "exists again", change.describe(), exc)
             return None
-        if tuple(live.key_columns) != tuple(plan.key_columns):
+        if tuple(live.key_columns) != tuple(plan.key_columns) and self.behaviour != "evolve":
             raise DblogError(f"the key of {plan.qualified} changed ({', '.join(plan.key_columns)} -> "
                              f"{', '.join(live.key_columns) or 'none'}) with {change.describe()}: its chunks no "
-                             f"longer apply; capture it again with a new plan (dblog run --tables "
-                             f"{plan.qualified} --state NEW_STATE_DIR)")
+                             f"longer apply; follow it with --schema-changes evolve (the table is planned and "
+                             f"read again)")
         return live
+
+    def _replan(self, live: TableMeta, change: SchemaChange) -> None:
+        """A new key: the plan's chunks no longer apply. Plan the table again with it, start ``current``
+        anew, read every new chunk, and give the table new offsets; the stream of the table must then start
+        again with them (``replanned``: its sink refuses the micro-batches after this one)."""
+        old = self.plan
+        rows = self.dialect.estimate_rows(live)
+        chunk_size = max(100, (old.rows or rows) // max(1, len(old.chunks)))
+        chunks = tuple(self.dialect.split_chunks(live, chunk_size))
+        plan = replace(old, meta=live, chunks=chunks, planned_at=self.dialect.current_position(), rows=rows)
+        log.info("schema change: the key of %s is now %s: planned again (%d chunks); reading them",
+                 live.qualified, ", ".join(live.key_columns), len(chunks))
+        self.state.replace_table_plan(plan)
+        self.lake.restart_current(self.dialect.arrow_schema(live), live.key_columns, change.pos)
+        self.state.record_schema_version(live, change.pos)
+        self.reread(plan)
+        reports = self.state.reports(live.qualified)
+        self.state.replace_table_offsets(live.qualified, TableOffsets.from_chunks(
+            live.qualified, plan.chunks, {c.id: BinlogPosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks}))
+        self.plan, self.replanned = plan, True
 
     def _log_ignored(self, changes: Sequence[SchemaChange]) -> None:
         for change in changes:
             if (change.table, change.pos) not in self._ignored:
                 self._ignored.add((change.table, change.pos))
                 log.warning("schema change ignored (--schema-changes freeze): %s", change.describe())
+
+
+def _differs(a: pa.Schema, b: pa.Schema) -> bool:
+    return a.names != b.names or a.types != b.types
 
 
 def statement_groups(changes: Sequence[SchemaChange], parts: Sequence[pa.Table | pa.RecordBatch]

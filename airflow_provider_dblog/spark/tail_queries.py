@@ -10,7 +10,7 @@ from typing import Callable
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
-from airflow_provider_dblog.readers.change_committer import ChangeCommitter
+from airflow_provider_dblog.readers.change_committer import REPLANNED, ChangeCommitter
 from airflow_provider_dblog.spark.session import spark_session
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
@@ -44,6 +44,7 @@ class LakeSink:
         from airflow_provider_dblog.spark.binlog_source import open_envelopes
 
         with _BATCH_LOCK:
+            self.committer.check_plan()
             parts, changes, end = open_envelopes(frame.toArrow())
             if end is not None:
                 self._commit(parts, changes, end)
@@ -131,12 +132,17 @@ def root_cause(message: str) -> str:
     return lines[0] if lines else message
 
 
-def watch(queries: dict, should_stop: Callable[[], bool], tick: Callable[[], None]) -> None:
+def watch(queries: dict, should_stop: Callable[[], bool], tick: Callable[[], None],
+          restart: Callable[[str], object] | None = None) -> None:
     """Follow the queries until all end or ``should_stop()``; ``tick()`` every half second. Stops them;
-    raises the first query failure as one line."""
+    raises the first query failure as one line. A query that stopped because its table was planned again
+    (``REPLANNED``) is started again by ``restart(name)``, the others keep running."""
     try:
         while True:
-            for name, query in queries.items():
+            for name, query in list(queries.items()):
+                if restart is not None and query.exception() is not None and REPLANNED in str(query.exception()):
+                    queries[name] = restart(name)
+                    continue
                 _raise_failure(name, query)
             if not any(q.isActive for q in queries.values()) or should_stop():
                 break

@@ -83,8 +83,18 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                         log.info("tail: %s rows so far; lag %s", {**rows, **{n: s.rows for n, s in sinks.items()}},
                                  tracker.lag({**settled, **end_offsets(queries)}))
 
+                def restart(name: str):
+                    """The table was planned again (a new key): its query starts again with the new plan."""
+                    log.info("tail: %s was planned again: its stream starts again", name)
+                    again, again_sinks = start_queries(state, sink, [name], available_now, trigger_seconds,
+                                                       max_events, decode_parallelism, spark, merge_interval,
+                                                       schema_changes)
+                    again_sinks[name].rows += sinks[name].rows
+                    sinks[name] = again_sinks[name]
+                    return again[name]
+
                 try:
-                    watch(queries, lambda: stop_event is not None and stop_event.is_set(), tick)
+                    watch(queries, lambda: stop_event is not None and stop_event.is_set(), tick, restart)
                 finally:
                     for lake_sink in sinks.values():
                         lake_sink.flush()

@@ -239,6 +239,31 @@ class LakeTables:
         merged = latest_per_key(pa.concat_tables([data, changes.filter(keep)]), self.keys)
         return merged.filter(pc.not_equal(merged["_op"], "d"))
 
+    def restart_current(self, source: pa.Schema, key_columns: Sequence[str], at: BinlogPosition) -> None:
+        """An empty ``current`` with the source's columns and a new key (the table was planned again): its
+        chunks are read again next. The changelog keeps its history."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        def attempt():
+            write_deltalake(self.current(), current_schema(source).empty_table(), mode="overwrite",
+                            schema_mode="overwrite", partition_by=["_chunk"], storage_options=self.options,
+                            commit_properties=CommitProperties(app_transactions=[
+                                Transaction(SCHEMA_APP, at.boundary().to_version())]))
+        _retrying(f"starting the current state of {self.table} again", attempt)
+        self.keys = tuple(key_columns)
+        self.key_match = " AND ".join(["s._chunk = t._chunk", *(f"t.{quote(k)} = s.{quote(k)}" for k in self.keys)])
+        self.current()
+
+    def mark_current(self, end: BinlogPosition) -> None:
+        """Record that ``current`` holds every change up to ``end`` (its chunks were read after it)."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        def attempt():
+            write_deltalake(self.current(), self.current_schema.empty_table(), mode="append",
+                            storage_options=self.options, commit_properties=CommitProperties(
+                                app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())]))
+        _retrying(f"recording the position of {self.table}'s current state", attempt)
+
     def record_reread(self, at: BinlogPosition) -> None:
         """Every chunk has been read again after the schema change at ``at``."""
         from deltalake import CommitProperties, Transaction, write_deltalake

@@ -161,6 +161,27 @@ class StateDir:
         self.files.write_json(self.PLAN, raw)
         self._plan = (self.files.identity(self.PLAN), raw)  # an S3 mtime has whole seconds: no stale cache
 
+    def replace_table_plan(self, plan: TablePlan) -> Batch:
+        """The table planned again (its key changed): its new chunks in one new batch, its chunks gone from
+        the other batches (their indexes stay), its old chunk reports deleted. Returns the new batch."""
+        raw = self.files.read_json(self.PLAN)
+        name = plan.meta.qualified
+        raw["tables"][name] = plan.to_dict()
+        kept = [Batch.from_dict(i, b) for i, b in enumerate(raw["batches"])]
+        raw["batches"] = [Batch(b.index, tuple(g for g in b.groups if g.table != name), b.rows).to_dict() for b in kept]
+        batch = Batch(len(raw["batches"]), (BatchGroup(name, tuple(c.id for c in plan.chunks)),), plan.rows)
+        raw["batches"].append(batch.to_dict())
+        for report in self.files.names(f"reports/{name}", ".json"):
+            self.files.delete(f"reports/{name}/{report}")
+        self.files.write_json(self.PLAN, raw)
+        self._plan = (self.files.identity(self.PLAN), raw)
+        return batch
+
+    def replace_table_offsets(self, table: str, offsets: TableOffsets) -> None:
+        every = self.offsets()
+        every[table] = offsets
+        self.write_offsets(every)
+
     # ---- chunk reports ----
     def report_file(self, table: str, chunk_id: int) -> str:
         """The report's name in the state (``files.uri`` gives its location)."""
