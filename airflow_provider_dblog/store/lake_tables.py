@@ -337,12 +337,19 @@ class LakeTables:
         later = self._changes(pc.field("_chunk") == chunk_id, pc.field("_pos") > hw_pos)
         state = latest_per_key(pa.concat_tables([rows.select(later.schema.names), later]), self.keys)
         live = state.filter(pc.not_equal(state["_op"], "d")).select(self.current_schema.names)
-        (current.merge(live, f"t._chunk = {int(chunk_id)} AND {self.key_match}", source_alias="s", target_alias="t", commit_properties=commit,
-                       writer_properties=self.current_writer)
-         .when_matched_update_all()
-         .when_not_matched_insert_all()
-         .when_not_matched_by_source_delete(f"t._chunk = {int(chunk_id)}")
-         .execute())
+        if live.num_rows:
+            (current.merge(live, f"t._chunk = {int(chunk_id)} AND {self.key_match}", source_alias="s", target_alias="t",
+                           commit_properties=commit, writer_properties=self.current_writer)
+             .when_matched_update_all()
+             .when_not_matched_insert_all()
+             .when_not_matched_by_source_delete(f"t._chunk = {int(chunk_id)}")
+             .execute())
+        else:  # an empty chunk (a MERGE of no rows commits nothing): delete its rows, then record its HW
+            from deltalake import write_deltalake
+
+            current.delete(f"_chunk = {int(chunk_id)}")
+            write_deltalake(self.current(), self.current_schema.empty_table(), mode="append",
+                            storage_options=self.options, commit_properties=commit)
         return True
 
     # ---- tail micro-batches ----
