@@ -52,6 +52,11 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def key_match(key_columns: Sequence[str]) -> str:
+    """The MERGE condition of a key: same chunk partition, same key columns."""
+    return " AND ".join(["s._chunk = t._chunk", *(f"t.{quote(k)} = s.{quote(k)}" for k in key_columns)])
+
+
 def writer_properties(schema: pa.Schema):
     """Snappy, and dictionary pages only where values repeat (text, binary, dates): as the Parquet
     writer measured best (``store.atomic.dictionary_columns``): a 375k-row chunk 0.20 s -> 0.13 s."""
@@ -86,8 +91,7 @@ class LakeTables:
         self.changelog_uri, self.current_uri = changelog_uri(sink, table), current_uri(sink, table)
         self.options = storage_options
         self._use_source(source)
-        # the MERGE condition of a key: same chunk partition, same key columns
-        self.key_match = " AND ".join(["s._chunk = t._chunk", *(f"t.{quote(k)} = s.{quote(k)}" for k in key_columns)])
+        self.key_match = key_match(key_columns)
 
     def _use_source(self, source: pa.Schema) -> None:
         self.source = source
@@ -250,29 +254,27 @@ class LakeTables:
                             commit_properties=CommitProperties(app_transactions=[
                                 Transaction(SCHEMA_APP, at.boundary().to_version())]))
         _retrying(f"starting the current state of {self.table} again", attempt)
-        self.keys = tuple(key_columns)
-        self.key_match = " AND ".join(["s._chunk = t._chunk", *(f"t.{quote(k)} = s.{quote(k)}" for k in self.keys)])
+        self.keys, self.key_match = tuple(key_columns), key_match(key_columns)
         self.current()
 
     def mark_current(self, end: BinlogPosition) -> None:
         """Record that ``current`` holds every change up to ``end`` (its chunks were read after it)."""
-        from deltalake import CommitProperties, Transaction, write_deltalake
-
-        def attempt():
-            write_deltalake(self.current(), self.current_schema.empty_table(), mode="append",
-                            storage_options=self.options, commit_properties=CommitProperties(
-                                app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())]))
-        _retrying(f"recording the position of {self.table}'s current state", attempt)
+        self._record(TAIL_APP, end, f"recording the position of {self.table}'s current state")
 
     def record_reread(self, at: BinlogPosition) -> None:
         """Every chunk has been read again after the schema change at ``at``."""
+        self._record(REREAD_APP, at, f"recording the re-read of {self.table}")
+
+    def _record(self, app: str, position: BinlogPosition, what: str) -> None:
+        _retrying(what, lambda: self._empty_commit(self.current(), app, position))
+
+    def _empty_commit(self, current, app: str, position: BinlogPosition) -> None:
+        """A commit to ``current`` of no rows that records ``position`` as the app transaction ``app``."""
         from deltalake import CommitProperties, Transaction, write_deltalake
 
-        def attempt():
-            write_deltalake(self.current(), self.current_schema.empty_table(), mode="append",
-                            storage_options=self.options, commit_properties=CommitProperties(
-                                app_transactions=[Transaction(REREAD_APP, at.boundary().to_version())]))
-        _retrying(f"recording the re-read of {self.table}", attempt)
+        write_deltalake(current, self.current_schema.empty_table(), mode="append", storage_options=self.options,
+                        commit_properties=CommitProperties(app_transactions=[
+                            Transaction(app, position.boundary().to_version())]))
 
     def conform_rows(self, rows: pa.Table, schema: pa.Schema) -> pa.Table:
         return conform(rows, schema)
@@ -345,11 +347,8 @@ class LakeTables:
              .when_not_matched_by_source_delete(f"t._chunk = {int(chunk_id)}")
              .execute())
         else:  # an empty chunk (a MERGE of no rows commits nothing): delete its rows, then record its HW
-            from deltalake import write_deltalake
-
             current.delete(f"_chunk = {int(chunk_id)}")
-            write_deltalake(self.current(), self.current_schema.empty_table(), mode="append",
-                            storage_options=self.options, commit_properties=commit)
+            self._empty_commit(self.current(), chunk_app(chunk_id), hw)
         return True
 
     # ---- tail micro-batches ----
@@ -394,12 +393,8 @@ class LakeTables:
             window.append(pc.field("_pos") > applied.as_snapshot().encode())
         changes = latest_per_key(self._changes(*window), self.keys)
         commit = CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())])
-        if changes.num_rows == 0:
-            from deltalake import write_deltalake
-
-            # nothing to change: record the position alone (an empty append commits the transaction)
-            write_deltalake(current, self.current_schema.empty_table(), mode="append",
-                            storage_options=self.options, commit_properties=commit)
+        if changes.num_rows == 0:  # nothing to change: record the position alone
+            self._empty_commit(current, TAIL_APP, end)
             return
         hws = {c: _version_position(current.transaction_version(chunk_app(c)))
                for c in pc.unique(changes["_chunk"]).to_pylist()}
