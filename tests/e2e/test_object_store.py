@@ -178,3 +178,52 @@ def test_bad_state_settings_are_one_line_each_and_write_nothing(mariadb, db, s3,
         assert "dblog-test-secret" not in result.stderr + result.stdout and "wrong" not in line
         assert not sink.exists() and not (tmp_path / "checkpoint").exists()
     assert _objects(s3, "badstate") == []
+
+
+def _changelog_positions(s3, sink, table) -> list[str]:
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    log = DeltaTable(f"{sink}/{table}/changelog", storage_options={
+        "AWS_ACCESS_KEY_ID": s3.env()["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": s3.env()["AWS_SECRET_ACCESS_KEY"],
+        "AWS_ENDPOINT_URL": s3.endpoint, "AWS_REGION": s3.env()["AWS_REGION"], "AWS_ALLOW_HTTP": "true"}
+    ).to_pyarrow_dataset().to_table(columns=["_op", "_pos"])
+    return log.filter(pc.not_equal(log["_op"], "r"))["_pos"].to_pylist()
+
+
+def test_two_tails_of_one_capture_on_two_hosts_never_both_commit_a_batch(mariadb, db, s3, tmp_path):
+    """Two continuous tails of one capture, as on two hosts: state and lake on S3, each with its own
+    checkpoint on its own disk (so no lock file is shared). The lake fences them: of two commits of one
+    micro-batch one wins and the other adds nothing, so every change is in the changelog once and
+    ``current`` equals the source."""
+    table = f"{db}.two"
+    mariadb.sql(f"CREATE TABLE {table} {TYPES_DDL}")
+    mariadb.sql(f"INSERT INTO {table} {SEED_SQL.format(n=2000)}", db=db)
+    env = {**os.environ, **s3.env(), "DBLOG_SPARK_MASTER": "local[1]"}
+    state, sink = "s3://lake/two/state", "s3://lake/two/lake"
+    run = _dblog(env, "run", "--source", mariadb.uri(), "--table", table, "--state", state, "--sink", sink,
+                 "--checkpoint", str(tmp_path / "first"), "--chunk-size", "500")
+    assert run.returncode == 0, run.stderr[-3000:]
+    tails = [subprocess.Popen([DBLOG, "tail", "--state", state, "--sink", sink, "--continuous", "--trigger-seconds",
+                               "0.5", "--checkpoint", str(tmp_path / host)], env=env, stdout=subprocess.PIPE,
+                              stderr=open(tmp_path / f"{host}.log", "w"), text=True, start_new_session=True)
+             for host in ("host-a", "host-b")]
+    writer = Writer(mariadb.port, table, 3000, typed_row, typed_mutation, seed=23, pause=0.005)
+    writer.start()
+    try:
+        time.sleep(25)
+    finally:
+        writer.stop()
+    time.sleep(8)  # both tails catch up with the last changes
+    for tail in tails:
+        os.killpg(tail.pid, signal.SIGTERM)
+    for tail in tails:
+        tail.wait(timeout=120)
+    logs = [(tmp_path / f"{host}.log").read_text() for host in ("host-a", "host-b")]
+    assert all("Traceback" not in log or "DblogError" not in log for log in logs), logs[0][-2000:] + logs[1][-2000:]
+    final = _dblog(env, "tail", "--state", state, "--sink", sink, "--checkpoint", str(tmp_path / "host-a"),
+                   "--available-now")
+    assert final.returncode == 0, final.stderr[-3000:]
+    positions = _changelog_positions(s3, sink, table)
+    assert positions and len(positions) == len(set(positions)), "a change was committed twice"
+    assert not compare_rows(_lake_rows(s3, sink, table), mariadb.port, table)
