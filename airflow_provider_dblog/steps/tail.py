@@ -22,18 +22,23 @@ from airflow_provider_dblog.store.object_store import check_sink
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
+TABLE_SCAN_SECONDS = 10.0  # how often a continuous tail looks for tables reported since it started
 
 
 def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seconds: float = 1.0,
              max_events: int = 0, tables: list[str] | None = None, spark=None,
              stop_event: threading.Event | None = None, progress_seconds: float = 10.0,
              decode_parallelism: int = 0, driver_catch_up_bytes: int = 0, merge_interval: float = 0.0,
-             checkpoint: str | None = None, schema_changes: str = "evolve") -> dict:
+             checkpoint: str | None = None, schema_changes: str = "evolve",
+             table_scan_seconds: float = TABLE_SCAN_SECONDS) -> dict:
     """Run the tail; ``checkpoint``: the directory of its Spark checkpoints (default STATE/checkpoints; required
     for an object-store state); ``driver_catch_up_bytes`` > 0 lets a cold available-now catch-up of at most that much
     binlog run in this process (local runs only: ``local.catch_up``); ``merge_interval``: update the
     lake's ``current`` tables at most this often (seconds; 0: every micro-batch), and when the tail ends;
-    ``schema_changes``: what a DDL statement of a captured table does (``readers.change_committer``)."""
+    ``schema_changes``: what a DDL statement of a captured table does (``readers.change_committer``).
+    A continuous tail of every planned table (no ``tables``) also follows tables that join the offset map
+    while it runs (planned, snapshotted and reported later, e.g. a wider ``--tables`` pattern): every
+    ``table_scan_seconds`` it starts their streams beside the running ones."""
     state = StateDir(state_dir, checkpoint)
     check_sink(sink)
     with tail_lock(state):
@@ -74,10 +79,26 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             if todo:
                 queries, sinks = start_queries(state, sink, todo, available_now, trigger_seconds, max_events,
                                                decode_parallelism, spark, merge_interval, schema_changes)
-                last_log = [0.0]
+                last_log, last_scan = [0.0], [time.time()]
+
+                def join_new_tables() -> None:
+                    """Tables reported since the tail started join it (their own streams; the others go on)."""
+                    last_scan[0] = time.time()
+                    added = [t for t in sorted(state.offsets()) if t not in queries]
+                    if not added:
+                        return
+                    log.info("tail: %s joined the offset map: starting their streams", ", ".join(added))
+                    create_unread_tables(state, sink, dialect, added)
+                    more, more_sinks = start_queries(state, sink, added, available_now, trigger_seconds, max_events,
+                                                     decode_parallelism, spark, merge_interval, schema_changes)
+                    queries.update(more)
+                    sinks.update(more_sinks)
+                    names.extend(added)
 
                 def tick() -> None:
                     tracker.sample()
+                    if not available_now and tables is None and time.time() - last_scan[0] >= table_scan_seconds:
+                        join_new_tables()
                     if time.time() - last_log[0] >= progress_seconds:
                         last_log[0] = time.time()
                         log.info("tail: %s rows so far; lag %s", {**rows, **{n: s.rows for n, s in sinks.items()}},
