@@ -157,8 +157,11 @@ def local_session(app_name: str, master: str | None = None, short_lived: bool = 
         return active
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    master = master or local_master()
+    builder = session_builder(app_name, master)
+    if task_slots(master) is None:  # a cluster (DBLOG_SPARK_MASTER): its stock session, nothing tuned for one machine
+        return started(builder.getOrCreate())
     spark_home = _local_spark_home()
-    builder = session_builder(app_name, master or local_master())
     java_options = os.environ.get("DBLOG_SPARK_DRIVER_JAVA_OPTIONS", SHORT_LIVED_JAVA_OPTIONS) if short_lived else ""
     java_options = " ".join(o for o in (java_options, class_data_sharing_options(short_lived, spark_home)) if o)
     if java_options:
