@@ -94,10 +94,11 @@ class ChangeCommitter:
         """Rows decoded with other columns than the lake's, newer than its last schema change, and no DDL
         statement seen (one the parser did not attribute to the table): followed like a statement that
         needs a re-read, from the first such row."""
+        newer = [BinlogPosition.decode(pc.min(p["_pos"]).as_py()).in_file_of(end) for p in parts
+                 if p.num_rows and _differs(source_columns(p.schema), self.lake.source)]
+        if not newer:
+            return []
         since = self.lake.schema_position()
-        newer = [pc.min(p["_pos"]).as_py() for p in parts if p.num_rows and _differs(source_columns(p.schema),
-                                                                                         self.lake.source)]
-        newer = [BinlogPosition.decode(p).in_file_of(end) for p in newer]
         newer = [p for p in newer if since is None or p > since]
         if not newer:
             return []
