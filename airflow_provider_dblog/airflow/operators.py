@@ -126,7 +126,7 @@ class ChunkPlannerOperator(BaseOperator):
         self.force = force
 
     def execute(self, context) -> list[dict]:
-        from airflow_provider_dblog.steps.plan import plan_tables, resolve_tables
+        from airflow_provider_dblog.steps.plan import capture_options, plan_tables, resolve_tables
 
         try:
             if not self.tables or not str(self.tables).strip():
@@ -139,7 +139,10 @@ class ChunkPlannerOperator(BaseOperator):
             summary = plan_tables(source, tables, self.state_dir, chunk_keys(self.chunk_key, tables),
                                   chunk_size=chunk_size, batch_size=batch_size,
                                   watermark=str(self.watermark or "") or hook.watermark(),
-                                  watermark_table=options.get("watermark_table"), save_password=False, options=options,
+                                  watermark_table=options.get("watermark_table"), save_password=False,
+                                  options={**options, **capture_options(str(self.tables), self.exclude or None,
+                                                                        chunk_size, batch_size,
+                                                                        self.batch_rows or None)},
                                   batch_rows=self.batch_rows or None, startup=self.startup or None)
             batches = [b for b in summary["batches"] if set(b["tables"]) & set(tables)]
             check_map_length(len(batches), "snapshot batches",

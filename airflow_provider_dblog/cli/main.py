@@ -86,12 +86,13 @@ def _capture(args):
 
 
 def cmd_plan(args) -> dict:
-    from airflow_provider_dblog.steps.plan import plan_tables
+    from airflow_provider_dblog.steps.plan import capture_options, plan_tables
 
     source, tables, keys = _capture(args)
     return plan_tables(source, tables, args.state, keys, chunk_size=args.chunk_size, batch_size=args.batch_size,
                        watermark=args.watermark, watermark_table=args.watermark_table, batch_rows=args.batch_rows,
-                       startup=args.startup)
+                       startup=args.startup, options=capture_options(args.tables, args.exclude, args.chunk_size,
+                                                                     args.batch_size, args.batch_rows, args.watermark))
 
 
 def cmd_snapshot(args) -> dict:
@@ -160,12 +161,15 @@ def cmd_resnapshot(args) -> dict:
 
 
 def cmd_run(args) -> dict:
+    from airflow_provider_dblog.steps.plan import capture_options
     from airflow_provider_dblog.steps.run import run_capture
 
     source, tables, keys = _capture(args)
     return run_capture(source, tables, args.state, args.sink, args.chunk_size, args.batch_size, keys, args.watermark,
                        args.watermark_table, args.driver_threads, args.batch_rows, args.startup,
-                       schema_changes=args.schema_changes, checkpoint=args.checkpoint)
+                       schema_changes=args.schema_changes, checkpoint=args.checkpoint,
+                       options=capture_options(args.tables, args.exclude, args.chunk_size, args.batch_size,
+                                               args.batch_rows, args.watermark))
 
 
 def _schema_changes_option(p: argparse.ArgumentParser) -> None:

@@ -91,6 +91,19 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
     return plan_summary(state)
 
 
+def capture_options(patterns: str | None, exclude: str | None, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                    batch_size: int = DEFAULT_BATCH_SIZE, batch_rows: int | None = None,
+                    watermark: str = "auto") -> dict:
+    """The plan's record of a capture by patterns (``options["capture"]``): a continuous tail plans, reads
+    and follows the tables that start to match them while it runs (``steps.new_tables``)."""
+    if not patterns:
+        return {}
+    return {"capture": {"tables": patterns if isinstance(patterns, str) else ",".join(patterns),
+                        "exclude": (exclude if isinstance(exclude, str) else ",".join(exclude)) if exclude else None,
+                        "chunk_size": chunk_size, "batch_size": batch_size, "batch_rows": batch_rows,
+                        "watermark": watermark}}
+
+
 def describe_tables(dialect, tables: Sequence[str], chunk_keys: dict) -> dict:
     """Every table's metadata; one line naming every table without a usable key."""
     metas, keyless = {}, []

@@ -29,7 +29,7 @@ def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sin
                 chunk_keys: dict[str, Sequence[str]] | None = None, watermark: str = "auto",
                 watermark_table: str | None = None, driver_threads: int | None = None,
                 batch_rows: int | None = None, startup: str | None = None,
-                schema_changes: str = "evolve", checkpoint: str | None = None) -> dict:
+                schema_changes: str = "evolve", checkpoint: str | None = None, options: dict | None = None) -> dict:
     """Plan, snapshot (startup modes that read one), report and an available-now tail (unless every
     table's startup mode is snapshot-only). ``checkpoint``: the tail's Spark checkpoint directory
     (``steps.tail.run_tail``)."""
@@ -45,7 +45,8 @@ def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sin
     needs_spark = snapshots and driver_reading_needs_spark(threads, local_master())
     spark = BackgroundSession("dblog-run") if needs_spark else None
     plan = plan_tables(source, tables, state_dir, chunk_keys, chunk_size=chunk_size, batch_size=batch_size,
-                       watermark=watermark, watermark_table=watermark_table, batch_rows=batch_rows, startup=startup)
+                       watermark=watermark, watermark_table=watermark_table, batch_rows=batch_rows, startup=startup,
+                       options=options)
     state = StateDir(state_dir)
     batches = [b for b in state.batches() if set(b.tables) & set(tables)]
     todo = sum(len(state.unreported_chunks(table)) for table in tables)

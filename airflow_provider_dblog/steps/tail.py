@@ -37,8 +37,9 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
     lake's ``current`` tables at most this often (seconds; 0: every micro-batch), and when the tail ends;
     ``schema_changes``: what a DDL statement of a captured table does (``readers.change_committer``).
     A continuous tail of every planned table (no ``tables``) also follows tables that join the offset map
-    while it runs (planned, snapshotted and reported later, e.g. a wider ``--tables`` pattern): every
-    ``table_scan_seconds`` it starts their streams beside the running ones."""
+    while it runs (planned, snapshotted and reported later, e.g. a wider ``--tables`` pattern, or created
+    at the source and matching the plan's patterns: ``steps.new_tables``): every ``table_scan_seconds`` it
+    starts their streams beside the running ones."""
     state = StateDir(state_dir, checkpoint)
     check_sink(sink)
     with tail_lock(state):
@@ -79,10 +80,14 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             if todo:
                 queries, sinks = start_queries(state, sink, todo, available_now, trigger_seconds, max_events,
                                                decode_parallelism, spark, merge_interval, schema_changes)
-                last_log, last_scan = [0.0], [time.time()]
+                last_log, last_scan, refused = [0.0], [time.time()], set()
 
                 def join_new_tables() -> None:
-                    """Tables reported since the tail started join it (their own streams; the others go on)."""
+                    """Tables reported since the tail started join it (their own streams; the others go on),
+                    after tables that started to match the capture's patterns are planned, read and reported."""
+                    from airflow_provider_dblog.steps.new_tables import capture_new_tables
+
+                    capture_new_tables(state, sink, spark, refused)
                     last_scan[0] = time.time()
                     added = [t for t in sorted(state.offsets()) if t not in queries]
                     if not added:

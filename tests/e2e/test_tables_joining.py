@@ -1,6 +1,7 @@
 """Tables added while a continuous tail runs (real MariaDB, Spark local[2]): a table planned, snapshotted
-and reported later (a wider pattern) joins the running tail without stopping it; the first table's
-stream goes on meanwhile, and a dropped table stops being written while its lake tables stay."""
+and reported later (a wider pattern), or created at the source under the capture's pattern, joins the
+running tail without stopping it; the other streams go on meanwhile, and a dropped table stops being
+written while its lake tables stay."""
 from __future__ import annotations
 
 import threading
@@ -10,7 +11,7 @@ import pytest
 
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.steps.mirror import current_rows
-from airflow_provider_dblog.steps.plan import plan_tables
+from airflow_provider_dblog.steps.plan import capture_options, plan_tables
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
@@ -74,3 +75,33 @@ def test_a_table_reported_later_joins_the_running_tail(mariadb, db, spark, tmp_p
         tail.join(timeout=120)
     assert set(result["rows"]) == {f"{db}.a", f"{db}.b", f"{db}.gone"}
     assert current_rows(state, sink, f"{db}.gone").num_rows == 300  # dropped at the source: its lake stays
+
+
+def test_a_table_created_while_the_tail_runs_is_captured(mariadb, db, spark, tmp_path):
+    """A capture by pattern: a table created at the source while the continuous tail runs is planned,
+    read and streamed by the tail itself; a created table without a key is left out with a log line."""
+    mariadb.sql(f"CREATE TABLE {db}.a (id INT PRIMARY KEY, v INT)",
+                f"INSERT INTO {db}.a SELECT seq, seq FROM {db}.seq_1_to_200")
+    state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
+    source = SourceConfig.parse(mariadb.uri())
+    plan_tables(source, [f"{db}.a"], state, chunk_size=100, options=capture_options(f"{db}.*", None, 100))
+    _snapshot_new(state, sink, spark, set())
+    build_offsets(state)
+    stop = threading.Event()
+    result: dict = {}
+    tail = threading.Thread(target=lambda: result.update(run_tail(
+        state, sink, available_now=False, trigger_seconds=0.5, spark=spark, stop_event=stop, table_scan_seconds=1)))
+    tail.start()
+    try:
+        mariadb.sql(f"CREATE TABLE {db}.created (id INT PRIMARY KEY, v VARCHAR(10))",
+                    f"INSERT INTO {db}.created SELECT seq, CONCAT('v', seq) FROM {db}.seq_1_to_350",
+                    f"CREATE TABLE {db}.nokey (v INT)", f"INSERT INTO {db}.nokey VALUES (1)")
+        time.sleep(2)
+        mariadb.sql(f"UPDATE {db}.created SET v = 'late' WHERE id % 7 = 0", f"UPDATE {db}.a SET v = 0 WHERE id < 20")
+        assert not _wait_equal(mariadb, state, sink, f"{db}.created")
+        assert not _wait_equal(mariadb, state, sink, f"{db}.a")
+        assert tail.is_alive()
+    finally:
+        stop.set()
+        tail.join(timeout=120)
+    assert f"{db}.created" in result["rows"] and f"{db}.nokey" not in StateDir(state).tables()
