@@ -14,7 +14,7 @@ import sys
 import threading
 
 from airflow_provider_dblog.core.config import chunk_keys, parse_chunk_ids
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, root_cause
 from airflow_provider_dblog.core.schema_events import SCHEMA_CHANGE_BEHAVIOURS
 
 log = logging.getLogger("dblog")
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None, spark_submit: bool = False) -> int:
         return 130
     except Exception as exc:  # one line, no traceback, no secrets
         log.debug("unexpected error", exc_info=True)
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        first = root_cause(str(exc))[:300]
         for secret in _SECRETS:
             first = first.replace(secret, "***")
         print(f"dblog: error: {type(exc).__name__}: {first} (rerun with -v for details)", file=sys.stderr)

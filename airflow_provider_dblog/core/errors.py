@@ -1,4 +1,6 @@
-"""One exception type whose message is the one-line reason shown to the user (CLI, task log)."""
+"""One exception type whose message is the one-line reason shown to the user (CLI, task log), and the
+one line to show for an error that crossed Spark (an executor's Python traceback inside Py4J's)."""
+import re
 
 
 class DblogError(Exception):
@@ -11,3 +13,22 @@ class DblogError(Exception):
 class SchemaChangedError(DblogError):
     """The table's columns changed while a chunk was read (a DDL statement in its watermark window):
     the chunk is read again with the columns now in force."""
+
+
+def root_cause(message: str) -> str:
+    """The first line that says what went wrong, not Py4J's or Spark's wrapper headers; an executor that
+    cannot import a module gets the fix."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for line in lines:
+        for marker in ("DblogError: ", "dblog: error: "):
+            if marker in line:
+                return line.split(marker, 1)[1]
+    missing = re.search(r"ModuleNotFoundError: No module named '([^']+)'", message)
+    if missing and "python worker" in message.lower():
+        return (f"the Python of the Spark executors cannot import {missing.group(1)}: install "
+                f"airflow-provider-dblog and its executor requirements into it (spark.pyspark.python), or ship "
+                f"them with --py-files / spark.archives (docs/deploy.md)")
+    for line in reversed(lines):
+        if "Error: " in line or "Exception: " in line:
+            return line
+    return lines[0] if lines else message

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Callable
 
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, root_cause
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.readers.change_committer import REPLANNED, ChangeCommitter
 from airflow_provider_dblog.spark.session import spark_session
@@ -117,19 +117,6 @@ def end_offsets(queries: dict) -> dict[str, BinlogPosition]:
 def _raise_failure(name: str, query) -> None:
     if query.exception() is not None:
         raise DblogError(f"tail of {name} failed: {root_cause(str(query.exception()))}")
-
-
-def root_cause(message: str) -> str:
-    """The first line that says what went wrong, not Py4J's or Spark's wrapper headers."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    for line in lines:
-        for marker in ("DblogError: ", "dblog: error: "):
-            if marker in line:
-                return line.split(marker, 1)[1]
-    for line in reversed(lines):
-        if "Error: " in line or "Exception: " in line:
-            return line
-    return lines[0] if lines else message
 
 
 def watch(queries: dict, should_stop: Callable[[], bool], tick: Callable[[], None],
