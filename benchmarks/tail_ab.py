@@ -1,0 +1,68 @@
+"""A/B of the plain tail (no schema change): one revision against the working tree, same binlog.
+
+    python benchmarks/tail_ab.py --rev 306c40b [--rows 100000] [--events 200000] [--rounds 2]
+
+A private MariaDB; per round and side a fresh table captured with that side's ``dblog run``, then the
+same row changes on both tables (UPDATEs of 1,000 rows), then each side's ``dblog tail --available-now
+--driver-catch-up-mb 0`` (the streaming path, one process) over the same binlog range, the order
+alternating. Prints JSON with the best rows/s per side and their ratio (B / A).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+
+import common
+from schema_change_tail import workload
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rev", required=True, help="side A: this git revision (side B: the working tree)")
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    revision = str(common.export_revision(args.rev)[1])
+    common.CODE["pythonpath"] = None
+    work = common.BENCH_DIR / "tail-ab"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    server = common.start_server(work / "mariadb")
+    results = []
+    try:
+        server.sql("CREATE DATABASE bench")
+        for r in range(args.rounds):
+            tables = {side: f"bench.{side}_{r}" for side in ("A", "B")}
+            for side, table in tables.items():
+                common.CODE["pythonpath"] = revision if side == "A" else None
+                server.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(12,2), "
+                           f"d DATETIME)")
+                server.sql(f"INSERT INTO {table} SELECT seq, seq, CONCAT('row ', seq), seq / 7, "
+                           f"'2024-01-01' + INTERVAL seq SECOND FROM bench.seq_1_to_{args.rows}")
+                common.dblog_run(server, table, work / f"state-{table}", work / f"sink-{side}", 25_000,
+                                 log_path=work / f"run-{table}.log")
+            for table in tables.values():
+                workload(server, table, args.events, 10_000, ddl=False)
+            for side in (["A", "B"] if r % 2 == 0 else ["B", "A"]):
+                common.CODE["pythonpath"] = revision if side == "A" else None
+                table = tables[side]
+                timed = common.dblog(["tail", "--state", str(work / f"state-{table}"), "--sink",
+                                      str(work / f"sink-{side}"), "--available-now", "--driver-catch-up-mb", "0"],
+                                     log_path=work / f"tail-{table}.log")
+                rows = timed.json()["rows"][table]
+                results.append({"round": r, "side": side, "seconds": round(timed.seconds, 2), "rows": rows,
+                                "rows_per_s": round(rows / timed.seconds)})
+                common.log(f"round {r} {side}: {rows} rows in {timed.seconds:.1f}s")
+    finally:
+        common.CODE["pythonpath"] = None
+        server.stop()
+    best = {side: max(x["rows_per_s"] for x in results if x["side"] == side) for side in ("A", "B")}
+    print(json.dumps({"rev_a": args.rev, "results": results, "best_rows_per_s": best,
+                      "ratio_b_to_a": round(best["B"] / best["A"], 3), "machine": common.machine_info(),
+                      "code": common.code_version()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
