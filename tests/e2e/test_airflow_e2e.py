@@ -67,9 +67,14 @@ class AirflowHome:
 @pytest.fixture(scope="module")
 def airflow(mariadb, tmp_path_factory) -> AirflowHome:
     base = tmp_path_factory.mktemp("airflow")
+    return airflow_home(mariadb, base, f"af{os.getpid()}", str(base / "state"), str(base / "lake"))
+
+
+def airflow_home(mariadb, base: Path, database: str, state: str, sink: str, extra: dict | None = None
+                 ) -> AirflowHome:
+    """An AIRFLOW_HOME of its own (SQLite, migrated) whose DAGs capture ``database.orders``."""
     home = base / "home"
     home.mkdir()
-    database = f"af{os.getpid()}"
     mariadb.sql(f"DROP DATABASE IF EXISTS {database}", f"CREATE DATABASE {database}")
     table = f"{database}.orders"
     port = free_port()
@@ -92,8 +97,8 @@ def airflow(mariadb, tmp_path_factory) -> AirflowHome:
             "conn_type": "mysql", "host": "127.0.0.1", "port": mariadb.port, "login": "dblog",
             "password": PASSWORD, "extra": {"watermark": "auto", "server_id_range": [3000000, 3999999]}}),
         "DBLOG_CONN_ID": CONN_ID,
-        "DBLOG_STATE": str(base / "state"),
-        "DBLOG_SINK": str(base / "lake"),
+        "DBLOG_STATE": state,
+        "DBLOG_SINK": sink,
         "DBLOG_TABLES": table,
         "DBLOG_CHUNK_SIZE": "500",
         "DBLOG_BATCH_SIZE": "2",
@@ -101,8 +106,9 @@ def airflow(mariadb, tmp_path_factory) -> AirflowHome:
         "DBLOG_SPARK_CONF": json.dumps(FAST_JVM),
         # no password anywhere but the Airflow connection: no credentials file, no $DBLOG_SOURCE_PASSWORD
         "DBLOG_CREDENTIALS": str(base / "no-credentials.json"),
+        **(extra or {}),
     })
-    af = AirflowHome(home, env, str(base / "state"), str(base / "lake"), table, mariadb, port=port)
+    af = AirflowHome(home, env, state, sink, table, mariadb, port=port)
     proc = af.run("db", "migrate", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return af
@@ -482,3 +488,41 @@ def test_api_resnapshot_and_cleared_instance_converge_while_the_tail_runs(airflo
 
     assert_mirror_equals_source(airflow, spark, tmp_path, monkeypatch)
     assert_no_password_anywhere(airflow)
+
+
+def test_the_dags_on_a_standalone_cluster_with_state_and_lake_on_s3(mariadb, tmp_path):
+    """``dblog_initial_load`` with a writer running, then ``dblog_tail``, through ``airflow dags test`` on a
+    standalone master + worker whose executors cannot see this host's files, state and lake on S3:
+    ``current`` equals the source."""
+    from tests.support.lakecheck import compare_rows
+    from tests.support.seaweedfs import SeaweedS3
+    from tests.support.spark_cluster import SparkCluster
+
+    local = tmp_path / "airflow"  # the Airflow worker's own disk: hidden from the Spark worker
+    local.mkdir()
+    with SeaweedS3(tmp_path / "s3") as s3, SparkCluster(tmp_path / "cluster", hidden=local, env=s3.env()) as cluster:
+        af = airflow_home(mariadb, local, f"afc{os.getpid()}", "s3://lake/af/state", "s3://lake/af/lake", {
+            **s3.env(), "DBLOG_CHECKPOINT": str(local / "checkpoint"),
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
+                                                      "port": int(cluster.master.rsplit(":", 1)[1])})})
+        create_table(mariadb, af.table)
+        writer = Writer(mariadb, af.table, seed=5)
+        writer.start()
+        try:
+            load = af.run("dags", "test", "dblog_initial_load", timeout=900)
+        finally:
+            writer.stop()
+        assert load.returncode == 0 and af.metadata.run_state("dblog_initial_load") == "success", (
+            load.stdout[-6000:] + load.stderr[-3000:])
+        tail = af.run("dags", "test", "dblog_tail", timeout=600)
+        assert tail.returncode == 0 and af.metadata.run_state("dblog_tail") == "success", tail.stdout[-6000:]
+        assert "app-" in (tmp_path / "cluster" / "logs" / "master.out").read_text()  # the cluster ran them
+        from deltalake import DeltaTable
+
+        options = {"AWS_ACCESS_KEY_ID": s3.env()["AWS_ACCESS_KEY_ID"],
+                   "AWS_SECRET_ACCESS_KEY": s3.env()["AWS_SECRET_ACCESS_KEY"], "AWS_ENDPOINT_URL": s3.endpoint,
+                   "AWS_REGION": s3.env()["AWS_REGION"], "AWS_ALLOW_HTTP": "true"}
+        lake = DeltaTable(f"{af.sink}/{af.table}/current", storage_options=options).to_pyarrow_dataset().to_table()
+        problems = compare_rows(lake, mariadb.port, af.table)
+        assert not problems, problems[:5]
+        assert all(PASSWORD not in output for output in af.outputs)
