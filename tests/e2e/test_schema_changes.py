@@ -217,3 +217,43 @@ def test_a_new_primary_key_plans_the_table_again(mariadb, db, spark, tmp_path):
     mariadb.sql(f"UPDATE {table} SET b = CONCAT(b, 'x') WHERE id % 6 = 0", f"INSERT INTO {table} VALUES (9000, 1, 'new', 2)")
     tail(state, sink, spark, "stream")
     assert_lake_equals_source(mariadb, state, sink, table)
+
+
+def test_a_tail_killed_right_after_a_ddl_event_converges(mariadb, db, spark, tmp_path):
+    """SIGKILL of a continuous `dblog tail` the moment it has recorded a DDL statement (before or while it
+    follows it), then a restart: the lake equals the source, each change once."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    table, state, sink = start_capture(mariadb, db, spark, tmp_path)
+    dblog = str(Path(sys.executable).parent / "dblog")
+    env = {**os.environ, "DBLOG_SPARK_MASTER": "local[1]"}
+    schemas = Path(state) / "schemas" / f"{table}.json"
+    for round_ in range(2):
+        process = subprocess.Popen([dblog, "tail", "--state", state, "--sink", sink, "--continuous",
+                                 "--trigger-seconds", "0.5"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=open(tmp_path / f"tail{round_}.log", "w"), start_new_session=True,
+                                cwd=tmp_path)
+        try:
+            time.sleep(12 if round_ == 0 else 6)  # the JVM and the first micro-batch
+            before = len(json.loads(schemas.read_text())["changes"]) if schemas.exists() else 0
+            mariadb.sql(f"UPDATE {table} SET a = a + 1 WHERE id % 4 = {round_}",
+                        f"ALTER TABLE {table} ADD COLUMN k{round_} INT DEFAULT {round_ + 10}",
+                        f"UPDATE {table} SET k{round_} = 1 WHERE id % 9 = 0")
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                if schemas.exists() and len(json.loads(schemas.read_text())["changes"]) > before:
+                    break
+                time.sleep(0.02)
+            else:
+                raise AssertionError((tmp_path / f"tail{round_}.log").read_text()[-3000:])
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    tail(state, sink, spark, "stream")
+    assert_lake_equals_source(mariadb, state, sink, table)
+    assert_each_change_once(sink, table)
