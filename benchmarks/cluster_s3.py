@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 
 import common
 
@@ -28,14 +27,11 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=25_000)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    work = common.BENCH_DIR / "cluster-s3"
-    shutil.rmtree(work, ignore_errors=True)
-    (work / "driver").mkdir(parents=True)
-    server = common.start_server(work / "mariadb")
+    work, server = common.fresh_server("cluster-s3")
+    (work / "driver").mkdir()
     results = []
     try:
         with SeaweedS3(work / "s3") as s3, SparkCluster(work / "cluster", hidden=work / "driver", env=s3.env()) as cluster:
-            server.sql("CREATE DATABASE bench")
             setups = {
                 "local[2], local paths": ({"DBLOG_SPARK_MASTER": "local[2]"}, str(work / "driver" / "state-{}"),
                                           str(work / "driver" / "lake")),
@@ -44,10 +40,7 @@ def main() -> None:
             for r in range(args.rounds):
                 for name, (env, state, sink) in (setups.items() if r % 2 == 0 else reversed(setups.items())):
                     table = f"bench.t_{r}_{len(results)}"
-                    server.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(12,2), "
-                               f"d DATETIME)")
-                    server.sql(f"INSERT INTO {table} SELECT seq, seq, CONCAT('row ', seq), seq / 7, "
-                               f"'2024-01-01' + INTERVAL seq SECOND FROM bench.seq_1_to_{args.rows}")
+                    common.create_synthetic_table(server, table, args.rows)
                     state_dir = state.format(table)
                     checkpoint = str(work / "driver" / f"checkpoint-{table}")
                     run = common.run_timed([common.DBLOG, "run", "--source", server.uri(), "--table", table,

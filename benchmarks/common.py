@@ -98,6 +98,24 @@ def start_server(datadir: Path, flags: tuple[str, ...] = SERVER_FLAGS):
     return LocalMariaDB(datadir, extra_flags=flags).start(timeout=180)
 
 
+def fresh_server(name: str):
+    """A new private MariaDB under ``BENCH_DIR/name`` (emptied first) with a ``bench`` database; returns
+    (its directory, the server)."""
+    work = BENCH_DIR / name
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    server = start_server(work / "mariadb")
+    server.sql("CREATE DATABASE bench")
+    return work, server
+
+
+def create_synthetic_table(server, table: str, rows: int) -> None:
+    """``table`` (id, a, b, c, d: INT, INT, VARCHAR, DECIMAL, DATETIME) with ``rows`` rows."""
+    server.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(12,2), d DATETIME)")
+    server.sql(f"INSERT INTO {table} SELECT seq, seq, CONCAT('row ', seq), seq / 7, "
+               f"'2024-01-01' + INTERVAL seq SECOND FROM bench.seq_1_to_{rows}")
+
+
 def connect(server, db: str | None = None, **kw):
     import pymysql
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 
 import common
@@ -46,20 +45,13 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    work = common.BENCH_DIR / "schema-change-tail"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    server = common.start_server(work / "mariadb")
+    work, server = common.fresh_server("schema-change-tail")
     results = []
     try:
-        server.sql("CREATE DATABASE bench")
         for r in range(args.rounds):
             tables = {kind: f"bench.{kind}_{r}" for kind in ("plain", "ddl")}
             for table in tables.values():
-                server.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(12,2), "
-                           f"d DATETIME)")
-                server.sql(f"INSERT INTO {table} SELECT seq, seq, CONCAT('row ', seq), seq / 7, "
-                           f"'2024-01-01' + INTERVAL seq SECOND FROM bench.seq_1_to_{args.rows}")
+                common.create_synthetic_table(server, table, args.rows)
                 common.dblog_run(server, table, work / f"state-{table}", work / "sink", 25_000,
                                  log_path=work / f"run-{table}.log")
             workload(server, tables["plain"], args.events, args.every, ddl=False)

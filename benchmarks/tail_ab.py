@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 
 import common
 from schema_change_tail import workload
@@ -26,21 +25,14 @@ def main() -> None:
     args = parser.parse_args()
     revision = str(common.export_revision(args.rev)[1])
     common.CODE["pythonpath"] = None
-    work = common.BENCH_DIR / "tail-ab"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    server = common.start_server(work / "mariadb")
+    work, server = common.fresh_server("tail-ab")
     results = []
     try:
-        server.sql("CREATE DATABASE bench")
         for r in range(args.rounds):
             tables = {side: f"bench.{side}_{r}" for side in ("A", "B")}
             for side, table in tables.items():
                 common.CODE["pythonpath"] = revision if side == "A" else None
-                server.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(12,2), "
-                           f"d DATETIME)")
-                server.sql(f"INSERT INTO {table} SELECT seq, seq, CONCAT('row ', seq), seq / 7, "
-                           f"'2024-01-01' + INTERVAL seq SECOND FROM bench.seq_1_to_{args.rows}")
+                common.create_synthetic_table(server, table, args.rows)
                 common.dblog_run(server, table, work / f"state-{table}", work / f"sink-{side}", 25_000,
                                  log_path=work / f"run-{table}.log")
             for table in tables.values():
