@@ -33,8 +33,7 @@ from airflow_provider_dblog.core.schema_events import SchemaChange, alter_action
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.chunk_reader import persist_reports, run_chunk
 from airflow_provider_dblog.source.dialect import DataSourceDialect
-from airflow_provider_dblog.store.lake import changelog_schema
-from airflow_provider_dblog.store.lake_tables import LakeTables, source_columns, widens
+from airflow_provider_dblog.store.lake_tables import LakeTables, conform, same_columns, source_columns, widens
 from airflow_provider_dblog.store.state import StateDir, TablePlan
 
 log = logging.getLogger("dblog")
@@ -80,7 +79,7 @@ class ChangeCommitter:
         if todo and self.behaviour == "fail":
             self._stop_at(rows, todo[0])
         if self.behaviour == "freeze":
-            rows = self.lake.conform_rows(rows, self.lake.changelog_schema)
+            rows = conform(rows, self.lake.changelog_schema)
         outcome = self.lake.commit_stream(rows, end, update_current=update_current and not todo)
         if todo:
             self.follow(todo, [p for p in parts if p.num_rows], end)
@@ -95,7 +94,7 @@ class ChangeCommitter:
         statement seen (one the parser did not attribute to the table): followed like a statement that
         needs a re-read, from the first such row."""
         newer = [BinlogPosition.decode(pc.min(p["_pos"]).as_py()).in_file_of(end) for p in parts
-                 if p.num_rows and _differs(source_columns(p.schema), self.lake.source)]
+                 if p.num_rows and not same_columns(source_columns(p.schema), self.lake.source)]
         if not newer:
             return []
         since = self.lake.schema_position()
@@ -231,10 +230,6 @@ class ChangeCommitter:
                 log.warning("schema change ignored (--schema-changes freeze): %s", change.describe())
 
 
-def _differs(a: pa.Schema, b: pa.Schema) -> bool:
-    return a.names != b.names or a.types != b.types
-
-
 def statement_groups(changes: Sequence[SchemaChange], parts: Sequence[pa.Table | pa.RecordBatch]
                      ) -> list[tuple[list[SchemaChange], pa.Schema | None]]:
     """The statements in groups, each with the source columns of the rows decoded after it (None: no row
@@ -305,7 +300,3 @@ def _rows(parts: Sequence[pa.Table | pa.RecordBatch], schema: pa.Schema) -> pa.T
     if not tables:
         return schema.empty_table()
     return pa.concat_tables(tables, promote_options="permissive")
-
-
-def lake_schema(dialect: DataSourceDialect, meta: TableMeta) -> pa.Schema:
-    return changelog_schema(dialect.arrow_schema(meta))

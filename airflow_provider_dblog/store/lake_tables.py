@@ -134,7 +134,7 @@ class LakeTables:
         # the lake's columns are what it holds (a schema change may have been followed by another writer a
         # moment ago); what a caller read is compared with them (``commit_chunk``)
         source = source_columns(_arrow_schema(table))
-        if source.names != self.source.names or source.types != self.source.types:
+        if not same_columns(source, self.source):
             self._use_source(source)
         return table
 
@@ -276,9 +276,6 @@ class LakeTables:
                         commit_properties=CommitProperties(app_transactions=[
                             Transaction(app, position.boundary().to_version())]))
 
-    def conform_rows(self, rows: pa.Table, schema: pa.Schema) -> pa.Table:
-        return conform(rows, schema)
-
     # ---- positions the lake records ----
     def tail_position(self) -> BinlogPosition | None:
         """How far the tail's changes are in the changelog (None before its first batch)."""
@@ -290,7 +287,7 @@ class LakeTables:
         later read of the chunk is already in ``current`` (this one changes nothing there)."""
         self.current()  # adopt the lake's columns if it followed a schema change
         source = source_columns(rows.schema)
-        if source.names != self.source.names or source.types != self.source.types:
+        if not same_columns(source, self.source):
             # read with other columns than the lake's: newer ones (the chunk read after a schema change)
             # change the lake; older ones (a read that started before it) take the lake's columns
             self.evolve(source, hw)
@@ -486,6 +483,11 @@ def changed_columns(data: pa.Table, source: pa.Schema, at: BinlogPosition, renam
             filled = pc.if_else(before, pa.scalar(value.as_py(), target.field(name).type), data[name])
             data = data.set_column(data.schema.get_field_index(name), target.field(name), filled)
     return data
+
+
+def same_columns(a: pa.Schema, b: pa.Schema) -> bool:
+    """Same column names and types, in order (nullability aside: a lake's and a source's may differ)."""
+    return a.names == b.names and a.types == b.types
 
 
 def source_columns(schema: pa.Schema) -> pa.Schema:

@@ -28,6 +28,16 @@ def _snapshot_new(state, sink, spark, done: set) -> None:
             done.add(batch.index)
 
 
+def _continuous_tail(state, sink, spark) -> tuple[threading.Thread, threading.Event, dict]:
+    """A continuous tail of every planned table in a thread: (thread, its stop event, its summary once done)."""
+    stop = threading.Event()
+    result: dict = {}
+    tail = threading.Thread(target=lambda: result.update(run_tail(
+        state, sink, available_now=False, trigger_seconds=0.5, spark=spark, stop_event=stop, table_scan_seconds=1)))
+    tail.start()
+    return tail, stop, result
+
+
 def _wait_equal(mariadb, state, sink, table, seconds=90) -> list[str]:
     problems = ["not checked"]
     deadline = time.time() + seconds
@@ -52,11 +62,7 @@ def test_a_table_reported_later_joins_the_running_tail(mariadb, db, spark, tmp_p
     batches: set = set()
     _snapshot_new(state, sink, spark, batches)
     build_offsets(state)
-    stop = threading.Event()
-    result: dict = {}
-    tail = threading.Thread(target=lambda: result.update(run_tail(
-        state, sink, available_now=False, trigger_seconds=0.5, spark=spark, stop_event=stop, table_scan_seconds=1)))
-    tail.start()
+    tail, stop, result = _continuous_tail(state, sink, spark)
     try:
         mariadb.sql(f"UPDATE {db}.a SET v = -v WHERE id < 100", f"DROP TABLE {db}.gone")
         assert not _wait_equal(mariadb, state, sink, f"{db}.a")
@@ -87,11 +93,7 @@ def test_a_table_created_while_the_tail_runs_is_captured(mariadb, db, spark, tmp
     plan_tables(source, [f"{db}.a"], state, chunk_size=100, options=capture_options(f"{db}.*", None, 100))
     _snapshot_new(state, sink, spark, set())
     build_offsets(state)
-    stop = threading.Event()
-    result: dict = {}
-    tail = threading.Thread(target=lambda: result.update(run_tail(
-        state, sink, available_now=False, trigger_seconds=0.5, spark=spark, stop_event=stop, table_scan_seconds=1)))
-    tail.start()
+    tail, stop, result = _continuous_tail(state, sink, spark)
     try:
         mariadb.sql(f"CREATE TABLE {db}.created (id INT PRIMARY KEY, v VARCHAR(10))",
                     f"INSERT INTO {db}.created SELECT seq, CONCAT('v', seq) FROM {db}.seq_1_to_350",

@@ -151,8 +151,17 @@ def _names_table(info: str, wanted: set[str]) -> bool:
     """Whether a listed Query event (``use `db`; STATEMENT``) is a DDL statement naming a ``wanted`` table."""
     match = _USE.match(info)
     default_db = match.group(1).strip("`") if match else ""
-    parsed = ddl_tables(info[match.end():] if match else info, default_db)
-    return parsed is not None and any(name.lower() in wanted for name in parsed[1])
+    return bool(captured_ddl(info[match.end():] if match else info, default_db, wanted)[1])
+
+
+def captured_ddl(statement: str, default_db: str, tables) -> tuple[str, list[str]]:
+    """(kind, the ``tables`` it names, in their own spelling) of a DDL statement; names compare
+    case-insensitively (a false match costs a re-check, a missed one would lose a schema change)."""
+    parsed = ddl_tables(statement, default_db)
+    if parsed is None:
+        return "", []
+    lowered = {name.lower(): name for name in tables}
+    return parsed[0], list(dict.fromkeys(lowered[n.lower()] for n in parsed[1] if n.lower() in lowered))
 
 
 # ---- row changes --------------------------------------------------------------------------------
@@ -280,10 +289,5 @@ def schema_changes(event, start: BinlogPosition, pos: BinlogPosition, metas: dic
                    ) -> list[SchemaChange]:
     """The captured tables a query event's DDL statement names (``start``: the boundary before it)."""
     default_db = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else str(event.schema)
-    parsed = ddl_tables(event.query, default_db)
-    if parsed is None:
-        return []
-    kind, names = parsed
-    lowered = {name.lower(): name for name in metas}
-    found = dict.fromkeys(lowered[n.lower()] for n in names if n.lower() in lowered)
-    return [SchemaChange(name, kind, event.query, start, pos) for name in found]
+    kind, names = captured_ddl(event.query, default_db, metas)
+    return [SchemaChange(name, kind, event.query, start, pos) for name in names]
