@@ -26,9 +26,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from airflow_provider_dblog.core.positions import BinlogPosition
-    from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
+    from airflow_provider_dblog.readers.binlog_reader import TableStream
     from airflow_provider_dblog.source import open_dialect
-    from airflow_provider_dblog.spark.binlog_source import BinlogStreamReader
+    from airflow_provider_dblog.spark.binlog_source import BinlogRange, BinlogStreamReader
     from airflow_provider_dblog.store.state import StateDir
 
     state = StateDir(args.state)
@@ -48,9 +48,10 @@ def main() -> None:
     events = list(dialect.read_changes(start, end, [plan.meta]))
     out["2_read_changes"] = {"rows": len(events), "seconds": round(time.perf_counter() - t, 3)}
 
-    reader = BinlogStreamReader(TableChangeReader(plan.meta, offsets, dialect), 0)
+    reader = BinlogStreamReader(state, "", args.table, 0)
     # every partition the source plans for [start, end), one after another (a Spark task each)
-    parts = reader.partitions(start.to_dict(), end.to_dict())
+    streams = {args.table: TableStream(plan.meta, offsets, start)}
+    parts = [BinlogRange(end.to_dict(), streams)]
     per_part = []
     for part in parts:
         t = time.perf_counter()

@@ -16,7 +16,7 @@ import pyarrow as pa
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
-from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
+from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream
 from airflow_provider_dblog.readers.change_committer import ChangeCommitter
 from airflow_provider_dblog.source.dialect import DataSourceDialect
 from airflow_provider_dblog.store.lake_tables import LakeTables
@@ -29,9 +29,9 @@ DRIVER_CATCH_UP_BYTES = 64 * 1024 * 1024
 def catch_up_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, table: str, offsets: TableOffsets,
                        now: BinlogPosition, limit_bytes: int = DRIVER_CATCH_UP_BYTES,
                        schema_changes: str = "evolve") -> int | None:
-    """Read ``[resume position, now)`` of ``table`` here if it is at most ``limit_bytes`` of binlog and no
-    streaming checkpoint owns the position; returns the rows written, or None (the range is Spark's)."""
-    if limit_bytes <= 0 or state.checkpoint(table).kind != "none":
+    """Read ``[resume position, now)`` of ``table`` here if it is at most ``limit_bytes`` of binlog; returns
+    the rows written, or None (the range is Spark's)."""
+    if limit_bytes <= 0:
         return None
     start = state.resume_position(table, offsets.min_hw)
     size = dialect.range_bytes(start, now)
@@ -40,13 +40,14 @@ def catch_up_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, t
     started = time.time()
     meta = state.table(table).meta
     schema = dialect.arrow_schema(meta)
-    items = list(TableChangeReader(meta, offsets, dialect).batches(start, now))
+    items = [item for _, item in ChangeReader({table: TableStream(meta, offsets, start)}, dialect).batches(now)]
     parts = [i for i in items if isinstance(i, pa.RecordBatch)]
     ddl = [i for i in items if isinstance(i, SchemaChange)]
     lake = LakeTables(sink, table, schema, meta.key_columns)
     ChangeCommitter(state, lake, dialect, schema_changes, sink=sink).commit(parts, ddl, now)
     rows = sum(p.num_rows for p in parts)
     state.write_caught_up(table, start, now)
+    state.record_tail_positions({table: now})
     log.info("tail: %s caught up in the driver: %d rows from %s bytes of binlog [%s, %s) in %.1fs "
              "(a streaming tail continues from there)", table, rows, f"{size:,}", start, now, time.time() - started)
     return rows

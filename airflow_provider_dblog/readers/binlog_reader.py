@@ -1,13 +1,16 @@
-"""Reading a table's binlog changes: ``[start, end)`` -> decoded events -> the emit rule -> lake rows.
+"""Reading tables' binlog changes: ``[start, end)`` -> decoded events -> the emit rule -> lake rows.
 
 Engine-neutral: Spark's streaming source runs it in executor tasks, the local catch-up in the driver.
-An event is emitted only after the high watermark of its key's chunk (Flink CDC's binlog split rule),
-and past the largest HW everything is; keys are located among chunk boundaries in the database's own
-order (``DataSourceDialect.sort_keys``), so case-insensitive and composite keys land in the right chunk.
+One read of the binlog serves every table (``ChangeReader``), each with its own offset map and floor:
+an event is emitted only after its table's floor (where the lake already holds every change) and after
+the high watermark of its key's chunk (Flink CDC's binlog split rule); past the largest HW everything
+is. Keys are located among chunk boundaries in the database's own order (``DataSourceDialect.sort_keys``),
+so case-insensitive and composite keys land in the right chunk.
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -23,8 +26,18 @@ from airflow_provider_dblog.store.lake import event_rows
 LOOKUP_BATCH = 2000  # events located among chunk boundaries per sort_keys call
 
 
+@dataclass(frozen=True)
+class TableStream:
+    """What reading one table's changes needs: its columns and key, its offset map, and its floor (the
+    lake holds every change of the table up to it, so the read starts after it)."""
+
+    meta: TableMeta
+    offsets: TableOffsets
+    floor: BinlogPosition
+
+
 class TableChangeReader:
-    """One table's changelog rows from the binlog, with its offset map's emit rule."""
+    """One table's emit rule: which events to write, and each one's chunk."""
 
     def __init__(self, meta: TableMeta, offsets: TableOffsets, dialect: DataSourceDialect):
         self.meta, self.offsets, self.dialect = meta, offsets, dialect
@@ -42,29 +55,59 @@ class TableChangeReader:
         kept = [(e, c) for e, c in zip(events, chunks) if self.offsets.should_emit(e.pos, c)]
         return [e for e, _ in kept], [c for _, c in kept]
 
-    def batches(self, start: BinlogPosition, end: BinlogPosition, share: tuple[int, int] = (0, 1)
-                ) -> Iterator[pa.RecordBatch | SchemaChange]:
-        """The range's changelog rows, each batch in the columns its rows were decoded with (a schema
-        change starts new batches), and the DDL statements naming the table, in binlog order."""
-        schema = self.dialect.arrow_schema(self.meta)
-        pending: list[ChangeEvent] = []
-        other_key = False  # rows of a version keyed otherwise than the plan: the driver plans the table again
+
+class _Pending:
+    """One table's events waiting to be turned into rows, in the columns of its current schema version."""
+
+    def __init__(self, stream: TableStream, dialect: DataSourceDialect):
+        self.stream, self.reader = stream, TableChangeReader(stream.meta, stream.offsets, dialect)
+        self.schema = dialect.arrow_schema(stream.meta)
+        self.floor = stream.floor.as_snapshot()
+        self.events: list[ChangeEvent] = []
+        self.other_key = False  # rows of a version keyed otherwise than the plan: the driver plans the table again
+
+    def rows(self) -> list[pa.RecordBatch]:
+        events, self.events = self.events, []
+        return event_rows(*self.reader.emitted(events), self.schema).to_batches() if events else []
+
+
+class ChangeReader:
+    """Changelog rows of several tables from one read of the binlog."""
+
+    def __init__(self, tables: Mapping[str, TableStream], dialect: DataSourceDialect):
+        self.tables, self.dialect = dict(tables), dialect
+
+    def batches(self, end: BinlogPosition, share: tuple[int, int] = (0, 1)
+                ) -> Iterator[tuple[str, pa.RecordBatch | SchemaChange]]:
+        """(table, item) for the changes after each table's floor up to ``end``: each table's rows in
+        batches in the columns they were decoded with (a schema change starts new batches), and the DDL
+        statements naming it, in binlog order per table. Tables whose floor is at or past ``end`` are not
+        read."""
+        live = {name: t for name, t in self.tables.items() if t.floor < end}
+        if not live:
+            return
+        start = min(t.floor for t in live.values())
+        pending = {name: _Pending(t, self.dialect) for name, t in live.items()}
         try:
-            for item in self.dialect.read_changes(start, end, [self.meta], share=share):
-                if isinstance(item, ChangeEvent):
-                    if not other_key:
-                        pending.append(item)
-                    if len(pending) < LOOKUP_BATCH:
-                        continue
-                if pending:  # a full batch, or the last rows of a schema version
-                    yield from event_rows(*self.emitted(pending), schema).to_batches()
-                    pending = []
+            for item in self.dialect.read_changes(start, end, [t.meta for t in live.values()], share=share):
+                name = item.table if isinstance(item, (ChangeEvent, SchemaChange)) else item.meta.qualified
+                table = pending[name]
                 if isinstance(item, SchemaVersion):
-                    other_key = tuple(item.meta.key_columns) != tuple(self.meta.key_columns)
-                    schema = self.dialect.arrow_schema(item.meta)
-                elif isinstance(item, SchemaChange):
-                    yield item
-            if pending:
-                yield from event_rows(*self.emitted(pending), schema).to_batches()
+                    yield from ((name, b) for b in table.rows())  # the last rows of the version before
+                    table.other_key = tuple(item.meta.key_columns) != tuple(table.stream.meta.key_columns)
+                    table.schema = self.dialect.arrow_schema(item.meta)
+                    continue
+                if item.pos <= table.floor:  # the lake has it (a read for a table further behind)
+                    continue
+                if isinstance(item, ChangeEvent):
+                    if not table.other_key:
+                        table.events.append(item)
+                        if len(table.events) >= LOOKUP_BATCH:
+                            yield from ((name, b) for b in table.rows())
+                    continue
+                yield from ((name, b) for b in table.rows())  # rows before the statement come first
+                yield name, item
+            for name, table in pending.items():
+                yield from ((name, b) for b in table.rows())
         finally:
             self.dialect.close()

@@ -20,6 +20,7 @@ naming the table may sit between them. What happens to them is the capture's beh
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import replace
 from typing import Callable, Sequence
 
@@ -38,6 +39,9 @@ from airflow_provider_dblog.store.state import StateDir, TablePlan
 
 log = logging.getLogger("dblog")
 REPLANNED = "planned again after a key change; its stream starts again with the new plan"
+# one schema change followed at a time in a process: a re-read or a new plan of one table may run a
+# Spark job and rewrites the plan, while other tables of the micro-batch commit on other threads
+_FOLLOWING = threading.Lock()
 Reread = Callable[[TablePlan], None]  # reads every chunk of the plan again (in this process or on Spark)
 
 
@@ -82,7 +86,8 @@ class ChangeCommitter:
             rows = conform(rows, self.lake.changelog_schema)
         outcome = self.lake.commit_stream(rows, end, update_current=update_current and not todo)
         if todo:
-            self.follow(todo, [p for p in parts if p.num_rows], end)
+            with _FOLLOWING:
+                self.follow(todo, [p for p in parts if p.num_rows], end)
             if self.replanned:  # its chunks were read after ``end``: the rows before it are all there
                 self.lake.mark_current(end)
             else:

@@ -1,10 +1,14 @@
-"""A Spark Structured Streaming source over the binlog (``spark.readStream.format("dblog_binlog")``).
+"""A Spark Structured Streaming source over the binlog (``spark.readStream.format("dblog_binlog")``):
+one query, one read of the binlog per micro-batch, for every table of the capture.
 
 Offsets are binlog positions at transaction boundaries (``{"file": ..., "pos": ...}``), so a
-micro-batch ``[start, end)`` always holds whole transactions and a restarted query re-reads exactly
-the same events. The first offset is the smallest chunk HW of the offset map (or the end of a recorded
-catch-up check covering it, or the position the lake recorded if that is later: a tail whose checkpoint
-was lost resumes from the lake); each partition runs ``readers.binlog_reader`` over the range.
+micro-batch ends after a whole transaction. Each table's read starts at its own floor, not at the
+batch's start: the position up to which the lake holds every change of the table (the tail's recorded
+progress, a catch-up check, the lake's own record, or the smallest chunk HW before the first batch). So
+a table that joins the running query (``tables="*"``: every table in the offset map, read again each
+batch) is read from its floor, a backfill inside the next batch (Flink CDC's newly-added tables); a
+table another run already took further is not read twice; and a lost checkpoint costs nothing but a
+restart. Each partition runs ``readers.binlog_reader.ChangeReader`` over the range.
 
 The stream's rows are envelopes (``PAYLOAD_SCHEMA``), not the table's columns: a schema change in the
 middle of a query changes the columns of the rows that follow, which a streaming DataFrame's fixed
@@ -18,6 +22,7 @@ serialized reader (Spark's task data), so executors need neither.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import pyarrow as pa
@@ -28,48 +33,65 @@ import json
 
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
-from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
+from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
 
 SOURCE_NAME = "dblog_binlog"
+ALL_TABLES = "*"
 END_MARKER, ROWS, DDL = "m", "b", "s"
-PAYLOAD_SCHEMA = pa.schema([pa.field("_op", pa.string()), pa.field("_pos", pa.string()),
-                            pa.field("_payload", pa.binary())])
+PAYLOAD_SCHEMA = pa.schema([pa.field("_op", pa.string()), pa.field("_table", pa.string()),
+                            pa.field("_pos", pa.string()), pa.field("_payload", pa.binary())])
 
 
-def envelope(item: pa.RecordBatch | SchemaChange) -> pa.RecordBatch:
-    """One stream row for a batch of changelog rows or a DDL statement."""
+def envelope(table: str, item: pa.RecordBatch | SchemaChange) -> pa.RecordBatch:
+    """One stream row for a batch of a table's changelog rows or a DDL statement naming it."""
     if isinstance(item, SchemaChange):
         payload = json.dumps({"table": item.table, "kind": item.kind, "statement": item.statement,
                               "start": item.start.to_dict(), "pos": item.pos.to_dict()}).encode()
-        return _row(DDL, item.pos.encode(), payload)
+        return _row(DDL, table, item.pos.encode(), payload)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, item.schema) as writer:
         writer.write_batch(item)
-    return _row(ROWS, "", sink.getvalue().to_pybytes())
+    return _row(ROWS, table, "", sink.getvalue().to_pybytes())
 
 
-def _row(op: str, pos: str, payload: bytes) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array([op], pa.string()), pa.array([pos], pa.string()),
-                                       pa.array([payload], pa.binary())], schema=PAYLOAD_SCHEMA)
+def _row(op: str, table: str, pos: str, payload: bytes) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([op], pa.string()), pa.array([table], pa.string()),
+                                       pa.array([pos], pa.string()), pa.array([payload], pa.binary())],
+                                      schema=PAYLOAD_SCHEMA)
 
 
-def open_envelopes(data: pa.Table) -> tuple[list[pa.Table], list[SchemaChange], BinlogPosition | None]:
-    """(row batches, DDL statements, the micro-batch's end: None without an end marker) of collected rows."""
-    parts, changes, end = [], [], None
-    for op, pos, payload in zip(data["_op"].to_pylist(), data["_pos"].to_pylist(), data["_payload"].to_pylist()):
+@dataclass
+class MicroBatch:
+    """What a micro-batch brought: per table its row batches and DDL statements, the tables read up to
+    its end (every table whose floor was before it, changes or not), and its end (None without an end
+    marker: nothing was read)."""
+
+    parts: dict[str, list[pa.Table]] = field(default_factory=dict)
+    changes: dict[str, list[SchemaChange]] = field(default_factory=dict)
+    read: set[str] = field(default_factory=set)
+    end: BinlogPosition | None = None
+
+
+def open_envelopes(data: pa.Table) -> MicroBatch:
+    batch = MicroBatch()
+    for op, table, pos, payload in zip(data["_op"].to_pylist(), data["_table"].to_pylist(),
+                                       data["_pos"].to_pylist(), data["_payload"].to_pylist()):
         if op == ROWS:
-            parts.append(pa.ipc.open_stream(payload).read_all())
+            batch.parts.setdefault(table, []).append(pa.ipc.open_stream(payload).read_all())
         elif op == DDL:
             d = json.loads(payload)
-            changes.append(SchemaChange(d["table"], d["kind"], d["statement"], BinlogPosition.from_dict(d["start"]),
-                                        BinlogPosition.from_dict(d["pos"])))
+            batch.changes.setdefault(table, []).append(
+                SchemaChange(d["table"], d["kind"], d["statement"], BinlogPosition.from_dict(d["start"]),
+                             BinlogPosition.from_dict(d["pos"])))
         elif op == END_MARKER:
-            marker = BinlogPosition.decode(pos)
-            end = marker if end is None or marker > end else end
-    return parts, changes, end
+            d = json.loads(payload)
+            marker = BinlogPosition.from_dict(d["end"])
+            batch.end = marker if batch.end is None or marker > batch.end else batch.end
+            batch.read.update(d["read"])
+    return batch
 
 
 def spark_schema(arrow_schema: pa.Schema):
@@ -79,15 +101,17 @@ def spark_schema(arrow_schema: pa.Schema):
 
 
 class BinlogRange(InputPartition):
-    """One decoding share ``part`` of ``parts`` over the micro-batch ``[start, end)``."""
+    """One decoding share ``part`` of ``parts`` of the micro-batch ending at ``end``, over ``tables``
+    (each read from its own floor)."""
 
-    def __init__(self, start: dict, end: dict, part: int = 0, parts: int = 1):
-        super().__init__((start, end, part, parts))
-        self.start, self.end, self.part, self.parts = start, end, part, parts
+    def __init__(self, end: dict, tables: dict[str, TableStream], part: int = 0, parts: int = 1):
+        super().__init__((end, part, parts))
+        self.end, self.tables, self.part, self.parts = end, tables, part, parts
 
 
 class BinlogDataSource(DataSource):
-    """Options: ``state`` (state directory), ``sink`` (the lake), ``table`` (DB.TABLE), ``maxEventsPerTrigger``,
+    """Options: ``state`` (state directory), ``sink`` (the lake), ``tables`` (comma-separated DB.TABLE
+    names, or ``*``: every table of the offset map, joining ones included), ``maxEventsPerTrigger``,
     ``decodeParallelism`` (Spark tasks that share the decoding of each micro-batch)."""
 
     @classmethod
@@ -98,37 +122,47 @@ class BinlogDataSource(DataSource):
         return spark_schema(PAYLOAD_SCHEMA)
 
     def streamReader(self, schema) -> "BinlogStreamReader":
-        state, table = StateDir(self.options["state"]), self.options["table"]
-        offsets = state.offsets()[table]
-        meta = state.table(table).meta
-        dialect = open_dialect(state.source(), state.options())
-        reader = TableChangeReader(meta, offsets, dialect)
-        # a recorded catch-up check covering the min HW (no row event of the table in [min HW, to)):
-        # the first offset may be ``to``, so that an idle table does not pin old binlog files
-        checked = state.caught_up(table, offsets.min_hw)
-        floors = [checked[0]] if checked else []
-        lake = LakeTables(self.options["sink"], table, dialect.arrow_schema(meta), meta.key_columns).tail_position()
-        if lake is not None:
-            floors.append(lake.in_file_of(offsets.min_hw))
-        return BinlogStreamReader(reader, int(self.options.get("maxEventsPerTrigger", 0)),
-                                  int(self.options.get("decodeParallelism", 1)), max(floors) if floors else None)
+        state = StateDir(self.options["state"])
+        return BinlogStreamReader(state, self.options["sink"], self.options["tables"],
+                                  int(self.options.get("maxEventsPerTrigger", 0)),
+                                  int(self.options.get("decodeParallelism", 1)))
 
 
 class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, reader: TableChangeReader, max_events: int, parallelism: int = 1,
-                 initial_floor: BinlogPosition | None = None):
-        self.reader = reader
-        self.dialect = reader.dialect
+    def __init__(self, state: StateDir, sink: str, tables: str, max_events: int, parallelism: int = 1):
+        self.state, self.sink, self.spec = state, sink, tables
+        self.dialect = open_dialect(state.source(), state.options())
         self.max_events = max_events
         self.parallelism = max(1, parallelism)
-        self.initial_floor = initial_floor
         self.target: dict | None = None
+        self._first_floors: dict[str, BinlogPosition] = {}
 
     # ---- driver side ----
+    def streams(self) -> dict[str, TableStream]:
+        """The tables served now, each with its offset map and floor. A table's first floor (the state's
+        records and the lake's) is worked out once; later ones follow the tail's recorded progress and a
+        new plan of the table (three small reads of the state per micro-batch, whatever the tables)."""
+        offsets = self.state.offsets()
+        names = sorted(offsets) if self.spec == ALL_TABLES else [t for t in self.spec.split(",") if t]
+        recorded = self.state.tail_positions()
+        out = {}
+        for name in names:
+            meta, min_hw = self.state.table(name).meta, offsets[name].min_hw
+            if name not in self._first_floors:
+                floor = self.state.resume_position(name, min_hw, recorded)
+                lake = LakeTables(self.sink, name, self.dialect.arrow_schema(meta), meta.key_columns).tail_position()
+                # the lake may be further than the state says (another host's tail committed there)
+                self._first_floors[name] = floor if lake is None else max(floor, lake.in_file_of(floor))
+            floors = [min_hw, self._first_floors[name]] + ([recorded[name][0]] if name in recorded else [])
+            out[name] = TableStream(meta, offsets[name], max(floors))
+        return out
+
+    def _read_from(self) -> BinlogPosition:
+        floors = [t.floor for t in self.streams().values()]
+        return min(floors) if floors else self.dialect.current_position()
+
     def initialOffset(self) -> dict:
-        start = self.reader.offsets.min_hw
-        if self.initial_floor is not None and self.initial_floor > start:
-            start = self.initial_floor
+        start = self._read_from()
         self.dialect.ensure_available(start)
         return start.to_dict()
 
@@ -143,7 +177,6 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit) -> dict:
         start_pos = BinlogPosition.from_dict(start)
-        self.dialect.ensure_available(start_pos)
         latest = BinlogPosition.from_dict(self.target or self._now())
         if isinstance(limit, ReadMaxRows) and latest > start_pos:
             capped = self.dialect.commit_after(start_pos, limit.max_rows)
@@ -155,7 +188,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._now()
 
     def partitions(self, start: dict, end: dict):
-        return [BinlogRange(start, end, k, self.parallelism) for k in range(self.parallelism)]
+        streams = self.streams()
+        if streams:
+            self.dialect.ensure_available(min(t.floor for t in streams.values()))
+        return [BinlogRange(end, streams, k, self.parallelism) for k in range(self.parallelism)]
 
     def commit(self, end: dict) -> None:
         self.dialect.close()
@@ -165,7 +201,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---- executor side ----
     def read(self, partition: BinlogRange) -> Iterator[pa.RecordBatch]:
-        start, end = BinlogPosition.from_dict(partition.start), BinlogPosition.from_dict(partition.end)
-        for item in self.reader.batches(start, end, share=(partition.part, partition.parts)):
-            yield envelope(item)
-        yield _row(END_MARKER, end.encode(), b"")
+        end = BinlogPosition.from_dict(partition.end)
+        for table, item in ChangeReader(partition.tables, self.dialect).batches(end, (partition.part, partition.parts)):
+            yield envelope(table, item)
+        read = sorted(name for name, t in partition.tables.items() if t.floor < end)
+        yield _row(END_MARKER, "", end.encode(), json.dumps({"end": partition.end, "read": read}).encode())

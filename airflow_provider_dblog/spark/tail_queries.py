@@ -1,11 +1,10 @@
-"""The tail's Structured Streaming queries: one per table, the binlog source into the lake's Delta tables
-through ``foreachBatch`` (``LakeSink``). Exactly once without relying on Spark's checkpoint: each
+"""The tail's Structured Streaming query: one for every table, the binlog source into the lake's Delta
+tables through ``foreachBatch`` (``LakeSink``). Exactly once without relying on Spark's checkpoint: each
 micro-batch commits with the binlog position it ends at, and the lake skips what it already holds."""
 from __future__ import annotations
 
-import json
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from airflow_provider_dblog.core.errors import DblogError, root_cause
@@ -16,45 +15,69 @@ from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
 
 
-# one micro-batch at a time per process: two queries' foreachBatch callbacks collecting at once from
-# Py4J threads broke task serialization (java.io.OptionalDataException in the executors; the demo's
-# two tables under spark-submit), and their lake commits share the cores anyway
-_BATCH_LOCK = threading.Lock()
-
-
 class LakeSink:
-    """``foreachBatch`` of one table's query, in the driver: the batch's changes and schema changes are
-    committed at the batch's end position (the greatest marker) by a ``ChangeCommitter``; ``current``
-    follows every batch, or at most every ``merge_interval`` seconds (MERGE rewrites every file it
-    touches: fewer, larger merges cost less), and at ``flush()``."""
+    """``foreachBatch`` of the tail's query, in the driver: each table's changes and schema changes in the
+    micro-batch are committed at the batch's end position by that table's ``ChangeCommitter`` (made when
+    the table first brings changes); then the tail's progress (``StateDir.record_tail_positions``) moves
+    every table read up to the end, changes or not, in one small write. ``current`` follows every batch,
+    or at most every ``merge_interval`` seconds (MERGE rewrites every file it touches: fewer, larger merges
+    cost less), and at ``flush()``. Tables commit side by side (``commit_threads``): a Delta commit waits
+    on storage more than it computes."""
 
-    def __init__(self, committer: ChangeCommitter, merge_interval: float = 0.0):
-        self.committer, self.lake, self.merge_interval = committer, committer.lake, merge_interval
-        self.rows = 0
-        self.position: BinlogPosition | None = None
+    def __init__(self, state: StateDir, sink: str, dialect, spark, merge_interval: float = 0.0,
+                 schema_changes: str = "evolve", commit_threads: int = 4):
+        self.state, self.sink, self.dialect, self.spark = state, sink, dialect, spark
+        self.merge_interval, self.schema_changes, self.commit_threads = merge_interval, schema_changes, commit_threads
+        self.committers: dict[str, ChangeCommitter] = {}
+        self.rows: dict[str, int] = {}
+        self.positions: dict[str, BinlogPosition] = {}  # per table, the end of the last batch that read it
         self._merged_at = 0.0
-        self._pending = False
+        self._pending: dict[str, BinlogPosition] = {}  # tables whose current lags their changelog
+
+    def committer(self, name: str) -> ChangeCommitter:
+        if name not in self.committers:
+            meta = self.state.table(name).meta
+            lake = LakeTables(self.sink, name, self.dialect.arrow_schema(meta), meta.key_columns)
+            self.committers[name] = ChangeCommitter(self.state, lake, self.dialect, self.schema_changes,
+                                                    reread_on_spark(self.state, self.sink, self.dialect, self.spark))
+        return self.committers[name]
 
     def flush(self) -> None:
-        if self._pending:
-            self.lake.update_current(self.position)
-            self._merged_at, self._pending = time.monotonic(), False
+        pending, self._pending = self._pending, {}
+        self._each(lambda name: self.committers[name].lake.update_current(pending[name]), sorted(pending))
+        self._merged_at = time.monotonic()
 
     def __call__(self, frame, batch_id: int) -> None:
         from airflow_provider_dblog.spark.binlog_source import open_envelopes
 
-        with _BATCH_LOCK:
-            self.committer.check_plan()
-            parts, changes, end = open_envelopes(frame.toArrow())
-            if end is not None:
-                self._commit(parts, changes, end)
-
-    def _commit(self, parts, changes, end: BinlogPosition) -> None:
-        if self.committer.commit(parts, changes, end, update_current=False) == "committed":
-            self.rows += sum(p.num_rows for p in parts)
-        self.position, self._pending = end, True
+        for committer in self.committers.values():
+            committer.check_plan()
+        batch = open_envelopes(frame.toArrow())
+        if batch.end is None:
+            return
+        self._each(lambda name: self._commit(name, batch), sorted(set(batch.parts) | set(batch.changes)))
+        self.state.record_tail_positions({name: batch.end for name in batch.read})
+        self.positions.update({name: batch.end for name in batch.read})
         if time.monotonic() - self._merged_at >= self.merge_interval:
             self.flush()
+
+    def _commit(self, name: str, batch) -> None:
+        parts = batch.parts.get(name, [])
+        if self.committer(name).commit(parts, batch.changes.get(name, []), batch.end,
+                                       update_current=False) == "committed":
+            self.rows[name] = self.rows.get(name, 0) + sum(p.num_rows for p in parts)
+        self._pending[name] = batch.end
+
+    def _each(self, work: Callable[[str], None], names: list[str]) -> None:
+        """``work(name)`` for every table, on up to ``commit_threads`` threads; the first failure is raised
+        after the others finished (each table's commits are its own: one failing leaves the others exact)."""
+        if len(names) <= 1 or self.commit_threads <= 1:
+            for name in names:
+                work(name)
+            return
+        with ThreadPoolExecutor(min(self.commit_threads, len(names)), thread_name_prefix="dblog-commit") as pool:
+            for future in [pool.submit(work, name) for name in names]:
+                future.result()
 
 
 def reread_on_spark(state: StateDir, sink: str, dialect, spark) -> Callable:
@@ -72,72 +95,52 @@ def reread_on_spark(state: StateDir, sink: str, dialect, spark) -> Callable:
     return reread
 
 
-def start_queries(state: StateDir, sink: str, names: list[str], available_now: bool, trigger_seconds: float,
-                  max_events: int, decode_parallelism: int = 0, spark=None, merge_interval: float = 0.0,
-                  schema_changes: str = "evolve") -> tuple[dict, dict]:
-    """Start one query per table; returns the queries and their lake sinks by table name."""
+def start_query(state: StateDir, sink: str, tables: list[str] | None, available_now: bool, trigger_seconds: float,
+                max_events: int, decode_parallelism: int = 0, spark=None, merge_interval: float = 0.0,
+                schema_changes: str = "evolve") -> tuple[object, LakeSink]:
+    """Start the tail's one query over ``tables`` (None: every table of the offset map, tables that join
+    it while the query runs included); returns the query and its lake sink."""
     from airflow_provider_dblog.source import open_dialect
-    from airflow_provider_dblog.spark.binlog_source import SOURCE_NAME, BinlogDataSource
+    from airflow_provider_dblog.spark.binlog_source import ALL_TABLES, SOURCE_NAME, BinlogDataSource
 
     spark = spark_session("dblog-tail", spark)
     spark.dataSource.register(BinlogDataSource)
     dialect = open_dialect(state.source(), state.options())
-    queries, sinks = {}, {}
-    for name in names:
-        meta = state.table(name).meta
-        lake = LakeTables(sink, name, dialect.arrow_schema(meta), meta.key_columns)
-        committer = ChangeCommitter(state, lake, dialect, schema_changes, reread_on_spark(state, sink, dialect, spark))
-        sinks[name] = LakeSink(committer, merge_interval)
-        reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("sink", str(sink))
-                  .option("table", name)
-                  .option("decodeParallelism", str(decode_parallelism or spark.sparkContext.defaultParallelism)))
-        if max_events:
-            reader = reader.option("maxEventsPerTrigger", str(max_events))
-        writer = (reader.load().writeStream.foreachBatch(sinks[name]).queryName(f"dblog_tail_{name}")
-                  .option("checkpointLocation", str(state.checkpoint_dir(name))))
-        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
-            processingTime=f"{trigger_seconds} seconds")
-        queries[name] = writer.start()
-    return queries, sinks
+    lake_sink = LakeSink(state, sink, dialect, spark, merge_interval, schema_changes)
+    reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("sink", str(sink))
+              .option("tables", ALL_TABLES if tables is None else ",".join(tables))
+              .option("decodeParallelism", str(decode_parallelism or spark.sparkContext.defaultParallelism)))
+    if max_events:
+        reader = reader.option("maxEventsPerTrigger", str(max_events))
+    writer = (reader.load().writeStream.foreachBatch(lake_sink).queryName("dblog_tail")
+              .option("checkpointLocation", str(state.checkpoint_dir())))
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
+        processingTime=f"{trigger_seconds} seconds")
+    return writer.start(), lake_sink
 
 
-def end_offsets(queries: dict) -> dict[str, BinlogPosition]:
-    """Each query's last micro-batch end offset (tables whose query made no progress yet are absent)."""
-    out = {}
-    for name, query in queries.items():
-        progress = query.lastProgress
-        end = (progress or {}).get("sources", [{}])[0].get("endOffset") if progress else None
-        if isinstance(end, str):
-            end = json.loads(end)
-        if end:
-            out[name] = BinlogPosition.from_dict(end)
-    return out
-
-
-def _raise_failure(name: str, query) -> None:
+def _raise_failure(query) -> None:
     if query.exception() is not None:
-        raise DblogError(f"tail of {name} failed: {root_cause(str(query.exception()))}")
+        raise DblogError(f"tail failed: {root_cause(str(query.exception()))}")
 
 
-def watch(queries: dict, should_stop: Callable[[], bool], tick: Callable[[], None],
-          restart: Callable[[str], object] | None = None) -> None:
-    """Follow the queries until all end or ``should_stop()``; ``tick()`` every half second. Stops them;
-    raises the first query failure as one line. A query that stopped because its table was planned again
-    (``REPLANNED``) is started again by ``restart(name)``, the others keep running."""
+def watch(query, should_stop: Callable[[], bool], tick: Callable[[], None],
+          restart: Callable[[], object] | None = None):
+    """Follow the query until it ends or ``should_stop()``; ``tick()`` every half second. Stops it; raises
+    its failure as one line. A query that stopped because a table was planned again (``REPLANNED``) is
+    started again by ``restart()`` (the new plan is read as the query starts). Returns the last query."""
     try:
         while True:
-            for name, query in list(queries.items()):
-                if restart is not None and query.exception() is not None and REPLANNED in str(query.exception()):
-                    queries[name] = restart(name)
-                    continue
-                _raise_failure(name, query)
-            if not any(q.isActive for q in queries.values()) or should_stop():
+            if restart is not None and query.exception() is not None and REPLANNED in str(query.exception()):
+                query = restart()
+                continue
+            _raise_failure(query)
+            if not query.isActive or should_stop():
                 break
             tick()
             time.sleep(0.5)
     finally:
-        for query in queries.values():
-            if query.isActive:
-                query.stop()
-    for name, query in queries.items():
-        _raise_failure(name, query)
+        if query.isActive:
+            query.stop()
+    _raise_failure(query)
+    return query

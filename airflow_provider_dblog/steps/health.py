@@ -1,12 +1,11 @@
 """DBLog's health check: fail when the source moved but the tail made no progress for too long.
 
-The tail's progress is its Structured Streaming checkpoint (``STATE/checkpoints/DB.TABLE``): the end
-offset of the last *committed* micro-batch (``offsets/N`` for the greatest ``commits/N``) and the time
-that commit was written. The tail's offsets are binlog positions that advance with every binlog write
-(events of other tables included), so "caught up" means: committed offset >= the source's current
-position. Before the first micro-batch the offset map (``offsets.json``: smallest HW, build time)
-stands in for the checkpoint. An available-now catch-up that found no row event of the table since
-that position (``STATE/caught_up/DB.TABLE.json``) moves it to where the check ended.
+The tail's progress is what it records after each micro-batch it committed (``STATE/tail_positions.json``):
+per table, the batch's end position and when it was written. The tail's positions are binlog positions
+that advance with every binlog write (events of other tables included), so "caught up" means: recorded
+position >= the source's current position. Before the first micro-batch the offset map (``offsets.json``:
+smallest HW, build time) stands in for it. An available-now catch-up that found no row event of the table
+since that position (``STATE/caught_up/DB.TABLE.json``) moves it to where the check ended.
 """
 from __future__ import annotations
 
@@ -16,15 +15,15 @@ from typing import Sequence
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.source import open_dialect
-from airflow_provider_dblog.store.checkpoints import last_commit
 from airflow_provider_dblog.store.state import StateDir
 
 
 def tail_progress(state_dir: str, table: str, checkpoint: str | None = None) -> tuple[BinlogPosition, float, str]:
     """(committed position, when it was committed (epoch s), where that came from) for ``table``;
-    ``checkpoint``: the tail's ``--checkpoint`` directory, if not the default."""
+    ``checkpoint`` is accepted for callers that pass the tail's ``--checkpoint``: progress lives in the state."""
     state = StateDir(state_dir, checkpoint)
-    found = last_commit(state.checkpoint_dir(table))
+    recorded = state.tail_positions().get(table)
+    found = (*recorded, "tail batch") if recorded else None
     if found is None:
         offsets = state.offsets()
         if table not in offsets:

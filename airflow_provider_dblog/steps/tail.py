@@ -1,5 +1,6 @@
-"""Tail: stream the binlog into the lake, one Structured Streaming query per table, until caught up
-(``available_now``) or stopped; log lag per table while it runs.
+"""Tail: stream the binlog into the lake, one Structured Streaming query for every table (one read of the
+binlog per micro-batch, whatever the number of tables), until caught up (``available_now``) or stopped;
+log lag per table while it runs.
 
 Before Spark starts, an available-now tail skips tables whose binlog range provably holds no change
 (``DataSourceDialect.scan_changes``) and, on local CLI runs, reads small cold ranges in this process
@@ -16,7 +17,7 @@ from contextlib import contextmanager
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.source import open_dialect
-from airflow_provider_dblog.spark.tail_queries import end_offsets, start_queries, watch
+from airflow_provider_dblog.spark.tail_queries import start_query, watch
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.object_store import check_sink
 from airflow_provider_dblog.store.state import StateDir
@@ -38,8 +39,8 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
     ``schema_changes``: what a DDL statement of a captured table does (``readers.change_committer``).
     A continuous tail of every planned table (no ``tables``) also follows tables that join the offset map
     while it runs (planned, snapshotted and reported later, e.g. a wider ``--tables`` pattern, or created
-    at the source and matching the plan's patterns: ``steps.new_tables``): every ``table_scan_seconds`` it
-    starts their streams beside the running ones."""
+    at the source and matching the plan's patterns: ``steps.new_tables``, looked for every
+    ``table_scan_seconds``): its query reads them from their own floor in its next micro-batch."""
     state = StateDir(state_dir, checkpoint)
     check_sink(sink)
     with tail_lock(state):
@@ -51,8 +52,9 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                              f"report it first")
         dialect = open_dialect(state.source(), state.options())
         try:
+            recorded = state.tail_positions()
             for name in names:  # a clear error before Spark starts, if the binlog to resume from is gone
-                dialect.ensure_available(state.resume_position(name, offsets[name].min_hw))
+                dialect.ensure_available(state.resume_position(name, offsets[name].min_hw, recorded))
             create_unread_tables(state, sink, dialect, names)
             settled: dict[str, BinlogPosition] = {}
             rows: dict[str, int] = {}
@@ -60,7 +62,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             if available_now:  # before Spark: nothing to read, or little enough to read here
                 now = dialect.current_position()
                 for name in names:
-                    if skip_catch_up(state, dialect, name, offsets[name].min_hw, now):
+                    if skip_catch_up(state, dialect, name, offsets[name].min_hw, now, recorded):
                         skipped.append(name)
                     elif driver_catch_up_bytes > 0:
                         from airflow_provider_dblog.local.catch_up import catch_up_in_driver
@@ -78,54 +80,58 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             started = time.time()
             tracker = LagTracker(dialect)
             if todo:
-                queries, sinks = start_queries(state, sink, todo, available_now, trigger_seconds, max_events,
-                                               decode_parallelism, spark, merge_interval, schema_changes)
+                follow_all = not available_now and tables is None  # tables joining the offset map join the query
+
+                def start():
+                    return start_query(state, sink, None if follow_all else todo, available_now, trigger_seconds,
+                                       max_events, decode_parallelism, spark, merge_interval, schema_changes)
+
+                query, lake_sink = start()
+                sinks = [lake_sink]  # the query's sink, and those of the queries it replaced
                 last_log, last_scan, refused = [0.0], [time.time()], set()
 
                 def join_new_tables() -> None:
-                    """Tables reported since the tail started join it (their own streams; the others go on),
-                    after tables that started to match the capture's patterns are planned, read and reported."""
+                    """Plan, read and report tables that started to match the capture's patterns; the query
+                    reads every table of the offset map, so they join it at its next micro-batch."""
                     from airflow_provider_dblog.steps.new_tables import capture_new_tables
 
                     capture_new_tables(state, sink, spark, refused)
                     last_scan[0] = time.time()
-                    added = [t for t in sorted(state.offsets()) if t not in queries]
-                    if not added:
-                        return
-                    log.info("tail: %s joined the offset map: starting their streams", ", ".join(added))
-                    create_unread_tables(state, sink, dialect, added)
-                    more, more_sinks = start_queries(state, sink, added, available_now, trigger_seconds, max_events,
-                                                     decode_parallelism, spark, merge_interval, schema_changes)
-                    queries.update(more)
-                    sinks.update(more_sinks)
-                    names.extend(added)
+                    added = [t for t in sorted(state.offsets()) if t not in names]
+                    if added:
+                        log.info("tail: %s joined the offset map: the stream reads them from their snapshot on",
+                                 ", ".join(added))
+                        create_unread_tables(state, sink, dialect, added)
+                        names.extend(added)
+
+                def progress() -> tuple[dict, dict]:
+                    done = {n: sum(s.rows.get(n, 0) for s in sinks) for n in names if n not in in_driver}
+                    positions = {n: p for s in sinks for n, p in s.positions.items()}
+                    return {**rows, **done}, {**settled, **positions}
 
                 def tick() -> None:
                     tracker.sample()
-                    if not available_now and tables is None and time.time() - last_scan[0] >= table_scan_seconds:
+                    if follow_all and time.time() - last_scan[0] >= table_scan_seconds:
                         join_new_tables()
                     if time.time() - last_log[0] >= progress_seconds:
                         last_log[0] = time.time()
-                        log.info("tail: %s rows so far; lag %s", {**rows, **{n: s.rows for n, s in sinks.items()}},
-                                 tracker.lag({**settled, **end_offsets(queries)}))
+                        done, positions = progress()
+                        log.info("tail: %s rows so far; lag %s", done, tracker.lag(positions))
 
-                def restart(name: str):
-                    """The table was planned again (a new key): its query starts again with the new plan."""
-                    log.info("tail: %s was planned again: its stream starts again", name)
-                    again, again_sinks = start_queries(state, sink, [name], available_now, trigger_seconds,
-                                                       max_events, decode_parallelism, spark, merge_interval,
-                                                       schema_changes)
-                    again_sinks[name].rows += sinks[name].rows
-                    sinks[name] = again_sinks[name]
-                    return again[name]
+                def restart():
+                    """A table was planned again (a new key): the query starts again with the new plan."""
+                    log.info("tail: a table was planned again: the stream starts again")
+                    again, again_sink = start()
+                    sinks.append(again_sink)
+                    return again
 
                 try:
-                    watch(queries, lambda: stop_event is not None and stop_event.is_set(), tick, restart)
+                    query = watch(query, lambda: stop_event is not None and stop_event.is_set(), tick, restart)
                 finally:
-                    for lake_sink in sinks.values():
-                        lake_sink.flush()
-                rows.update({name: s.rows for name, s in sinks.items()})
-                settled.update(end_offsets(queries))
+                    sinks[-1].flush()
+                done, positions = progress()
+                rows.update(done)
+                settled.update(positions)
             lag = tracker.lag(settled)
         finally:
             dialect.close()
@@ -167,37 +173,23 @@ def tail_lock(state: StateDir):
         yield
 
 
-def skip_catch_up(state: StateDir, dialect, table: str, min_hw: BinlogPosition, now: BinlogPosition) -> bool:
-    """An available-now catch-up of ``table`` can be skipped when the binlog from the tail's position to
-    ``now`` holds no row event of it; then record ``[position, now)`` as checked (state.caught_up) and
-    return True.
-
-    Without a checkpoint the record moves the query's later start (``initialOffset``) to ``now``, so an
-    idle table does not pin old binlog files. With a checkpoint, only a position in the server's current
-    binlog file is skipped: past a rotation the query runs, so that its checkpoint leaves files that may
-    be purged. A micro-batch planned but not committed always runs.
-    """
-    checkpoint = state.checkpoint(table)
-    if checkpoint.kind == "pending":
-        return False
-    position = min_hw if checkpoint.kind == "none" else checkpoint.position
-    if checkpoint.kind == "committed" and position.file != now.file:
-        log.info("tail: %s resumes at %s, before the current binlog %s: running the catch-up", table, position,
-                 now.file)
-        return False
+def skip_catch_up(state: StateDir, dialect, table: str, min_hw: BinlogPosition, now: BinlogPosition,
+                  recorded: dict | None = None) -> bool:
+    """An available-now catch-up of ``table`` can be skipped when the binlog from the table's floor (where
+    the lake holds every change of it) to ``now`` holds no row event or DDL statement of it; then record
+    ``[floor, now)`` as checked (``state.caught_up``: the next read of the table starts at ``now``, so an
+    idle table pins no old binlog file) and return True."""
+    position = state.resume_position(table, min_hw, recorded)
     if now < position:
         return False
-    checked = state.caught_up(table, position)
-    scan_from = checked[0] if checked else position
-    scan = dialect.scan_changes(scan_from, now, [table]) if scan_from < now else None
+    scan = dialect.scan_changes(position, now, [table]) if position < now else None
     if scan is not None and not scan.clean:
-        log.info("tail: %s may have changes in [%s, %s) (%s): running the catch-up", table, scan_from, now,
+        log.info("tail: %s may have changes in [%s, %s) (%s): running the catch-up", table, position, now,
                  scan.reason)
         return False
     state.write_caught_up(table, position, now)
-    log.info("tail: %s has no changes in [%s, %s): skipped (%d binlog events checked%s)", table, position, now,
-             scan.events if scan else 0,
-             "; the first tail starts at the end" if checkpoint.kind == "none" else "; checkpoint kept")
+    log.info("tail: %s has no changes in [%s, %s): skipped (%d binlog events checked)", table, position, now,
+             scan.events if scan else 0)
     return True
 
 

@@ -12,7 +12,9 @@ here ever holds a password.
                                           columns in force from a position on (after the planned ones)
     STATE/caught_up/DB.TABLE.json         every row change of the table in [from, to) is in the lake (none
                                           there, or read by a driver catch-up): a tail at ``from`` may move to ``to``
-    CHECKPOINT/DB.TABLE/                  Spark Structured Streaming checkpoint of the tail: ``--checkpoint``,
+    STATE/tail_positions.json             per table, the position up to which the lake holds every change
+                                          (the tail's progress, written after each micro-batch it committed)
+    CHECKPOINT/tail/                      Spark Structured Streaming checkpoint of the tail: ``--checkpoint``,
                                           by default STATE/checkpoints for a local state (Spark here cannot
                                           write to S3: no s3a); losing it costs a restart, the lake records
                                           the tail's position
@@ -254,11 +256,36 @@ class StateDir:
                              f"--checkpoint DIR")
         return self.checkpoints
 
-    def checkpoint_dir(self, table: str) -> Path:
-        return self.checkpoint_root() / table
+    def checkpoint_dir(self) -> Path:
+        """The checkpoint of the tail's one streaming query (every table; the tables it serves may change
+        from run to run: each table's read starts at its own floor, not at the checkpoint's offset)."""
+        return self.checkpoint_root() / "tail"
 
-    def checkpoint(self, table: str) -> CheckpointState:
-        return checkpoint_state(self.checkpoint_dir(table))
+    def checkpoint(self) -> CheckpointState:
+        return checkpoint_state(self.checkpoint_dir())
+
+    # ---- tail progress ----
+    TAIL_POSITIONS = "tail_positions.json"
+
+    def tail_positions(self) -> dict[str, tuple[BinlogPosition, float]]:
+        """Per table (position, when recorded): the lake holds every change of the table up to there."""
+        if not self.files.exists(self.TAIL_POSITIONS):
+            return {}
+        return {name: (BinlogPosition.from_dict(d["pos"]), float(d["at"]))
+                for name, d in self.files.read_json(self.TAIL_POSITIONS)["tables"].items()}
+
+    def record_tail_positions(self, positions: dict[str, BinlogPosition]) -> None:
+        """After the lake took every change of these tables up to their positions (a position never
+        moves back: a late writer of an older one keeps the newer)."""
+        if not positions:
+            return
+        now = time.time()
+        recorded = {name: {"pos": pos.to_dict(), "at": at} for name, (pos, at) in self.tail_positions().items()}
+        for name, pos in positions.items():
+            old = recorded.get(name)
+            if old is None or BinlogPosition.from_dict(old["pos"]) <= pos:
+                recorded[name] = {"pos": pos.to_dict(), "at": now}
+        self.files.write_json(self.TAIL_POSITIONS, {"tables": recorded})
 
     # ---- schema history ----
     def schema_file(self, table: str) -> str:
@@ -324,11 +351,12 @@ class StateDir:
             return end, float(data.get("checked_at") or self.files.modified(name))
         return None
 
-    def resume_position(self, table: str, min_hw: BinlogPosition) -> BinlogPosition:
-        """Where the tail resumes: the checkpoint's latest offset; without one the min HW, or the end of
-        a recorded catch-up check that covers it (the streaming source's first offset starts there)."""
-        checkpoint = self.checkpoint(table)
-        if checkpoint.kind != "none":
-            return checkpoint.position
-        checked = self.caught_up(table, min_hw)
-        return checked[0] if checked else min_hw
+    def resume_position(self, table: str, min_hw: BinlogPosition,
+                        recorded: dict[str, tuple[BinlogPosition, float]] | None = None) -> BinlogPosition:
+        """Where the tail's read of ``table`` starts (its floor): the position the tail recorded, or the
+        min HW before its first batch; moved to the end of a recorded catch-up check that covers it.
+        ``recorded``: ``tail_positions()``, when the caller has it already."""
+        recorded = self.tail_positions() if recorded is None else recorded
+        position = max(min_hw, recorded[table][0]) if table in recorded else min_hw
+        checked = self.caught_up(table, position)
+        return checked[0] if checked else position

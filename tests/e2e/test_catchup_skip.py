@@ -102,7 +102,7 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert summary["rows"] == {table: 0} and table in summary["skipped"]
     assert summary["lag"][table]["offset"] == summary["skipped"][table]
-    assert len(lake_changes(sink, table)) == 0 and StateDir(state).checkpoint(table) == ("none", None)
+    assert len(lake_changes(sink, table)) == 0 and StateDir(state).checkpoint() == ("none", None)
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m0")
 
     # (b) changes of another table only: still skipped, and the recorded position moves on
@@ -121,38 +121,43 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
                 f"INSERT INTO {table} VALUES (5000, 'new', 1)")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert "skipped" not in summary and summary["rows"][table] == 5 + 10 + 1
-    kind, position = StateDir(state).checkpoint(table)
+    kind, position = StateDir(state).checkpoint()
     assert kind == "committed" and position == _position(mariadb)
+    assert StateDir(state).tail_positions()[table][0] == _position(mariadb)
     stream = lake_changes(sink, table)
     assert len(stream) == 16 and min(stream["_pos"].to_pylist()) > resume.encode()
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m1")
 
 
 @pytest.mark.slow
-def test_checkpoint_skips_in_the_current_file_and_runs_across_a_rotation(mariadb, db, spark, tmp_path):
-    """(c) with a checkpoint: nothing new in the current binlog file -> skipped (checkpoint kept);
-    after FLUSH BINARY LOGS the query runs so that the checkpoint leaves the old file."""
+def test_an_idle_table_is_skipped_across_rotations_whatever_the_checkpoint_holds(mariadb, db, spark, tmp_path):
+    """(c) with a checkpoint: nothing new of the table -> skipped, in the current binlog file or after a
+    rotation (the checkpoint keeps its old offset); the next query reads the table from where the check
+    ended, not from the checkpoint's offset, and the lake converges."""
     table, state, sink = _loaded(mariadb, db, spark, tmp_path)
     mariadb.sql(f"UPDATE {table} SET n = -n WHERE id <= 3")
     assert "skipped" not in run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
-    _, checkpoint = StateDir(state).checkpoint(table)
+    _, checkpoint = StateDir(state).checkpoint()
 
     mariadb.sql(f"INSERT INTO {db}.other VALUES (7, 7)")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert table in summary["skipped"] and summary["rows"] == {table: 0}
-    assert StateDir(state).checkpoint(table) == ("committed", checkpoint)
+    assert StateDir(state).checkpoint() == ("committed", checkpoint)
     progress, _, origin = tail_progress(state, table)
     assert progress == _position(mariadb) and "catch-up check" in origin
 
     _flush_binary_logs(mariadb)
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
-    assert "skipped" not in summary and summary["rows"] == {table: 0}
-    kind, moved = StateDir(state).checkpoint(table)
-    assert kind == "committed" and moved.seq > checkpoint.seq and moved == _position(mariadb)
+    assert table in summary["skipped"] and StateDir(state).checkpoint() == ("committed", checkpoint)
+    rotated = _position(mariadb)
+    assert rotated.seq > checkpoint.seq and tail_progress(state, table)[0] == rotated
 
     mariadb.sql(f"DELETE FROM {table} WHERE id = 1")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
     assert "skipped" not in summary and summary["rows"] == {table: 1}
+    kind, moved = StateDir(state).checkpoint()
+    assert kind == "committed" and moved == _position(mariadb)
+    assert sum(p > rotated.encode() for p in lake_changes(sink, table)["_pos"].to_pylist()) == 1
     assert table in run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)["skipped"]
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m")
 
@@ -168,7 +173,7 @@ def test_small_cold_catch_ups_run_in_the_driver_then_the_stream_continues(mariad
     mariadb.sql(f"UPDATE {table} SET v = 'one' WHERE id <= 100", f"DELETE FROM {table} WHERE id BETWEEN 500 AND 509")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)
     assert table in summary["caught_up_in_driver"] and summary["rows"][table] == 110
-    assert StateDir(state).checkpoint(table) == ("none", None) and assert_each_change_once(sink, table) == 110
+    assert StateDir(state).checkpoint() == ("none", None) and assert_each_change_once(sink, table) == 110
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m1")
 
     # killed after the lake commit, before the record: the rerun adds no second copy
@@ -180,7 +185,7 @@ def test_small_cold_catch_ups_run_in_the_driver_then_the_stream_continues(mariad
     mariadb.sql(f"UPDATE {table} SET n = -n WHERE id BETWEEN 50 AND 149", f"INSERT INTO {table} VALUES (7000, 'x', 7)")
     summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)
     assert summary["rows"][table] == 101
-    assert StateDir(state).caught_up(table, min_hw)[0] == _position(mariadb)  # [min HW, now) as one range
+    assert StateDir(state).resume_position(table, min_hw) == _position(mariadb)  # the next read starts at now
     assert assert_each_change_once(sink, table) == 211
 
     # a limit below the range size leaves it to the streaming query, which starts after the catch-ups

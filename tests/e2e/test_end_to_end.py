@@ -162,7 +162,7 @@ def test_tail_survives_sigkill_mid_batch_and_a_lost_checkpoint(mariadb, db, spar
     writer = Writer(mariadb.port, table, 24_000, typed_row, typed_mutation, seed=11, pause=0.001)
     writer.start()
     rnd = random.Random(5)
-    commits = StateDir(state).checkpoint_dir(table) / "commits"
+    commits = StateDir(state).checkpoint_dir() / "commits"
     committed = lambda: len(list(commits.glob("[0-9]*"))) if commits.exists() else 0  # noqa: E731
     try:
         for _ in range(5):
@@ -180,8 +180,10 @@ def test_tail_survives_sigkill_mid_batch_and_a_lost_checkpoint(mariadb, db, spar
     run_tail(state, sink, available_now=True, spark=spark)
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
     changes = assert_each_change_once(sink, table)
-    # the checkpoint lost: the tail resumes from the position the lake recorded, nothing doubled
-    shutil.rmtree(StateDir(state).checkpoint_dir(table))
+    # the checkpoint and the state's progress record lost: the tail resumes from the position the lake
+    # recorded, nothing doubled
+    shutil.rmtree(StateDir(state).checkpoint_dir())
+    StateDir(state).files.delete(StateDir.TAIL_POSITIONS)
     updated = mariadb.sql(f"SELECT COUNT(*) FROM {table} WHERE id <= 7")[0][0]
     mariadb.sql(f"UPDATE {table} SET txt_v = 'after the checkpoint' WHERE id <= 7")
     run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)

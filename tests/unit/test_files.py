@@ -30,8 +30,8 @@ def test_files_on_a_local_path_write_atomically_list_and_delete(tmp_path):
 
 
 def test_a_local_state_keeps_its_checkpoints_inside_unless_told(tmp_path):
-    assert StateDir(tmp_path / "s").checkpoint_dir("d.t") == tmp_path / "s" / "checkpoints" / "d.t"
-    assert StateDir(tmp_path / "s", tmp_path / "ck").checkpoint_dir("d.t") == tmp_path / "ck" / "d.t"
+    assert StateDir(tmp_path / "s").checkpoint_dir() == tmp_path / "s" / "checkpoints" / "tail"
+    assert StateDir(tmp_path / "s", tmp_path / "ck").checkpoint_dir() == tmp_path / "ck" / "tail"
     state = StateDir(tmp_path / "s")
     state.write_report("d.t", 3, {"chunk": 3})
     assert state.reports("d.t") == {3: {"chunk": 3}} and not state.has_offsets() and not state.has_plan()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.local.chunk_readers import snapshot_table
-from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
+from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream
 from airflow_provider_dblog.readers.chunk_reader import failed_chunk, persist_reports, read_chunk, run_chunk
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.steps.plan import plan_table
@@ -89,7 +89,7 @@ def tail_to_now(state: StateDir, sink, dialect, end=None) -> None:
     lake = LakeTables(sink, TABLE, dialect.arrow_schema(meta), meta.key_columns)
     start = max(offsets.min_hw, lake.tail_position() or offsets.min_hw)
     end = end or dialect.current_position()
-    batches = list(TableChangeReader(meta, offsets, dialect).batches(start, end))
+    batches = [b for _, b in ChangeReader({TABLE: TableStream(meta, offsets, start)}, dialect).batches(end)]
     lake.commit_stream(pa.Table.from_batches(batches, schema=changelog_schema(dialect.arrow_schema(meta))), end)
 
 
