@@ -6,13 +6,13 @@ BIN := $(VENV)/bin
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 
-.PHONY: install system-deps lint-imports test test-fast demo bench clean
+.PHONY: install system-deps lint-imports test test-fast demo bench executor-zip clean
 
 $(BIN)/dblog: pyproject.toml
 	$(MAKE) system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip uv
-	$(BIN)/uv pip install --python $(BIN)/python --compile-bytecode -e '.[dev,bench]'
+	$(BIN)/uv pip install --python $(BIN)/python --compile-bytecode -e '.[airflow,sqlserver,dev,bench]'
 	@# the Spark provider pulls pyspark-client 4.2, which shares pyspark's files: make 4.3's win
 	$(BIN)/uv pip install --python $(BIN)/python --compile-bytecode --reinstall-package pyspark 'pyspark>=4.3.0,<4.4'
 	@# bytecode up front: every Spark Python worker imports pyspark/pyarrow, and PYTHONDONTWRITEBYTECODE
@@ -41,6 +41,10 @@ demo: install
 
 bench: install
 	$(BIN)/python benchmarks/run.py
+
+# the package for Spark executors without an install (--py-files / spark.submit.pyFiles; docs/deploy.md)
+executor-zip: install
+	$(BIN)/dblog executor-zip dist/dblog-executor.zip
 
 clean:
 	rm -rf $(VENV) build *.egg-info .demo

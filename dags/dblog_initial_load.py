@@ -37,12 +37,13 @@ with DAG(
     max_active_runs=1,
     tags=["dblog", "cdc"],
     doc_md=__doc__,
-    params=params("conn_id", "state", "sink", "checkpoint", "tables", "exclude", "chunk_size", "batch_size",
-                  "batch_rows", "startup", "schema_changes"),
+    params=params("conn_id", "aws_conn_id", "state", "sink", "checkpoint", "tables", "exclude", "chunk_size",
+                  "batch_size", "batch_rows", "startup", "schema_changes"),
 ) as dag:
     plan = ChunkPlannerOperator(
         task_id="plan",
         dblog_conn_id=template("conn_id"),
+        aws_conn_id=template("aws_conn_id"),
         tables=template("tables"),
         exclude=template("exclude"),
         state_dir=template("state"),
@@ -57,10 +58,12 @@ with DAG(
         conn_id=SPARK_CONN_ID,
         conf=spark_conf(),
         dblog_conn_id=template("conn_id"),
+        aws_conn_id=template("aws_conn_id"),
         map_index_template="{{ task.batch_label }}",
     ).expand_kwargs(plan.output)
     # none_failed: a startup mode without a snapshot maps no batch, and the skipped snapshot must not skip this
-    report = DblogReportOperator(task_id="report", state_dir=template("state"), trigger_rule="none_failed")
+    report = DblogReportOperator(task_id="report", state_dir=template("state"), aws_conn_id=template("aws_conn_id"),
+                                 trigger_rule="none_failed")
     follow = ShortCircuitOperator(task_id="follow_binlog", python_callable=follows_binlog,
                                   op_args=[template("startup")])
     tail = DblogSparkSubmitOperator(
@@ -68,6 +71,7 @@ with DAG(
         conn_id=SPARK_CONN_ID,
         conf=spark_conf(),
         dblog_conn_id=template("conn_id"),
+        aws_conn_id=template("aws_conn_id"),
         **tail_kwargs(template("state"), template("sink"), checkpoint=template("checkpoint"),
                       schema_changes=template("schema_changes")),
     )

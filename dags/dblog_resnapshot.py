@@ -47,12 +47,13 @@ with DAG(
                         title="row filter",
                         description="only chunks holding a row matching this condition on the table's columns, "
                                     "e.g. status = 'late' AND amount > 100 (no ';', comments or functions)"),
-        **params("conn_id", "state", "sink"),
+        **params("conn_id", "aws_conn_id", "state", "sink"),
     },
 ) as dag:
     select = ResnapshotPlannerOperator(
         task_id="select_chunks",
         dblog_conn_id=template("conn_id"),
+        aws_conn_id=template("aws_conn_id"),
         state_dir=template("state"),
         sink=template("sink"),
     )
@@ -61,5 +62,6 @@ with DAG(
         conn_id=SPARK_CONN_ID,
         conf=spark_conf(),
         dblog_conn_id=template("conn_id"),
+        aws_conn_id=template("aws_conn_id"),
         map_index_template="{{ task.batch_label }}",
     ).expand_kwargs(select.output)

@@ -31,15 +31,17 @@ with DAG(
     max_active_runs=1,
     tags=["dblog", "cdc"],
     doc_md=__doc__,
-    params=params("conn_id", "state", "sink", "checkpoint", "schema_changes", "max_stall_seconds"),
+    params=params("conn_id", "aws_conn_id", "state", "sink", "checkpoint", "schema_changes", "max_stall_seconds"),
 ) as dag:
-    maintain = DblogMaintainOperator(task_id="maintain", state_dir=template("state"), sink=template("sink"))
+    maintain = DblogMaintainOperator(task_id="maintain", state_dir=template("state"), sink=template("sink"),
+                                     aws_conn_id=template("aws_conn_id"))
     if os.environ.get("DBLOG_TAIL_MODE", "available_now") != "continuous":
         tail = DblogSparkSubmitOperator(
             task_id="tail",
             conn_id=SPARK_CONN_ID,
             conf=spark_conf(),
             dblog_conn_id=template("conn_id"),
+        aws_conn_id=template("aws_conn_id"),
             execution_timeout=timedelta(hours=1),
             **tail_kwargs(template("state"), template("sink"), checkpoint=template("checkpoint"),
                           schema_changes=template("schema_changes")),
@@ -48,6 +50,7 @@ with DAG(
     DblogTailHealthSensor(
         task_id="health_check",
         dblog_conn_id=template("conn_id"),
+        aws_conn_id=template("aws_conn_id"),
         state_dir=template("state"),
         checkpoint=template("checkpoint"),
         max_stall_seconds=template("max_stall_seconds"),

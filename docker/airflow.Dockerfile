@@ -22,13 +22,13 @@ COPY --chown=airflow:0 airflow_provider_dblog /opt/dblog-src/airflow_provider_db
 # Pin Airflow to the image's version (the documented way to extend the image). The Spark provider
 # also pulls pyspark-client, which ships files of the same `pyspark` package: reinstall pyspark
 # last so that the pinned pyspark's files win (as `make install` does).
-RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" /opt/dblog-src \
+RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" "/opt/dblog-src[airflow]" \
  && pip install --no-cache-dir --force-reinstall --no-deps "$(python -c "import tomllib; \
 print(next(d for d in tomllib.load(open('/opt/dblog-src/pyproject.toml', 'rb'))['project']['dependencies'] \
 if d.startswith('pyspark')))")" \
  && printf '#!/bin/sh\nexec %s "$@"\n' "$(python -c 'import sys; print(sys.executable)')" > /opt/dblog/bin/python \
  && chmod 0755 /opt/dblog/bin/python \
- && /opt/dblog/bin/python -c "import airflow_provider_dblog.spark.submit, pyspark; print('pyspark', pyspark.__version__)"
+ && /opt/dblog/bin/python -c "import airflow_provider_dblog.airflow.operators, pyspark; print('pyspark', pyspark.__version__)"
 
 ENV PYSPARK_PYTHON=/opt/dblog/bin/python \
     PYSPARK_DRIVER_PYTHON=/opt/dblog/bin/python

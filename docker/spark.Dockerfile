@@ -2,7 +2,8 @@
 # executors' Python workers run. The image's own python3 is Ubuntu's (3.10), but PySpark needs the
 # driver's minor version (the Airflow image's 3.11) on the executors, so uv installs a standalone
 # Python 3.11 into /opt/dblog -- the path dblog's applications name in spark.pyspark.python -- with
-# this package and its runtime libraries (not Airflow, not pyodbc; pyspark comes from $SPARK_HOME).
+# this package and its runtime libraries (the base install: not Airflow, not pyodbc, which are extras;
+# pyspark comes from $SPARK_HOME).
 ARG SPARK_IMAGE=apache/spark:4.3.0-scala2.13-java17-python3-ubuntu
 FROM ${SPARK_IMAGE}
 ARG PYTHON_VERSION=3.11

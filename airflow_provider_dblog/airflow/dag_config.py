@@ -1,7 +1,7 @@
 """Where the example DAGs get their configuration, most specific first:
 
 1. the DAG run's params (trigger form / ``conf`` of ``POST /api/v2/dags/{dag_id}/dagRuns``);
-2. Airflow Variables ``dblog_conn_id``, ``dblog_state``, ``dblog_sink``, ``dblog_tables``, ... (also
+2. Airflow Variables ``dblog_conn_id``, ``dblog_aws_conn_id``, ``dblog_state``, ``dblog_sink``, ``dblog_tables``, ... (also
    settable as ``AIRFLOW_VAR_DBLOG_STATE`` etc.);
 3. environment variables of the DAG processor ``DBLOG_CONN_ID``, ``DBLOG_STATE``, ``DBLOG_SINK``,
    ``DBLOG_TABLES``, ... (read when the DAG file is parsed);
@@ -20,6 +20,8 @@ from airflow.sdk import Param
 # name -> (environment variable, built-in default, param JSON type, description)
 SETTINGS = {
     "conn_id": ("DBLOG_CONN_ID", "dblog_source", "string", "Airflow connection (type mysql) of the source"),
+    "aws_conn_id": ("DBLOG_AWS_CONN_ID", "", "string", "Airflow connection (type aws: key, secret, extras endpoint_url "
+                    "and region_name) for an s3:// state and sink (empty: the workers' AWS_* variables)"),
     "state": ("DBLOG_STATE", "/var/lib/dblog/state", "string", "state: a directory or s3://BUCKET/PREFIX (plan, reports, offsets)"),
     "sink": ("DBLOG_SINK", "/var/lib/dblog/lake", "string", "the lake: a directory or s3://BUCKET/PREFIX"),
     "checkpoint": ("DBLOG_CHECKPOINT", "", "string", "directory of the tail's Spark checkpoints on the worker's "

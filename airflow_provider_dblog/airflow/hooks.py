@@ -9,10 +9,16 @@ The connection holds host, port, login, password and (optionally) schema; its ex
 The password stays in this process and in the environment of the spark-submit children
 (``$DBLOG_SOURCE_PASSWORD``): it is never returned in an XCom, logged, written to the state
 directory or put on a command line. Airflow masks connection passwords in task logs as well.
+
+``object_store_env`` does the same for an ``aws`` connection (``aws_conn_id``): the standard ``AWS_*``
+variables of ``s3://`` state and lake, for the spark-submit child's environment or, through
+``object_store_environment``, for a step that runs inside the Airflow task.
 """
 from __future__ import annotations
 
-from typing import Any
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from airflow.sdk import BaseHook
 
@@ -20,6 +26,7 @@ from airflow_provider_dblog.core.config import PASSWORD_ENV, SourceConfig, serve
 from airflow_provider_dblog.core.errors import DblogError
 
 CONN_TYPES = ("mysql", "mariadb", "dblog")
+AWS_CONN_TYPES = ("aws", "s3")
 
 
 def _mask(secret: str) -> None:
@@ -130,3 +137,47 @@ class DblogHook(BaseHook):
                 dialect.close()
         except DblogError as exc:
             return False, str(exc)
+
+
+def object_store_env(aws_conn_id: str | None) -> dict[str, str]:
+    """The ``AWS_*`` variables an Airflow ``aws`` connection stands for: login = access key id, password =
+    secret key, extras ``endpoint_url`` (``AWS_ALLOW_HTTP`` follows an ``http://`` one), ``region_name``,
+    ``aws_session_token``. None or empty: nothing (the worker's own variables or role apply). The secrets
+    are masked in task logs."""
+    if not aws_conn_id:
+        return {}
+    conn = BaseHook.get_connection(aws_conn_id)
+    if conn.conn_type and conn.conn_type.lower() not in AWS_CONN_TYPES:
+        raise DblogError(f"connection {aws_conn_id!r} has type {conn.conn_type!r}: aws_conn_id names an Amazon Web "
+                         f"Services connection (type aws) for s3:// state and lake")
+    extras = dict(conn.extra_dejson or {})
+    if extras.get("role_arn"):
+        raise DblogError(f"connection {aws_conn_id!r}: role_arn is not supported: give the connection an access key "
+                         f"(login) and secret (password), or the role to the workers and executors themselves")
+    key, secret = conn.login or extras.get("aws_access_key_id"), conn.password or extras.get("aws_secret_access_key")
+    if bool(key) != bool(secret):
+        raise DblogError(f"connection {aws_conn_id!r} needs both an access key id (login) and a secret key (password)")
+    endpoint = extras.get("endpoint_url") or ((extras.get("service_config") or {}).get("s3") or {}).get("endpoint_url")
+    env = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_SESSION_TOKEN": extras.get("aws_session_token"),
+           "AWS_REGION": extras.get("region_name"), "AWS_ENDPOINT_URL": endpoint,
+           "AWS_ALLOW_HTTP": "true" if str(endpoint or "").startswith("http://") else None}
+    _mask(secret or "")
+    _mask(env["AWS_SESSION_TOKEN"] or "")
+    return {name: str(value) for name, value in env.items() if value}
+
+
+@contextmanager
+def object_store_environment(aws_conn_id: str | None) -> Iterator[None]:
+    """``object_store_env`` in this process's environment while a step runs in the Airflow task (the store
+    reads only the environment), restored afterwards."""
+    env = object_store_env(aws_conn_id)
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

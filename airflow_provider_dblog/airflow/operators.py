@@ -15,6 +15,10 @@ in-process; ``DblogSparkSubmitOperator`` hands it to its spark-submit child as
 rendering, so it is not among the rendered fields either. XComs hold batch indexes, labels, paths
 and counts only; the state directory holds the URI without the password.
 
+Object storage: every operator takes ``aws_conn_id`` (an Airflow ``aws`` connection; None: the worker's
+own ``AWS_*`` variables). Its credentials reach a spark-submit child the same way as the password (its
+environment), and a step run in the task through ``hooks.object_store_environment``.
+
 Reruns: a mapped snapshot instance that runs again (a retry, or cleared in the UI / through
 ``POST /api/v2/dags/{dag_id}/clearTaskInstances``) has ``try_number > 1`` and re-reads its batch's
 chunks with ``--force``; a first try skips chunks that already reported. See docs/airflow.md.
@@ -31,7 +35,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 import airflow_provider_dblog
-from airflow_provider_dblog.airflow.hooks import DblogHook
+from airflow_provider_dblog.airflow.hooks import DblogHook, object_store_env, object_store_environment
 from airflow_provider_dblog.core.config import chunk_keys, positive_int, truthy
 from airflow_provider_dblog.core.errors import DblogError
 
@@ -103,15 +107,17 @@ class ChunkPlannerOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("dblog_conn_id", "tables", "exclude", "state_dir", "sink", "chunk_size",
-                                      "batch_size", "batch_rows", "chunk_key", "watermark", "force", "startup")
+                                      "batch_size", "batch_rows", "chunk_key", "watermark", "force", "startup",
+                                      "aws_conn_id")
     ui_color = "#e8f4e8"
 
     def __init__(self, *, tables: str | Sequence[str], state_dir: str, sink: str,
                  dblog_conn_id: str = DEFAULT_CONN_ID, chunk_size: int | str = 100_000, batch_size: int | str = 8,
                  chunk_key: str | None = None, watermark: str | None = None, force: bool | str = False,
                  exclude: str | Sequence[str] | None = None, batch_rows: int | str | None = None,
-                 startup: str | None = None, **kwargs) -> None:
+                 startup: str | None = None, aws_conn_id: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.aws_conn_id = aws_conn_id
         self.batch_rows = batch_rows
         self.startup = startup
         self.dblog_conn_id = dblog_conn_id
@@ -126,34 +132,11 @@ class ChunkPlannerOperator(BaseOperator):
         self.force = force
 
     def execute(self, context) -> list[dict]:
-        from airflow_provider_dblog.steps.plan import capture_options, plan_tables, resolve_tables
-
         try:
-            if not self.tables or not str(self.tables).strip():
-                raise DblogError("no tables to plan: set the tables param, the Variable dblog_tables or $DBLOG_TABLES "
-                                 "(DB.TABLE names or globs, comma-separated: shop.*,crm.customers)")
-            chunk_size, batch_size = positive_int(self.chunk_size, "chunk_size"), positive_int(self.batch_size, "batch_size")
-            hook = DblogHook(self.dblog_conn_id)
-            options, source = hook.options(), hook.source_config()
-            tables = resolve_tables(source, patterns=self.tables, exclude=self.exclude or None, options=options)
-            summary = plan_tables(source, tables, self.state_dir, chunk_keys(self.chunk_key, tables),
-                                  chunk_size=chunk_size, batch_size=batch_size,
-                                  watermark=str(self.watermark or "") or hook.watermark(),
-                                  watermark_table=options.get("watermark_table"), save_password=False,
-                                  options={**options, **capture_options(str(self.tables), self.exclude or None,
-                                                                        chunk_size, batch_size,
-                                                                        self.batch_rows or None)},
-                                  batch_rows=self.batch_rows or None, startup=self.startup or None)
-            batches = [b for b in summary["batches"] if set(b["tables"]) & set(tables)]
-            check_map_length(len(batches), "snapshot batches",
-                             sum(summary["tables"][t]["chunks"] for t in tables))
+            with object_store_environment(self.aws_conn_id):
+                tables, batches = self._plan()
         except DblogError as exc:
             raise _fail(exc) from None
-        for name in tables:
-            info = summary["tables"][name]
-            self.log.info("planned %s: %s rows, %d chunks, key %s, %s watermarks, startup %s", name,
-                          f"{info['rows']:,}", info["chunks"], ",".join(info["key"]), info["watermark"],
-                          info["startup"])
         self.log.info("%d tables in %d snapshot batches", len(tables), len(batches))
         force = truthy(self.force)
         return [{"application": SUBMIT_APPLICATION,
@@ -161,26 +144,60 @@ class ChunkPlannerOperator(BaseOperator):
                  "name": f"dblog-snapshot-{b['batch']}",
                  "batch_label": f"batch {b['batch']}: {b['label']}"} for b in batches]
 
+    def _plan(self) -> tuple[list[str], list[dict]]:
+        """The planned tables and their batches."""
+        from airflow_provider_dblog.steps.plan import capture_options, plan_tables, resolve_tables
+
+        if not self.tables or not str(self.tables).strip():
+            raise DblogError("no tables to plan: set the tables param, the Variable dblog_tables or $DBLOG_TABLES "
+                             "(DB.TABLE names or globs, comma-separated: shop.*,crm.customers)")
+        chunk_size, batch_size = positive_int(self.chunk_size, "chunk_size"), positive_int(self.batch_size, "batch_size")
+        hook = DblogHook(self.dblog_conn_id)
+        options, source = hook.options(), hook.source_config()
+        tables = resolve_tables(source, patterns=self.tables, exclude=self.exclude or None, options=options)
+        summary = plan_tables(source, tables, self.state_dir, chunk_keys(self.chunk_key, tables),
+                              chunk_size=chunk_size, batch_size=batch_size,
+                              watermark=str(self.watermark or "") or hook.watermark(),
+                              watermark_table=options.get("watermark_table"), save_password=False,
+                              options={**options, **capture_options(str(self.tables), self.exclude or None,
+                                                                    chunk_size, batch_size,
+                                                                    self.batch_rows or None)},
+                              batch_rows=self.batch_rows or None, startup=self.startup or None)
+        batches = [b for b in summary["batches"] if set(b["tables"]) & set(tables)]
+        check_map_length(len(batches), "snapshot batches",
+                         sum(summary["tables"][t]["chunks"] for t in tables))
+        for name in tables:
+            info = summary["tables"][name]
+            self.log.info("planned %s: %s rows, %d chunks, key %s, %s watermarks, startup %s", name,
+                          f"{info['rows']:,}", info["chunks"], ",".join(info["key"]), info["watermark"],
+                          info["startup"])
+        return tables, batches
+
 
 class DblogSparkSubmitOperator(SparkSubmitOperator):
-    """``SparkSubmitOperator`` for the dblog application: adds the source password and the venv's
-    Python to the child's environment (never to its arguments), and turns a rerun of a snapshot
-    batch into a ``--force`` re-read.
+    """``SparkSubmitOperator`` for the dblog application: adds the source password, the object store's
+    credentials and the venv's Python to the child's environment (never to its arguments), and turns a
+    rerun of a snapshot batch into a ``--force`` re-read.
 
     :param dblog_conn_id: the source connection whose password the application needs (None: the
         application finds ``$DBLOG_SOURCE_PASSWORD`` or the credentials file itself).
+    :param aws_conn_id: an ``aws`` connection for ``s3://`` state and lake (None: the worker's ``AWS_*``
+        variables); the driver hands them to its executors inside the tasks.
     :param batch_label: free text for ``map_index_template="{{ task.batch_label }}"``.
     :param force_on_rerun: a snapshot that runs for the 2nd+ time (retry, or a cleared instance)
         re-reads its chunks even if they reported (``--force``). Default True.
     """
 
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "dblog_conn_id", "batch_label")
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "dblog_conn_id", "batch_label",
+                                      "aws_conn_id")
 
     def __init__(self, *, dblog_conn_id: str | None = DEFAULT_CONN_ID, batch_label: str | None = None,
-                 force_on_rerun: bool = True, application: str = SUBMIT_APPLICATION, **kwargs) -> None:
+                 force_on_rerun: bool = True, application: str = SUBMIT_APPLICATION, aws_conn_id: str | None = None,
+                 **kwargs) -> None:
         kwargs.setdefault("name", "dblog")
         super().__init__(application=application, **kwargs)
         self.dblog_conn_id = dblog_conn_id
+        self.aws_conn_id = aws_conn_id
         self.batch_label = batch_label
         self.force_on_rerun = force_on_rerun
 
@@ -203,17 +220,16 @@ class DblogSparkSubmitOperator(SparkSubmitOperator):
             args.append("--force")
         self.application_args = args
         env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **(self.env_vars or {})}
-        if self.dblog_conn_id:
-            try:
-                secret_env = DblogHook(self.dblog_conn_id).spark_env()
-            except DblogError as exc:
-                raise _fail(exc) from None
-            if secret_env and self._remote_master():
-                self.log.warning("not passing the source password to a YARN/Kubernetes application (it would be a "
-                                 "--conf argument): provide $DBLOG_SOURCE_PASSWORD to the driver and executors as a "
-                                 "cluster secret")
-            else:
-                env.update(secret_env)
+        try:
+            secret_env = {**(DblogHook(self.dblog_conn_id).spark_env() if self.dblog_conn_id else {}),
+                          **object_store_env(self.aws_conn_id)}
+        except DblogError as exc:
+            raise _fail(exc) from None
+        if secret_env and self._remote_master():
+            self.log.warning("not passing %s to a YARN/Kubernetes application (they would be --conf arguments): "
+                             "provide them to the driver as cluster secrets", ", ".join(sorted(secret_env)))
+        else:
+            env.update(secret_env)
         self.env_vars = env
         self._hook = None  # built from the attributes above
         return super().execute(context)
@@ -232,18 +248,20 @@ class DblogReportOperator(BaseOperator):
     Returns (XCom) a small summary: chunks, rows, HW range per table and overall.
     """
 
-    template_fields: Sequence[str] = ("state_dir",)
+    template_fields: Sequence[str] = ("state_dir", "aws_conn_id")
     ui_color = "#fdf3e0"
 
-    def __init__(self, *, state_dir: str, **kwargs) -> None:
+    def __init__(self, *, state_dir: str, aws_conn_id: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.state_dir = state_dir
+        self.aws_conn_id = aws_conn_id
 
     def execute(self, context) -> dict:
         from airflow_provider_dblog.steps.report import build_offsets
 
         try:
-            result = build_offsets(self.state_dir)
+            with object_store_environment(self.aws_conn_id):
+                result = build_offsets(self.state_dir)
         except DblogError as exc:
             raise _fail(exc) from None
         self.log.info("report: %d chunks, %d rows, HW %s .. %s", result["chunks"], result["rows"], result["min_hw"],
@@ -261,15 +279,16 @@ class ResnapshotPlannerOperator(BaseOperator):
     params of the same name, so trigger-form values keep their JSON types.
     """
 
-    template_fields: Sequence[str] = ("dblog_conn_id", "state_dir", "sink", "table")
+    template_fields: Sequence[str] = ("dblog_conn_id", "state_dir", "sink", "table", "aws_conn_id")
     ui_color = "#e8eef8"
     PARAM_NAMES = ("table", "key_lo", "key_hi", "chunk_ids", "filter")
 
     def __init__(self, *, state_dir: str, sink: str, dblog_conn_id: str = DEFAULT_CONN_ID, table: str | None = None,
                  key_lo: Any = None, key_hi: Any = None, chunk_ids: Any = None, filter: str | None = None,
-                 **kwargs) -> None:
+                 aws_conn_id: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.dblog_conn_id = dblog_conn_id
+        self.aws_conn_id = aws_conn_id
         self.state_dir = state_dir
         self.sink = sink
         self.table = table
@@ -286,7 +305,9 @@ class ResnapshotPlannerOperator(BaseOperator):
 
     def execute(self, context) -> list[dict]:
         try:
-            return self._select(**{n: self._value(n, context) for n in self.PARAM_NAMES})
+            values = {n: self._value(n, context) for n in self.PARAM_NAMES}
+            with object_store_environment(self.aws_conn_id):
+                return self._select(**values)
         except DblogError as exc:
             raise _fail(exc) from None
 
@@ -316,11 +337,13 @@ class ResnapshotPlannerOperator(BaseOperator):
 class DblogMaintainOperator(BaseOperator):
     """Compacts, checkpoints and vacuums the lake's Delta tables (``dblog maintain``); no Spark needed."""
 
-    template_fields: Sequence[str] = ("state_dir", "sink", "retention_hours")
+    template_fields: Sequence[str] = ("state_dir", "sink", "retention_hours", "aws_conn_id")
     ui_color = "#eef6e8"
 
-    def __init__(self, *, state_dir: str, sink: str, retention_hours: float | str = 168, **kwargs) -> None:
+    def __init__(self, *, state_dir: str, sink: str, retention_hours: float | str = 168,
+                 aws_conn_id: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.aws_conn_id = aws_conn_id
         self.state_dir = state_dir
         self.sink = sink
         self.retention_hours = retention_hours
@@ -329,6 +352,7 @@ class DblogMaintainOperator(BaseOperator):
         from airflow_provider_dblog.steps.maintain import maintain
 
         try:
-            return maintain(self.state_dir, self.sink, retention_hours=float(self.retention_hours))
+            with object_store_environment(self.aws_conn_id):
+                return maintain(self.state_dir, self.sink, retention_hours=float(self.retention_hours))
         except (DblogError, ValueError) as exc:
             raise _fail(DblogError(str(exc))) from None

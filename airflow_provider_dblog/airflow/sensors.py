@@ -6,7 +6,7 @@ from typing import Sequence
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_dblog.airflow.hooks import DblogHook
+from airflow_provider_dblog.airflow.hooks import DblogHook, object_store_environment
 from airflow_provider_dblog.core.config import table_names
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.steps.health import check_health
@@ -22,35 +22,44 @@ class DblogTailHealthSensor(BaseSensorOperator):
     ``soft_fail=True`` to turn a stall into a skip instead of a failure.
     """
 
-    template_fields: Sequence[str] = ("dblog_conn_id", "state_dir", "max_stall_seconds", "tables", "checkpoint")
+    template_fields: Sequence[str] = ("dblog_conn_id", "state_dir", "max_stall_seconds", "tables", "checkpoint",
+                                      "aws_conn_id")
     ui_color = "#f0e8f8"
 
     def __init__(self, *, state_dir: str, dblog_conn_id: str = DblogHook.default_conn_name,
                  max_stall_seconds: float | str = 1800, tables: str | Sequence[str] | None = None,
-                 checkpoint: str | None = None, **kwargs) -> None:
+                 checkpoint: str | None = None, aws_conn_id: str | None = None, **kwargs) -> None:
         kwargs.setdefault("poke_interval", 30)
         kwargs.setdefault("timeout", 600)
         super().__init__(**kwargs)
         self.dblog_conn_id = dblog_conn_id
+        self.aws_conn_id = aws_conn_id  # an aws connection for an s3:// state (None: the worker's AWS_* variables)
         self.state_dir = state_dir
         self.max_stall_seconds = max_stall_seconds
         self.tables = tables
         self.checkpoint = checkpoint  # the tail's --checkpoint (empty or None: STATE/checkpoints)
 
     def poke(self, context) -> bool:
-        from airflow_provider_dblog.store.state import StateDir
-
         try:
-            max_stall = float(self.max_stall_seconds)
-            state = StateDir(self.state_dir, self.checkpoint or None)
-            if not state.has_offsets():
-                self.log.info("no offset map in %s yet (initial load not reported): waiting", self.state_dir)
-                return False
-            source = DblogHook(self.dblog_conn_id).check_state_source(state.load_raw()["source"])
-            report = check_health(self.state_dir, max_stall, table_names(self.tables) or None, source=source,
-                                  checkpoint=self.checkpoint or None)
+            with object_store_environment(self.aws_conn_id):
+                report = self._check()
         except (DblogError, ValueError) as exc:
             raise AirflowFailException(f"dblog: {exc}") from None
-        for name, info in (report or {}).items():
+        if report is None:
+            return False
+        for name, info in report.items():
             self.log.info("tail of %s: %s", name, info)
         return True
+
+    def _check(self) -> dict | None:
+        """The health report; None while there is no offset map yet."""
+        from airflow_provider_dblog.store.state import StateDir
+
+        max_stall = float(self.max_stall_seconds)
+        state = StateDir(self.state_dir, self.checkpoint or None)
+        if not state.has_offsets():
+            self.log.info("no offset map in %s yet (initial load not reported): waiting", self.state_dir)
+            return None
+        source = DblogHook(self.dblog_conn_id).check_state_source(state.load_raw()["source"])
+        return check_health(self.state_dir, max_stall, table_names(self.tables) or None, source=source,
+                            checkpoint=self.checkpoint or None) or {}

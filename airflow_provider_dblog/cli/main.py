@@ -153,6 +153,12 @@ def cmd_maintain(args) -> dict:
     return maintain(args.state, args.sink, [args.table] if args.table else None, args.retention_hours)
 
 
+def cmd_executor_zip(args) -> dict:
+    from airflow_provider_dblog.cli.executor_zip import write_executor_zip
+
+    return write_executor_zip(args.out)
+
+
 def cmd_resnapshot(args) -> dict:
     from airflow_provider_dblog.steps.resnapshot import resnapshot
 
@@ -294,6 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--filter", help="only chunks holding a row matching this condition, e.g. \"status = 'late'\"")
     p.add_argument("--dry-run", action="store_true", help="print the selection, read nothing")
     p.set_defaults(func=cmd_resnapshot)
+
+    p = sub.add_parser("executor-zip", help="write the package as one zip for Spark executors without it installed "
+                                            "(--py-files / spark.submit.pyFiles); prints what they need installed")
+    p.add_argument("out", help="the zip to write, e.g. dist/dblog-executor.zip")
+    p.set_defaults(func=cmd_executor_zip)
     return parser
 
 
@@ -305,6 +316,7 @@ def main(argv: list[str] | None = None, spark_submit: bool = False) -> int:
     args.spark_submit = spark_submit
     _setup_logging(args.verbose)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    _redact(os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
     try:
         result = args.func(args)
     except DblogError as exc:

@@ -11,14 +11,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import re
 import shutil
 import sys
 import threading
 import time
 from pathlib import Path
 
-from airflow_provider_dblog.spark.session import local_master, session_builder, started
+from airflow_provider_dblog.spark.session import local_master, session_builder, started, task_slots
 
 # A short-lived driver (`dblog run`, a snapshot batch, a mirror) spends much of its life starting up: the
 # C1 JIT alone compiles Spark's start-up code sooner and with less CPU (benchmarks/session_start.py: JVM
@@ -129,19 +128,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def task_slots(master: str) -> int | None:
-    """How many tasks ``master`` runs at once: N for local[N], the cores for local[*], 1 for local;
-    None (unknown, presumably many) for a cluster."""
-    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
-    if match is None:
-        return None
-    if match.group(1) is None:
-        return 1
-    if match.group(1) == "*":
-        return os.cpu_count() or 1
-    return int(match.group(1))
 
 
 def local_session(app_name: str, master: str | None = None, short_lived: bool = True):

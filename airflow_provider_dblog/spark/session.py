@@ -3,11 +3,13 @@
 Under spark-submit (Airflow's operators, a cluster) the session is built from what the user configured
 (master, resources, ``spark.python.*``): dblog adds only the settings its data needs (UTC session time
 zone, Arrow, microsecond Parquet timestamps) and never overrides a setting the user gave. Outside
-spark-submit the master is ``$DBLOG_SPARK_MASTER`` (default ``local[2]``).
+spark-submit the master is ``$DBLOG_SPARK_MASTER`` (default ``local[2]``); ``LOCAL_DEFAULTS`` apply to a
+``local[N]`` master only: a cluster's session gets what its ``spark-defaults.conf`` says.
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 DEFAULT_MASTER = "local[2]"
@@ -17,7 +19,7 @@ REQUIRED_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
-# defaults for a driver started here (not under spark-submit): small shuffles, no UI
+# defaults for a local[N] driver started here (not under spark-submit): small shuffles, no UI
 LOCAL_DEFAULTS = {
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": os.environ.get("DBLOG_SPARK_UI", "false"),
@@ -29,19 +31,38 @@ def local_master() -> str:
     return os.environ.get("DBLOG_SPARK_MASTER", DEFAULT_MASTER)
 
 
+def task_slots(master: str) -> int | None:
+    """How many tasks ``master`` runs at once: N for local[N], the cores for local[*], 1 for local;
+    None (unknown, presumably many) for a cluster."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    if match.group(1) is None:
+        return 1
+    if match.group(1) == "*":
+        return os.cpu_count() or 1
+    return int(match.group(1))
+
+
+def local_defaults(master: str) -> dict[str, str]:
+    """``LOCAL_DEFAULTS`` for a ``local[N]`` master; nothing for a cluster (its own configuration rules)."""
+    return dict(LOCAL_DEFAULTS) if task_slots(master) is not None else {}
+
+
 def under_spark_submit() -> bool:
     """spark-submit starts the Python driver with a gateway to its JVM already running."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def session_builder(app_name: str, master: str | None = None):
-    """A builder with ``REQUIRED_CONF``; outside spark-submit also the master and ``LOCAL_DEFAULTS``."""
+    """A builder with ``REQUIRED_CONF``; outside spark-submit also the master and its ``local_defaults``."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
     if not under_spark_submit():
-        builder = builder.master(master or local_master())
-        for key, value in LOCAL_DEFAULTS.items():
+        master = master or local_master()
+        builder = builder.master(master)
+        for key, value in local_defaults(master).items():
             builder = builder.config(key, value)
     for key, value in REQUIRED_CONF.items():
         builder = builder.config(key, value)
@@ -64,7 +85,7 @@ def spark_context(app_name: str, spark=None):
     conf = SparkConf().setAppName(app_name)
     if not under_spark_submit():
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        conf = conf.setMaster(local_master()).setAll(list(LOCAL_DEFAULTS.items()))
+        conf = conf.setMaster(local_master()).setAll(list(local_defaults(local_master()).items()))
     context = SparkContext.getOrCreate(conf)
     context.setLogLevel(os.environ.get("DBLOG_SPARK_LOG_LEVEL", "WARN"))
     return context

@@ -13,6 +13,7 @@ from typing import Sequence
 from airflow_provider_dblog.core.batches import BatchGroup, spread
 from airflow_provider_dblog.readers.progress import logged_progress
 from airflow_provider_dblog.spark.session import spark_context
+from airflow_provider_dblog.store.object_store import settings, use_settings
 
 log = logging.getLogger("dblog")
 TASKS_PER_CORE = 4
@@ -20,11 +21,16 @@ TASKS_PER_CORE = 4
 
 def _read_chunks(sink: str, plans: dict, dialect):
     """The task: the plans of the batch's tables travel with it (read once in the driver, never
-    re-parsed per chunk); each item opens the plan of its table. A failed chunk ends the task with its
-    root cause instead of a Py4J trace, and the chunks read before it keep their reports."""
+    re-parsed per chunk); each item opens the plan of its table. So do the driver's object-store
+    settings (like the password inside ``dialect``: task data, never Spark conf). A failed chunk ends
+    the task with its root cause instead of a Py4J trace, and the chunks read before it keep their
+    reports."""
+    store = settings()
+
     def task(parts):
         from airflow_provider_dblog.readers.chunk_reader import failed_chunk, run_chunk
 
+        use_settings(store)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
             for items in parts:

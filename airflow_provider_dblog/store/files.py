@@ -5,7 +5,8 @@ lives.
 Writes are atomic either way: locally a temp file beside the target and one rename (``store.atomic``);
 on S3 one PUT (an object appears whole or not at all). An S3 root is checked once per process
 (``object_store.check_location``): a wrong bucket, credential or endpoint is one line naming the fix,
-before anything is written. Credentials come from the standard ``AWS_*`` variables only.
+before anything is written. Credentials come from the standard ``AWS_*`` variables only
+(``object_store``).
 """
 from __future__ import annotations
 
@@ -16,16 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_dblog.store.atomic import read_json, write_json
-from airflow_provider_dblog.store.object_store import check_location, is_object_store, s3_filesystem
+from airflow_provider_dblog.store.object_store import check_location, is_object_store, s3_filesystem, settings
 
 _CHECKED: dict[tuple, Any] = {}  # (bucket, AWS_* settings) -> a filesystem whose location was checked
 _CHECK_LOCK = threading.Lock()
-_SETTINGS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP")
 
 
 def _checked_s3(root: str, option: str):
     """One S3 filesystem per bucket and settings, its location checked on first use."""
-    key = (root.split("://", 1)[1].split("/", 1)[0], *(os.environ.get(name) for name in _SETTINGS))
+    key = (root.split("://", 1)[1].split("/", 1)[0], *sorted(settings().items()))
     with _CHECK_LOCK:
         if key not in _CHECKED:
             check_location(root, option)

@@ -2,7 +2,12 @@
 endpoint from the standard variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``,
 ``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``) that delta-rs and pyarrow read: no secret ever passes through
 dblog's arguments, state or logs. ``check_location`` turns the usual mistakes into one line naming the
-fix before anything is written (``check_sink`` for ``--sink``; ``store.files`` runs it for ``--state``)."""
+fix before anything is written (``check_sink`` for ``--sink``; ``store.files`` runs it for ``--state``).
+
+The process environment is the one place the settings live: the Airflow operators put an ``aws``
+connection's there (the spark-submit child's environment, or their own while a step runs), and a Spark
+driver ships its ``settings()`` to the executors inside the serialized tasks (``use_settings`` there),
+as it ships the source password: never in Spark conf, which the UI and event logs show."""
 from __future__ import annotations
 
 import os
@@ -11,11 +16,24 @@ from urllib.parse import urlparse
 from airflow_provider_dblog.core.errors import DblogError
 
 
+SETTINGS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ENDPOINT_URL",
+            "AWS_ALLOW_HTTP")
 REFUSED = ("ACCESS_DENIED", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403")
 
 
 def is_object_store(uri: str) -> bool:
     return "://" in str(uri) and not str(uri).startswith("file://")
+
+
+def settings() -> dict[str, str]:
+    """This process's object-store settings (the ``SETTINGS`` variables that are set)."""
+    return {name: os.environ[name] for name in SETTINGS if os.environ.get(name)}
+
+
+def use_settings(values: dict[str, str]) -> None:
+    """On an executor: the driver's settings, so that delta-rs sees the store the driver checked; an
+    executor then needs no credentials of its own (its own apply when the driver had none)."""
+    os.environ.update(values)
 
 
 def s3_filesystem():

@@ -8,7 +8,10 @@
   ``dblog_resnapshot`` is triggered and one mapped snapshot instance of the initial load is cleared
   through the REST API while a writer and a ``--continuous`` tail run; exactly the expected chunks
   are re-read and the mirror still equals the source;
-* the password never shows up in task logs, XComs, rendered fields, the metadata DB or state files.
+* the password never shows up in task logs, XComs, rendered fields, the metadata DB or state files;
+* on a standalone cluster with state and lake on S3, the S3 credentials come from an ``aws`` connection
+  only (neither the Airflow worker nor the Spark worker has ``AWS_*`` variables) and the secret key shows
+  up nowhere either (task logs, metadata DB, state objects, executor logs).
 
 Airflow always runs in subprocesses with its own AIRFLOW_HOME, so this test process never imports it.
 """
@@ -38,6 +41,7 @@ BIN = Path(sys.executable).parent
 AIRFLOW = str(BIN / "airflow")
 PASSWORD = "s3cret-Pa55"
 CONN_ID = "dblog_test_source"
+AWS_CONN_ID = "dblog_test_s3"
 ROWS = 3000
 FAST_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
@@ -79,7 +83,7 @@ def airflow_home(mariadb, base: Path, database: str, state: str, sink: str, extr
     table = f"{database}.orders"
     port = free_port()
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIRFLOW", "PYSPARK", "DBLOG_", "SPARK_"))}
+           if not k.startswith(("AIRFLOW", "PYSPARK", "DBLOG_", "SPARK_", "AWS_"))}
     env.update({
         "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
         "AIRFLOW_HOME": str(home),
@@ -260,13 +264,27 @@ from airflow_provider_dblog.airflow.hooks import DblogHook
 hook = DblogHook(sys.argv[2])
 out["hook"] = {"uri": hook.source_config().public_uri, "options": hook.options(), "watermark": hook.watermark(),
                "env": sorted(hook.spark_env())}
+
+import os
+from airflow_provider_dblog.airflow.hooks import object_store_env, object_store_environment
+out["aws_env"] = sorted(object_store_env(sys.argv[3]).items())
+with object_store_environment(sys.argv[3]):
+    out["aws_in_step"] = os.environ.get("AWS_ENDPOINT_URL")
+out["aws_after_step"] = os.environ.get("AWS_ENDPOINT_URL")
+try:
+    object_store_env(sys.argv[2])
+except DblogError as exc:
+    out["aws_wrong_type"] = str(exc)
 print("RESULT" + json.dumps(out))
 """
 
 
 def test_dags_import_cleanly_and_the_form_rejects_an_injected_filter(airflow):
     env = {**airflow.env, "AIRFLOW__CORE__MAX_MAP_LENGTH": "2"}
-    proc = subprocess.run([sys.executable, "-c", DAGBAG_CHECK, str(ROOT / "dags"), CONN_ID], env=env,
+    env[f"AIRFLOW_CONN_{AWS_CONN_ID.upper()}"] = json.dumps({
+        "conn_type": "aws", "login": "AKIDTEST", "password": "aws-Secret-123",
+        "extra": {"endpoint_url": "http://127.0.0.1:1", "region_name": "eu-west-3"}})
+    proc = subprocess.run([sys.executable, "-c", DAGBAG_CHECK, str(ROOT / "dags"), CONN_ID, AWS_CONN_ID], env=env,
                           cwd=airflow.home, capture_output=True, text=True, timeout=120)
     airflow.outputs.append(proc.stdout + proc.stderr)
     assert "RESULT" in proc.stdout, proc.stderr[-3000:]
@@ -284,6 +302,11 @@ def test_dags_import_cleanly_and_the_form_rejects_an_injected_filter(airflow):
     assert out["hook"] == {"uri": f"mysql://dblog@127.0.0.1:{airflow.mariadb.port}",
                            "options": {"server_id_range": [3000000, 3999999]}, "watermark": "auto",
                            "env": ["DBLOG_SOURCE_PASSWORD"]}
+    assert out["aws_env"] == [["AWS_ACCESS_KEY_ID", "AKIDTEST"], ["AWS_ALLOW_HTTP", "true"],
+                              ["AWS_ENDPOINT_URL", "http://127.0.0.1:1"], ["AWS_REGION", "eu-west-3"],
+                              ["AWS_SECRET_ACCESS_KEY", "aws-Secret-123"]]
+    assert out["aws_in_step"] == "http://127.0.0.1:1" and out["aws_after_step"] is None, out
+    assert out["aws_wrong_type"].startswith(f"connection {CONN_ID!r} has type 'mysql': aws_conn_id names an Amazon"), out
     assert PASSWORD not in proc.stdout + proc.stderr
 
 
@@ -493,18 +516,26 @@ def test_api_resnapshot_and_cleared_instance_converge_while_the_tail_runs(airflo
 def test_the_dags_on_a_standalone_cluster_with_state_and_lake_on_s3(mariadb, tmp_path):
     """``dblog_initial_load`` with a writer running, then ``dblog_tail``, through ``airflow dags test`` on a
     standalone master + worker whose executors cannot see this host's files, state and lake on S3:
-    ``current`` equals the source."""
+    ``current`` equals the source. The S3 credentials come only from an ``aws`` connection (no ``AWS_*``
+    variable on the Airflow worker or the Spark worker: the executors get them from the driver), and the
+    secret key is nowhere in the task logs, the metadata DB (XComs, rendered fields), the state or the
+    executors' logs."""
     from tests.support.lakecheck import compare_rows
     from tests.support.seaweedfs import SeaweedS3
     from tests.support.spark_cluster import SparkCluster
 
     local = tmp_path / "airflow"  # the Airflow worker's own disk: hidden from the Spark worker
     local.mkdir()
-    with SeaweedS3(tmp_path / "s3") as s3, SparkCluster(tmp_path / "cluster", hidden=local, env=s3.env()) as cluster:
+    with SeaweedS3(tmp_path / "s3") as s3, SparkCluster(tmp_path / "cluster", hidden=local) as cluster:
+        keys = s3.env()
         af = airflow_home(mariadb, local, f"afc{os.getpid()}", "s3://lake/af/state", "s3://lake/af/lake", {
-            **s3.env(), "DBLOG_CHECKPOINT": str(local / "checkpoint"),
+            "DBLOG_CHECKPOINT": str(local / "checkpoint"), "DBLOG_AWS_CONN_ID": AWS_CONN_ID,
+            f"AIRFLOW_CONN_{AWS_CONN_ID.upper()}": json.dumps({
+                "conn_type": "aws", "login": keys["AWS_ACCESS_KEY_ID"], "password": keys["AWS_SECRET_ACCESS_KEY"],
+                "extra": {"endpoint_url": s3.endpoint, "region_name": keys["AWS_REGION"]}}),
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
                                                       "port": int(cluster.master.rsplit(":", 1)[1])})})
+        assert not any(k.startswith("AWS_") for k in af.env)
         create_table(mariadb, af.table)
         writer = Writer(mariadb, af.table, seed=5)
         writer.start()
@@ -519,10 +550,30 @@ def test_the_dags_on_a_standalone_cluster_with_state_and_lake_on_s3(mariadb, tmp
         assert "app-" in (tmp_path / "cluster" / "logs" / "master.out").read_text()  # the cluster ran them
         from deltalake import DeltaTable
 
-        options = {"AWS_ACCESS_KEY_ID": s3.env()["AWS_ACCESS_KEY_ID"],
-                   "AWS_SECRET_ACCESS_KEY": s3.env()["AWS_SECRET_ACCESS_KEY"], "AWS_ENDPOINT_URL": s3.endpoint,
-                   "AWS_REGION": s3.env()["AWS_REGION"], "AWS_ALLOW_HTTP": "true"}
+        options = {**keys, "AWS_ENDPOINT_URL": s3.endpoint}
         lake = DeltaTable(f"{af.sink}/{af.table}/current", storage_options=options).to_pyarrow_dataset().to_table()
         problems = compare_rows(lake, mariadb.port, af.table)
         assert not problems, problems[:5]
-        assert all(PASSWORD not in output for output in af.outputs)
+        state_objects = _s3_objects(s3, "lake/af/state")
+        assert any(name.endswith("offsets.json") for name in state_objects), sorted(state_objects)[:20]
+    assert all(PASSWORD not in output for output in af.outputs)
+    secret = keys["AWS_SECRET_ACCESS_KEY"].encode()
+    for i, output in enumerate(af.outputs):
+        assert secret.decode() not in output, f"the S3 secret in the output of airflow command #{i}"
+    for folder in (af.home, tmp_path / "cluster"):  # task logs, airflow.db; the executors' logs and work dirs
+        for path in folder.rglob("*"):
+            if path.is_file() and path.suffix not in (".parquet", ".jar"):
+                assert secret not in path.read_bytes(), f"the S3 secret in {path}"
+    for name, body in state_objects.items():
+        assert secret not in body, f"the S3 secret in s3://{name}"
+
+
+def _s3_objects(s3, prefix: str) -> dict[str, bytes]:
+    """Every object under ``prefix`` (BUCKET/PATH) and its bytes."""
+    import pyarrow.fs as pafs
+
+    keys = s3.env()
+    fs = pafs.S3FileSystem(access_key=keys["AWS_ACCESS_KEY_ID"], secret_key=keys["AWS_SECRET_ACCESS_KEY"],
+                           region=keys["AWS_REGION"], scheme="http", endpoint_override=s3.endpoint.split("://")[1])
+    infos = fs.get_file_info(pafs.FileSelector(prefix, recursive=True))
+    return {i.path: fs.open_input_stream(i.path).read() for i in infos if i.type == pafs.FileType.File}

@@ -40,7 +40,8 @@ class SparkCluster:
         return f"spark://127.0.0.1:{self.port}"
 
     def _spawn(self, name: str, args: list[str], private: bool = False) -> subprocess.Popen:
-        env = {**os.environ, **self.env, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
+        own = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}  # S3 settings: only ``env``'s
+        env = {**own, **self.env, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
                "SPARK_LOG_DIR": str(self.root / "logs"), "SPARK_WORKER_DIR": str(self.root / "work")}
         command = [str(spark_home() / "bin" / "spark-class"), *args]
         if private:  # a mount namespace of its own: the tmpfs hides ``hidden`` from this process only

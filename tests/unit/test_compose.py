@@ -40,7 +40,8 @@ def pyproject() -> dict:
 
 
 def pin(pyproject: dict, name: str) -> SpecifierSet:
-    for dep in pyproject["project"]["dependencies"]:
+    extras = pyproject["project"].get("optional-dependencies", {})
+    for dep in [*pyproject["project"]["dependencies"], *extras.get("airflow", [])]:
         req = Requirement(dep)
         if req.name == name:
             return req.specifier
@@ -158,7 +159,7 @@ def test_airflow_image_and_pip_pin_match_pyproject(compose, pyproject):
     path, text = dockerfile(airflow)
     assert dockerfile_arg_default(text, "AIRFLOW_IMAGE") == image, path
     assert dockerfile_arg_default(text, "AIRFLOW_VERSION") == version, path
-    assert re.search(r'pip install [^\n]*"apache-airflow==\$\{AIRFLOW_VERSION\}" /opt/dblog-src', text)
+    assert re.search(r'pip install [^\n]*"apache-airflow==\$\{AIRFLOW_VERSION\}" "/opt/dblog-src\[airflow\]"', text)
     assert airflow["build"]["context"] == "."  # the repository, so COPY sees the package
     for src in ("pyproject.toml", "README.md", "airflow_provider_dblog"):
         assert re.search(rf"^COPY [^\n]*\b{src}\b[^\n]* /opt/dblog-src/", text, re.M), src

@@ -43,3 +43,30 @@ def test_unsupported_or_unauthenticated_state_locations_are_one_line(monkeypatch
     monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
     with pytest.raises(DblogError, match="no S3 credentials for s3://bucket/state: set AWS_ACCESS_KEY_ID"):
         StateDir("s3://bucket/state")
+
+
+def test_snapshot_tasks_carry_the_drivers_object_store_settings(monkeypatch):
+    """An executor needs no S3 credentials of its own: the snapshot task brings the driver's (task data,
+    not Spark conf), and applies them before touching the lake."""
+    import os
+
+    from airflow_provider_dblog.spark.snapshot_job import _read_chunks
+    from airflow_provider_dblog.store.object_store import SETTINGS
+
+    class Dialect:
+        def close(self):
+            pass
+
+    for name in SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKID")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-key")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    task = _read_chunks("s3://lake/x", {}, Dialect())  # built in the driver
+    for name in SETTINGS:  # the executor's own environment: nothing
+        monkeypatch.delenv(name, raising=False)
+    assert list(task([])) == []
+    assert {n: os.environ.get(n) for n in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL",
+                                           "AWS_REGION")} == {
+        "AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "secret-key", "AWS_ENDPOINT_URL": "http://127.0.0.1:1",
+        "AWS_REGION": None}
