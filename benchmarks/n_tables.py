@@ -91,12 +91,13 @@ class TreeSampler(threading.Thread):
             self.halt.wait(self.every)
 
 
-def timed_tail(args: list[str], log_path: Path, timeout: float, max_rss: float) -> dict:
-    """One ``dblog tail`` process, sampled; stopped (SIGTERM, then SIGKILL, to its own process group) past
-    ``timeout`` seconds or ``max_rss`` bytes."""
+def timed_tail(cmd: list[str], log_path: Path, timeout: float, max_rss: float) -> dict:
+    """One process (``dblog tail ...``), sampled; stopped (SIGTERM, then SIGKILL, to its own process group)
+    past ``timeout`` seconds or ``max_rss`` bytes. ``rows``: the sum of the ``rows`` map it prints."""
+    load = os.getloadavg()[0]
     started = time.perf_counter()
     with open(log_path, "w") as err:
-        proc = subprocess.Popen([common.DBLOG, *args], stdout=subprocess.PIPE, stderr=err, text=True,
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
                                 env=common.bench_env(), cwd=common.BENCH_DIR, start_new_session=True)
         sampler = TreeSampler(proc.pid)
         sampler.start()
@@ -121,7 +122,8 @@ def timed_tail(args: list[str], log_path: Path, timeout: float, max_rss: float) 
         reader.join(30)
         sampler.halt.set()
         sampler.join(5)
-    result = {"seconds": round(seconds, 2), "returncode": proc.returncode, "peak_processes": sampler.peak_procs,
+    result = {"seconds": round(seconds, 2), "returncode": proc.returncode, "load1_before": round(load, 2),
+              "peak_processes": sampler.peak_procs,
               "peak_python_processes": sampler.peak_python, "peak_rss_mb": round(sampler.peak_rss / 2**20)}
     if stopped:
         result["not_finished"] = stopped
@@ -158,15 +160,16 @@ def write_changes(server, tables: list[str], rows_per_table: int, changes: int) 
 
 def measure(server, work: Path, n: int, rows: int, changes: int, extra_plan: list[str], tail_timeout: float,
             max_rss: float) -> dict:
-    db = f"n{n}"
-    per_table = rows // n
+    db = f"n{n}"  # N = 0: the warm-up, one table
+    per_table = rows // max(n, 1)
     server.sql(f"CREATE DATABASE {db}")
-    tables = [f"{db}.t{i:03d}" for i in range(n)]
+    tables = [f"{db}.t{i:03d}" for i in range(max(n, 1))]
     for table in tables:
         common.create_synthetic_table(server, table, per_table)
     state, sink, logs = work / f"state-{n}", work / f"sink-{n}", work / f"logs-{n}"
     logs.mkdir(parents=True, exist_ok=True)
     common.log(f"N={n}: {n} tables of {per_table:,} rows")
+    load = os.getloadavg()[0]
     plan = common.dblog(["plan", "--source", server.uri(), "--tables", f"{db}.*", "--state", str(state),
                          *extra_plan], logs / "plan.log")
     batches = plan.json()["batches"]
@@ -176,13 +179,13 @@ def measure(server, work: Path, n: int, rows: int, changes: int, extra_plan: lis
                                    str(sink)], logs / f"snapshot-{batch['batch']}.log").seconds)
     report = common.dblog(["report", "--state", str(state)], logs / "report.log")
     steps.append(report.seconds)
-    snapshot = {"seconds": round(sum(steps), 2), "plan_s": round(steps[0], 2),
+    snapshot = {"seconds": round(sum(steps), 2), "load1_before": round(load, 2), "plan_s": round(steps[0], 2),
                 "snapshot_s": round(sum(steps[1:-1]), 2), "report_s": round(steps[-1], 2),
                 "spark_applications": len(batches), "chunks": sum(len(g["chunks"]) for b in batches
                                                                   for g in b["groups"])}
     common.log(f"N={n}: plan+snapshot+report {snapshot['seconds']:.1f}s in {len(batches)} Spark application(s)")
     written = write_changes(server, tables, per_table, changes)
-    tail = timed_tail(["tail", "--state", str(state), "--sink", str(sink), "--available-now",
+    tail = timed_tail([common.DBLOG, "tail", "--state", str(state), "--sink", str(sink), "--available-now",
                        "--driver-catch-up-mb", "0"], logs / "tail.log", tail_timeout, max_rss)
     if "rows" in tail:
         tail["ms_per_change"] = round(1000 * tail["seconds"] / changes, 3)
@@ -210,13 +213,14 @@ def targets(results: dict[int, dict]) -> dict:
 
 def table_text(results: dict[int, dict], checks: dict) -> str:
     lines = ["| tables | rows/table | plan+snapshot+report | Spark apps | tail | per change | tail peak procs "
-             "(python) | tail peak RSS |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "(python) | tail peak RSS | load1 before snapshot / tail |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for n, r in sorted(results.items()):
         s, t = r["snapshot"], r["tail"]
         tail = f"{t['seconds']:.1f} s" if "rows" in t else f"not finished ({t['not_finished']})"
         per = f"{t['ms_per_change']:.2f} ms" if "rows" in t else "-"
         lines.append(f"| {n} | {r['rows_per_table']:,} | {s['seconds']:.1f} s | {s['spark_applications']} | {tail} | "
-                     f"{per} | {t['peak_processes']} ({t['peak_python_processes']}) | {t['peak_rss_mb']:,} MB |")
+                     f"{per} | {t['peak_processes']} ({t['peak_python_processes']}) | {t['peak_rss_mb']:,} MB | "
+                     f"{s['load1_before']:.1f} / {t['load1_before']:.1f} |")
     for name, check in checks.items():
         lines.append(f"{name}: {json.dumps(check)}")
     return "\n".join(lines)
@@ -232,6 +236,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tail-timeout", type=float, default=900, help="stop a tail after this many seconds")
     parser.add_argument("--max-tail-rss-gb", type=float, default=8.0,
                         help="stop a tail whose processes hold more memory than this (GiB)")
+    parser.add_argument("--no-warmup", action="store_true",
+                        help="skip the unrecorded warm-up capture (1 table of 1,000 rows, 100 changes: bytecode "
+                             "caches and Spark's class-data archive, so N = 1 is not the one that pays for them)")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -242,6 +249,9 @@ def main(argv: list[str] | None = None) -> dict:
     results: dict[int, dict] = {}
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     try:
+        if not args.no_warmup:
+            common.log("warm-up (not recorded)")
+            measure(server, work, 0, 1000, 100, extra, args.tail_timeout, args.max_tail_rss_gb * 2**30)
         for n in sizes:
             results[n] = measure(server, work, n, args.rows, args.changes, extra, args.tail_timeout,
                                  args.max_tail_rss_gb * 2**30)
