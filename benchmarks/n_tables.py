@@ -213,7 +213,7 @@ def targets(results: dict[int, dict]) -> dict:
 
 def table_text(results: dict[int, dict], checks: dict) -> str:
     lines = ["| tables | rows/table | plan+snapshot+report | Spark apps | tail | per change | tail peak procs "
-             "(python) | tail peak RSS | load1 before snapshot / tail |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "(python) | tail peak RSS | load1 before snapshot / tail |", "|" + "---:|" * 9]
     for n, r in sorted(results.items()):
         s, t = r["snapshot"], r["tail"]
         tail = f"{t['seconds']:.1f} s" if "rows" in t else f"not finished ({t['not_finished']})"
@@ -259,7 +259,8 @@ def main(argv: list[str] | None = None) -> dict:
         server.stop()
     checks = targets(results)
     common.log("\n" + table_text(results, checks))
-    out = {"date": started, "command": "python benchmarks/n_tables.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    command = "python benchmarks/n_tables.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    out = {"date": started, "command": command,
            "rows": args.rows, "changes": args.changes, "results": {str(n): r for n, r in results.items()},
            "targets": checks, "machine": common.machine_info(), "server": info,
            "code": common.code_version()}

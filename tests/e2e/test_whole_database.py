@@ -101,27 +101,29 @@ class ManyTablesWriter(threading.Thread):
         cur.execute(f"SELECT 1 FROM {table.name} WHERE {table.where()} LIMIT 1", key)
         return cur.fetchone() is not None
 
-    def _insert(self, cur, table: Table, count: int = 1) -> None:
+    def _insert(self, cur, table: Table, count: int = 1) -> int:
         rows = [table.row(self.rnd.randint(1, table.space), self.rnd) for _ in range(count)]
         if table.shape == "nokey":  # no constraint: the chunk key stays unique because this writer keeps it so
             rows = [r for r in rows if not self._exists(cur, table, tuple(r[c] for c in table.key))][:1]
             if not rows:
-                return
+                return 0
         cols = list(rows[0])
         marks = ", ".join("(" + ", ".join(["%s"] * len(cols)) + ")" for _ in rows)
-        cur.execute(f"INSERT IGNORE INTO {table.name} ({', '.join(cols)}) VALUES {marks}",
-                    [r[c] for r in rows for c in cols])
+        return cur.execute(f"INSERT IGNORE INTO {table.name} ({', '.join(cols)}) VALUES {marks}",
+                           [r[c] for r in rows for c in cols])
 
     def _change(self, cur, table: Table, op: str) -> None:
+        """One statement of ``op`` on ``table``; counted in ``touched`` if it changed a row."""
         key = key_of(table.shape, self.rnd.randint(1, table.space))
         if op == "insert":
-            self._insert(cur, table, self.rnd.choice([1, 1, 3]))
+            changed = self._insert(cur, table, self.rnd.choice([1, 1, 3]))
         elif op == "update":
             new = values(self.rnd)
-            cur.execute(f"UPDATE {table.name} SET {', '.join(f'{c} = %s' for c in new)} WHERE {table.where()}",
-                        [*new.values(), *key])
+            sets = ", ".join(f"{c} = %s" for c in new)
+            changed = cur.execute(f"UPDATE {table.name} SET {sets} WHERE {table.where()}", [*new.values(), *key])
         elif op == "update_many":
-            cur.execute(f"UPDATE {table.name} SET v = v + 1 WHERE v %% 17 = %s", (self.rnd.randint(0, 16),))
+            changed = cur.execute(f"UPDATE {table.name} SET v = v + 1 WHERE v %% 17 = %s",
+                                  (self.rnd.randint(0, 16),))
         elif op == "update_key":
             new = key_of(table.shape, self.rnd.randint(1, table.space))
             if table.shape.endswith("_ci") and self.rnd.random() < 0.5:  # the same key under the collation
@@ -130,14 +132,15 @@ class ManyTablesWriter(threading.Thread):
                 if not found:
                     return
                 key, new = (found[0],), (variant(found[0]),)
-                self.same_key_updates += 1
+                self.same_key_updates += 1  # e.g. 'é00012' -> 'É00012': a delete and an insert downstream
             elif table.shape == "nokey" and self._exists(cur, table, new):
                 return
             sets = ", ".join(f"{c} = %s" for c in table.key)
-            cur.execute(f"UPDATE IGNORE {table.name} SET {sets} WHERE {table.where()}", [*new, *key])
+            changed = cur.execute(f"UPDATE IGNORE {table.name} SET {sets} WHERE {table.where()}", [*new, *key])
         else:
-            cur.execute(f"DELETE FROM {table.name} WHERE {table.where()}", key)
-        self.touched[(self.phase, table.name)] = self.touched.get((self.phase, table.name), 0) + 1
+            changed = cur.execute(f"DELETE FROM {table.name} WHERE {table.where()}", key)
+        if changed:
+            self.touched[(self.phase, table.name)] = self.touched.get((self.phase, table.name), 0) + 1
 
     def run(self) -> None:
         try:
