@@ -119,3 +119,42 @@ def test_report_renders(tmp_path):
     doc = (tmp_path / "benchmarks.md").read_text()
     assert "| latency p99 at 500 changes/s | 1.80 s | ≤ 2 s | met |" in doc
     assert "read in the driver" in doc and "forced onto Spark's streaming query (whole process) / decode | 0.67×" in doc
+
+
+def test_n_tables_changes_sampler_and_targets(tmp_path, bench_server):
+    """benchmarks/n_tables.py without Spark: the changes are spread exactly, a tail past its time limit is
+    stopped with its children, the targets and the table render."""
+    import common
+    import n_tables
+
+    bench_server.sql("CREATE DATABASE IF NOT EXISTS bench", "CREATE DATABASE IF NOT EXISTS nt")
+    tables = [f"nt.t{i}" for i in range(3)]
+    for table in tables:
+        bench_server.sql(f"DROP TABLE IF EXISTS {table}")
+        common.create_synthetic_table(bench_server, table, 150)
+    written = n_tables.write_changes(bench_server, tables, 150, 1000)
+    changed = [int(bench_server.sql(f"SELECT SUM(a - id) FROM {t}")[0][0]) for t in tables]
+    assert sum(changed) == 1000 and max(changed) - min(changed) <= 1 and written["statements"] >= 12
+
+    script = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
+             "time.sleep(60)"
+    result = n_tables.timed_tail([common.PYTHON, "-c", script], tmp_path / "slow.log", timeout=2, max_rss=2**40)
+    assert "over 2 s" in result["not_finished"] and result["peak_processes"] >= 2 and result["peak_rss_mb"] > 0
+    assert result["seconds"] < 30
+    done = n_tables.timed_tail([common.PYTHON, "-c", "print('{\"rows\": {\"a\": 3, \"b\": 4}}')"], tmp_path / "ok.log",
+                               timeout=60, max_rss=2**40)
+    assert done["rows"] == 7 and "not_finished" not in done
+
+    def run(n, tail_s, apps, finished=True):
+        tail = {"seconds": tail_s, "peak_processes": 3, "peak_python_processes": 2, "peak_rss_mb": 900,
+                "load1_before": 1.0}
+        tail.update({"rows": 100, "ms_per_change": tail_s * 10} if finished else {"not_finished": "stopped"})
+        return {"rows_per_table": 1000 // n, "snapshot": {"seconds": 20.0, "spark_applications": apps,
+                                                          "load1_before": 1.0}, "tail": tail}
+
+    results = {1: run(1, 10.0, 1), 50: run(50, 12.0, 2), 200: run(200, 0, 5, finished=False)}
+    checks = n_tables.targets(results)
+    assert checks["tail_50_vs_1"] == {"ratio": 1.2, "target": 1.3, "met": True}
+    assert checks["snapshot_200_tables_apps"]["met"] is False
+    text = n_tables.table_text(results, checks)
+    assert "| 50 | 20 | 20.0 s | 2 | 12.0 s | 120.00 ms |" in text and "not finished (stopped)" in text

@@ -1,0 +1,275 @@
+"""Many tables: the same rows and the same changes spread over N = 1, 10, 50, 200 tables (issue 14).
+
+    python benchmarks/n_tables.py [--sizes 1,10,50,200] [--rows 200000] [--changes 20000] [--out FILE]
+
+A private MariaDB; for each N a database ``nN`` of N synthetic tables (``common.create_synthetic_table``)
+holding ``--rows`` rows in all, captured by pattern as a user would, one process per step:
+``dblog plan --tables 'nN.*'`` (default chunk and batch sizes), one ``dblog snapshot --batch I`` per
+batch (each a Spark application), ``dblog report``. Then ``--changes`` row changes spread evenly over
+the N tables (UPDATEs of at most 100 rows each, the same number of statements whatever N), and
+``dblog tail --available-now --driver-catch-up-mb 0`` (the streaming query, not the in-driver catch-up)
+reads them. Measured per N: plan + snapshot + report wall time and the number of Spark applications
+(batches); the tail's wall time, time per change, its peak process count and resident memory (the tail
+process and its children, sampled every 0.25 s). A tail that passes ``--tail-timeout`` or
+``--max-tail-rss-gb`` is stopped (its process group) and recorded as not finished.
+
+Targets (issue 14): tail time at N = 50 <= 1.3x the N = 1 time; 200 tables of 1,000 rows snapshotted
+in at most 4 Spark applications. Prints a table on stderr and JSON on stdout (also ``--out``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import common
+
+TAIL_RATIO_TARGET = 1.3
+SNAPSHOT_APPS_TARGET = 4
+ROWS_PER_STATEMENT = 100
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class TreeSampler(threading.Thread):
+    """Peak process count, Python process count and summed RSS of a process tree."""
+
+    def __init__(self, pid: int, every: float = 0.25):
+        super().__init__(daemon=True)
+        self.pid, self.every = pid, every
+        self.peak_rss = self.peak_procs = self.peak_python = 0
+        self.rss = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            tree = process_tree(self.pid)
+            self.rss = sum(rss_bytes(p) for p in tree)
+            python = 0
+            for p in tree:
+                try:
+                    python += "python" in Path(f"/proc/{p}/comm").read_text()
+                except OSError:
+                    pass
+            self.peak_rss, self.peak_procs = max(self.peak_rss, self.rss), max(self.peak_procs, len(tree))
+            self.peak_python = max(self.peak_python, python)
+            self.halt.wait(self.every)
+
+
+def timed_tail(cmd: list[str], log_path: Path, timeout: float, max_rss: float) -> dict:
+    """One process (``dblog tail ...``), sampled; stopped (SIGTERM, then SIGKILL, to its own process group)
+    past ``timeout`` seconds or ``max_rss`` bytes. ``rows``: the sum of the ``rows`` map it prints."""
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    with open(log_path, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
+                                env=common.bench_env(), cwd=common.BENCH_DIR, start_new_session=True)
+        sampler = TreeSampler(proc.pid)
+        sampler.start()
+        stopped = None
+        out_chunks: list[str] = []
+        reader = threading.Thread(target=lambda: out_chunks.append(proc.stdout.read()), daemon=True)
+        reader.start()
+        while proc.poll() is None:
+            elapsed = time.perf_counter() - started
+            if elapsed > timeout or sampler.rss > max_rss:
+                stopped = (f"stopped after {elapsed:.0f} s: " + (f"over {timeout:.0f} s" if elapsed > timeout else
+                                                                   f"RSS {sampler.rss / 2**30:.1f} GiB"))
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                break
+            time.sleep(0.1)
+        seconds = time.perf_counter() - started
+        reader.join(30)
+        sampler.halt.set()
+        sampler.join(5)
+    result = {"seconds": round(seconds, 2), "returncode": proc.returncode, "load1_before": round(load, 2),
+              "peak_processes": sampler.peak_procs,
+              "peak_python_processes": sampler.peak_python, "peak_rss_mb": round(sampler.peak_rss / 2**20)}
+    if stopped:
+        result["not_finished"] = stopped
+    elif proc.returncode != 0:
+        result["not_finished"] = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+    else:
+        text = "".join(out_chunks).strip()
+        result["rows"] = sum(json.loads(text[text.find("{"):])["rows"].values())
+    return result
+
+
+def write_changes(server, tables: list[str], rows_per_table: int, changes: int) -> dict:
+    """``changes`` row changes spread evenly over ``tables``: UPDATEs of at most 100 consecutive rows,
+    round-robin over the tables (each statement one transaction)."""
+    per_table = [changes // len(tables) + (i < changes % len(tables)) for i in range(len(tables))]
+    conn = common.connect(server)
+    started, statements = time.time(), 0
+    with conn.cursor() as cur:
+        cursor = [0] * len(tables)
+        while any(per_table):
+            for i, table in enumerate(tables):
+                n = min(ROWS_PER_STATEMENT, per_table[i])
+                if not n:
+                    continue
+                lo = cursor[i] % rows_per_table
+                n = min(n, rows_per_table - lo)
+                cur.execute(f"UPDATE {table} SET a = a + 1 WHERE id > %s AND id <= %s", (lo, lo + n))
+                cursor[i] += n
+                per_table[i] -= n
+                statements += 1
+    conn.close()
+    return {"statements": statements, "seconds": round(time.time() - started, 2)}
+
+
+def measure(server, work: Path, n: int, rows: int, changes: int, extra_plan: list[str], tail_timeout: float,
+            max_rss: float) -> dict:
+    db = f"n{n}"  # N = 0: the warm-up, one table
+    per_table = rows // max(n, 1)
+    server.sql(f"CREATE DATABASE {db}")
+    tables = [f"{db}.t{i:03d}" for i in range(max(n, 1))]
+    for table in tables:
+        common.create_synthetic_table(server, table, per_table)
+    state, sink, logs = work / f"state-{n}", work / f"sink-{n}", work / f"logs-{n}"
+    logs.mkdir(parents=True, exist_ok=True)
+    common.log(f"N={n}: {n} tables of {per_table:,} rows")
+    load = os.getloadavg()[0]
+    plan = common.dblog(["plan", "--source", server.uri(), "--tables", f"{db}.*", "--state", str(state),
+                         *extra_plan], logs / "plan.log")
+    batches = plan.json()["batches"]
+    steps = [plan.seconds]
+    for batch in batches:
+        steps.append(common.dblog(["snapshot", "--state", str(state), "--batch", str(batch["batch"]), "--sink",
+                                   str(sink)], logs / f"snapshot-{batch['batch']}.log").seconds)
+    report = common.dblog(["report", "--state", str(state)], logs / "report.log")
+    steps.append(report.seconds)
+    snapshot = {"seconds": round(sum(steps), 2), "load1_before": round(load, 2), "plan_s": round(steps[0], 2),
+                "snapshot_s": round(sum(steps[1:-1]), 2), "report_s": round(steps[-1], 2),
+                "spark_applications": len(batches), "chunks": sum(len(g["chunks"]) for b in batches
+                                                                  for g in b["groups"])}
+    common.log(f"N={n}: plan+snapshot+report {snapshot['seconds']:.1f}s in {len(batches)} Spark application(s)")
+    written = write_changes(server, tables, per_table, changes)
+    tail = timed_tail([common.DBLOG, "tail", "--state", str(state), "--sink", str(sink), "--available-now",
+                       "--driver-catch-up-mb", "0"], logs / "tail.log", tail_timeout, max_rss)
+    if "rows" in tail:
+        tail["ms_per_change"] = round(1000 * tail["seconds"] / changes, 3)
+        if tail["rows"] != changes:
+            tail["warning"] = f"the tail wrote {tail['rows']} rows for {changes} changes"
+    common.log(f"N={n}: tail {tail}")
+    return {"tables": n, "rows_per_table": per_table, "rows": per_table * n, "changes": changes,
+            "writer": written, "snapshot": snapshot, "tail": tail}
+
+
+def targets(results: dict[int, dict]) -> dict:
+    out: dict = {}
+    one, fifty = results.get(1), results.get(50)
+    if one and fifty and "rows" in one["tail"]:
+        ratio = round(fifty["tail"]["seconds"] / one["tail"]["seconds"], 2) if "rows" in fifty["tail"] else None
+        out["tail_50_vs_1"] = {"ratio": ratio, "target": TAIL_RATIO_TARGET,
+                               "met": ratio is not None and ratio <= TAIL_RATIO_TARGET}
+    big = results.get(200)
+    if big:
+        apps = big["snapshot"]["spark_applications"]
+        out["snapshot_200_tables_apps"] = {"applications": apps, "rows_per_table": big["rows_per_table"],
+                                           "target": SNAPSHOT_APPS_TARGET, "met": apps <= SNAPSHOT_APPS_TARGET}
+    return out
+
+
+def table_text(results: dict[int, dict], checks: dict) -> str:
+    lines = ["| tables | rows/table | plan+snapshot+report | Spark apps | tail | per change | tail peak procs "
+             "(python) | tail peak RSS | load1 before snapshot / tail |", "|" + "---:|" * 9]
+    for n, r in sorted(results.items()):
+        s, t = r["snapshot"], r["tail"]
+        tail = f"{t['seconds']:.1f} s" if "rows" in t else f"not finished ({t['not_finished']})"
+        per = f"{t['ms_per_change']:.2f} ms" if "rows" in t else "-"
+        lines.append(f"| {n} | {r['rows_per_table']:,} | {s['seconds']:.1f} s | {s['spark_applications']} | {tail} | "
+                     f"{per} | {t['peak_processes']} ({t['peak_python_processes']}) | {t['peak_rss_mb']:,} MB | "
+                     f"{s['load1_before']:.1f} / {t['load1_before']:.1f} |")
+    for name, check in checks.items():
+        lines.append(f"{name}: {json.dumps(check)}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1,10,50,200", help="numbers of tables (default 1,10,50,200)")
+    parser.add_argument("--rows", type=int, default=200_000, help="rows in all tables together (default 200000)")
+    parser.add_argument("--changes", type=int, default=20_000, help="row changes after the snapshot (default 20000)")
+    parser.add_argument("--chunk-size", type=int, help="dblog plan --chunk-size (default: dblog's)")
+    parser.add_argument("--batch-size", type=int, help="dblog plan --batch-size (default: dblog's)")
+    parser.add_argument("--tail-timeout", type=float, default=900, help="stop a tail after this many seconds")
+    parser.add_argument("--max-tail-rss-gb", type=float, default=8.0,
+                        help="stop a tail whose processes hold more memory than this (GiB)")
+    parser.add_argument("--no-warmup", action="store_true",
+                        help="skip the unrecorded warm-up capture (1 table of 1,000 rows, 100 changes: bytecode "
+                             "caches and Spark's class-data archive, so N = 1 is not the one that pays for them)")
+    parser.add_argument("--out", help="also write the JSON here")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    extra = [*(["--chunk-size", str(args.chunk_size)] if args.chunk_size else []),
+             *(["--batch-size", str(args.batch_size)] if args.batch_size else [])]
+    work, server = common.fresh_server("n-tables")
+    info = common.server_info(server)
+    results: dict[int, dict] = {}
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    try:
+        if not args.no_warmup:
+            common.log("warm-up (not recorded)")
+            measure(server, work, 0, 1000, 100, extra, args.tail_timeout, args.max_tail_rss_gb * 2**30)
+        for n in sizes:
+            results[n] = measure(server, work, n, args.rows, args.changes, extra, args.tail_timeout,
+                                 args.max_tail_rss_gb * 2**30)
+    finally:
+        server.stop()
+    checks = targets(results)
+    common.log("\n" + table_text(results, checks))
+    command = "python benchmarks/n_tables.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    out = {"date": started, "command": command,
+           "rows": args.rows, "changes": args.changes, "results": {str(n): r for n, r in results.items()},
+           "targets": checks, "machine": common.machine_info(), "server": info,
+           "code": common.code_version()}
+    text = json.dumps(out, indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return out
+
+
+if __name__ == "__main__":
+    main()
