@@ -3,7 +3,9 @@ tables through ``foreachBatch`` (``LakeSink``). Exactly once without relying on 
 micro-batch commits with the binlog position it ends at, and the lake skips what it already holds."""
 from __future__ import annotations
 
+import logging
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -13,6 +15,8 @@ from airflow_provider_dblog.readers.change_committer import REPLANNED, ChangeCom
 from airflow_provider_dblog.spark.session import spark_session
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
+
+log = logging.getLogger("dblog")
 
 
 class LakeSink:
@@ -33,6 +37,7 @@ class LakeSink:
         self.positions: dict[str, BinlogPosition] = {}  # per table, the end of the last batch that read it
         self._merged_at = 0.0
         self._pending: dict[str, BinlogPosition] = {}  # tables whose current lags their changelog
+        self._threads: list[ThreadPoolExecutor] = []
 
     def committer(self, name: str) -> ChangeCommitter:
         if name not in self.committers:
@@ -52,14 +57,21 @@ class LakeSink:
 
         for committer in self.committers.values():
             committer.check_plan()
+        started = time.monotonic()
         batch = open_envelopes(frame.toArrow())
         if batch.end is None:
             return
-        self._each(lambda name: self._commit(name, batch), sorted(set(batch.parts) | set(batch.changes)))
+        read = time.monotonic()
+        touched = sorted(set(batch.parts) | set(batch.changes))
+        self._each(lambda name: self._commit(name, batch), touched)
         self.state.record_tail_positions({name: batch.end for name in batch.read})
         self.positions.update({name: batch.end for name in batch.read})
-        if time.monotonic() - self._merged_at >= self.merge_interval:
+        committed = time.monotonic()
+        if committed - self._merged_at >= self.merge_interval:
             self.flush()
+        log.info("tail: micro-batch %d to %s: %d of %d tables changed; read %.1fs, changelog commits %.1fs, "
+                 "current %.1fs", batch_id, batch.end, len(touched), len(batch.read), read - started,
+                 committed - read, time.monotonic() - committed)
 
     def _commit(self, name: str, batch) -> None:
         parts = batch.parts.get(name, [])
@@ -69,15 +81,25 @@ class LakeSink:
         self._pending[name] = batch.end
 
     def _each(self, work: Callable[[str], None], names: list[str]) -> None:
-        """``work(name)`` for every table, on up to ``commit_threads`` threads; the first failure is raised
-        after the others finished (each table's commits are its own: one failing leaves the others exact)."""
-        if len(names) <= 1 or self.commit_threads <= 1:
-            for name in names:
-                work(name)
-            return
-        with ThreadPoolExecutor(min(self.commit_threads, len(names)), thread_name_prefix="dblog-commit") as pool:
-            for future in [pool.submit(work, name) for name in names]:
-                future.result()
+        """``work(name)`` for every table on ``commit_threads`` threads, a table always on the same one (an
+        opened Delta table is kept per thread: later commits read only the log entries added since); the
+        first failure is raised after the others finished (each table's commits are its own: one failing
+        leaves the others exact)."""
+        if not self._threads:
+            self._threads = [ThreadPoolExecutor(1, thread_name_prefix=f"dblog-commit-{k}")
+                             for k in range(max(1, self.commit_threads))]
+        futures = [self._threads[zlib.crc32(name.encode()) % len(self._threads)].submit(work, name) for name in names]
+        for future in futures:
+            future.result()
+
+    def close(self) -> None:
+        """Flush, and end the commit threads."""
+        try:
+            self.flush()
+        finally:
+            for thread in self._threads:
+                thread.shutdown()
+            self._threads = []
 
 
 def reread_on_spark(state: StateDir, sink: str, dialect, spark) -> Callable:

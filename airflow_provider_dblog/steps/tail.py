@@ -122,13 +122,14 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                     """A table was planned again (a new key): the query starts again with the new plan."""
                     log.info("tail: a table was planned again: the stream starts again")
                     again, again_sink = start()
+                    sinks[-1].close()
                     sinks.append(again_sink)
                     return again
 
                 try:
                     query = watch(query, lambda: stop_event is not None and stop_event.is_set(), tick, restart)
                 finally:
-                    sinks[-1].flush()
+                    sinks[-1].close()
                 done, positions = progress()
                 rows.update(done)
                 settled.update(positions)
