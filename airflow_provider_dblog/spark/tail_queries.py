@@ -47,6 +47,17 @@ class LakeSink:
                                                     reread_on_spark(self.state, self.sink, self.dialect, self.spark))
         return self.committers[name]
 
+    def follow_recorded(self, names: list[str]) -> None:
+        """Before the first micro-batch: schema changes the state recorded but the lake did not follow yet
+        (a crash between the changelog commit and the follow) are followed now, whether or not the table
+        changes again (its read starts after that commit)."""
+        for name in names:
+            if self.state.schema_changes(name):
+                committer = self.committer(name)
+                end = committer.lake.tail_position()
+                if end is not None and committer.pending(end):
+                    committer.commit([], [], end)
+
     def flush(self) -> None:
         pending, self._pending = self._pending, {}
         self._each(lambda name: self.committers[name].lake.update_current(pending[name]), sorted(pending))
@@ -129,6 +140,7 @@ def start_query(state: StateDir, sink: str, tables: list[str] | None, available_
     spark.dataSource.register(BinlogDataSource)
     dialect = open_dialect(state.source(), state.options())
     lake_sink = LakeSink(state, sink, dialect, spark, merge_interval, schema_changes)
+    lake_sink.follow_recorded(sorted(state.offsets()) if tables is None else tables)
     reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("sink", str(sink))
               .option("tables", ALL_TABLES if tables is None else ",".join(tables))
               .option("decodeParallelism", str(decode_parallelism or spark.sparkContext.defaultParallelism)))

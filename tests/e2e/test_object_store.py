@@ -150,9 +150,9 @@ def test_state_and_lake_on_s3_with_a_writer_running(mariadb, db, s3, tmp_path):
     assert not compare_rows(_lake_rows(s3, sink, table), mariadb.port, table)
     objects = _objects(s3, "st17/state")
     chunks = json.loads(run.stdout)["report"]["chunks"]
-    assert {"plan.json", "offsets.json"} <= set(objects) and "tail.lock" not in objects
+    assert {"plan.json", "offsets.json", "tail_positions.json"} <= set(objects) and "tail.lock" not in objects
     assert len([o for o in objects if o.startswith(f"reports/{table}/chunk-")]) == chunks
-    assert (tmp_path / "checkpoint" / table / "commits").is_dir() and (tmp_path / "checkpoint" / "tail.lock").exists()
+    assert (tmp_path / "checkpoint" / "tail" / "commits").is_dir() and (tmp_path / "checkpoint" / "tail.lock").exists()
     verify = _dblog(env, "verify", "--state", state, "--sink", sink, "--table", table)
     assert verify.returncode == 0, verify.stderr[-3000:]
     assert "dblog-test-secret" not in run.stderr + tail.stderr + verify.stderr + json.dumps(objects)
