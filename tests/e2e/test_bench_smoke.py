@@ -158,3 +158,51 @@ def test_n_tables_changes_sampler_and_targets(tmp_path, bench_server):
     assert checks["snapshot_200_tables_apps"]["met"] is False
     text = n_tables.table_text(results, checks)
     assert "| 50 | 20 | 20.0 s | 2 | 12.0 s | 120.00 ms |" in text and "not finished (stopped)" in text
+
+
+def test_cluster_s3_counts_and_costs(tmp_path):
+    """benchmarks/cluster_s3.py without a cluster: log lines, a checkpoint's micro-batches and the per-chunk and
+    per-micro-batch costs."""
+    import os
+
+    import cluster_s3
+
+    run_log = ("2026-01-01 00:00:01,000 dblog INFO snapshot batch 0: 4/4 chunks of 1 tables, 100 rows in 2.5s (40 "
+               "rows/s)\n2026-01-01 00:00:02,000 dblog INFO snapshot batch 1: 4/4 chunks of 1 tables, 100 rows in "
+               "1.5s (66 rows/s)\n")
+    assert cluster_s3.snapshot_job_seconds(run_log) == 4.0 and cluster_s3.snapshot_job_seconds("") is None
+    tail_log = ("x dblog INFO tail: {'bench.t': 10} rows in 3.0s; lag {}\n"
+                "x dblog INFO tail: {'bench.t': 20} rows in 7.5s; lag {}")
+    assert cluster_s3.tail_query_seconds(tail_log) == 7.5
+    assert cluster_s3.max_events_for(1800, 20) == 90 and cluster_s3.max_events_for(5, 20) == 1
+
+    query = tmp_path / "tail"
+    for kind in ("offsets", "commits"):
+        (query / kind).mkdir(parents=True)
+    for n in range(4):
+        for kind, at in (("offsets", 100 + 10 * n), ("commits", 102 + 10 * n + n)):
+            path = query / kind / str(n)
+            path.write_text("v1")
+            os.utime(path, (at, at))
+    (query / "commits" / ".3.crc").write_text("")
+    (query / "offsets" / "4").write_text("v1")  # planned, never committed
+    assert cluster_s3.batch_ids(query) == [0, 1, 2, 3] and cluster_s3.batch_ids(tmp_path / "none") == []
+    assert cluster_s3.batch_seconds(query) == [2.0, 3.0, 4.0, 5.0]
+    assert cluster_s3.batch_seconds(query, after=1) == [4.0, 5.0]
+
+    def result(setup, run, job, chunk, tail, query_s, first, median):
+        return {"setup": setup, "chunks": 8, "run_seconds": run, "snapshot_job_seconds": job,
+                "chunk_seconds_mean": chunk, "tail_seconds": tail, "tail_query_seconds": query_s,
+                "micro_batches": 20, "max_events": 90, "first_batch_seconds": first, "batch_seconds_median": median}
+
+    out = cluster_s3.costs([result(cluster_s3.LOCAL, 20.0, 4.0, 0.9, 14.0, 10.0, 1.0, 0.4),
+                            result(cluster_s3.LOCAL, 5.0, 3.2, 0.8, 16.0, 11.0, 1.2, 0.5),
+                            result(cluster_s3.CLUSTER, 13.0, 8.0, 1.8, 24.0, 20.0, 3.0, 0.9)])
+    local, extra = out["best"][cluster_s3.LOCAL], out["cluster_s3_extra"]
+    assert local["run_seconds"] == 5.0 and local["per_chunk"] == {"run": 0.625, "snapshot_job": 0.4,
+                                                                   "chunk_read_and_commit": 0.8}
+    assert local["per_micro_batch"] == {"tail": 0.7, "tail_query": 0.5, "micro_batch_median": 0.4}
+    assert extra["run_seconds"] == 8.0 and extra["per_chunk"] == {"run": 1.0, "snapshot_job": 0.6,
+                                                                  "chunk_read_and_commit": 1.0}
+    assert extra["per_micro_batch"] == {"tail": 0.5, "tail_query": 0.5, "micro_batch_median": 0.5}
+    assert extra["first_batch_seconds"] == 2.0
