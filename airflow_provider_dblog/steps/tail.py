@@ -37,13 +37,18 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
     binlog run in this process (local runs only: ``local.catch_up``); ``merge_interval``: update the
     lake's ``current`` tables at most this often (seconds; 0: every micro-batch), and when the tail ends;
     ``schema_changes``: what a DDL statement of a captured table does (``readers.change_committer``).
-    A continuous tail of every planned table (no ``tables``) also follows tables that join the offset map
+    A tail of every planned table (no ``tables``) first plans, reads and reports tables that started to
+    match the capture's patterns (``steps.new_tables``). A continuous one also follows tables that join the offset map
     while it runs (planned, snapshotted and reported later, e.g. a wider ``--tables`` pattern, or created
     at the source and matching the plan's patterns: ``steps.new_tables``, looked for every
     ``table_scan_seconds``): its query reads them from their own floor in its next micro-batch."""
     state = StateDir(state_dir, checkpoint)
     check_sink(sink)
     with tail_lock(state):
+        if available_now and tables is None:  # a scheduled catch-up also captures tables created under the
+            from airflow_provider_dblog.steps.new_tables import capture_new_tables  # capture's patterns
+
+            capture_new_tables(state, sink, spark)
         offsets = state.offsets()
         names = tables or sorted(offsets)
         unknown = [t for t in names if t not in offsets]
@@ -77,7 +82,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                         continue
                     settled[name] = now
             todo = [name for name in names if name not in settled]
-            started = time.time()
+            started, restarts = time.time(), 0
             tracker = LagTracker(dialect)
             if todo:
                 follow_all = not available_now and tables is None  # tables joining the offset map join the query
@@ -133,12 +138,13 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                 done, positions = progress()
                 rows.update(done)
                 settled.update(positions)
+                restarts = len(sinks) - 1
             lag = tracker.lag(settled)
         finally:
             dialect.close()
     rows = {name: rows.get(name, 0) for name in sorted(names)}
     log.info("tail: %s rows in %.1fs; lag %s", rows, time.time() - started, lag)
-    summary = {"rows": rows, "lag": lag, "seconds": round(time.time() - started, 1)}
+    summary = {"rows": rows, "lag": lag, "seconds": round(time.time() - started, 1), "query_restarts": restarts}
     if skipped:
         summary["skipped"] = {name: str(settled[name]) for name in sorted(skipped)}
     if in_driver:

@@ -80,6 +80,7 @@ def test_a_table_reported_later_joins_the_running_tail(mariadb, db, spark, tmp_p
         stop.set()
         tail.join(timeout=120)
     assert set(result["rows"]) == {f"{db}.a", f"{db}.b", f"{db}.gone"}
+    assert result["query_restarts"] == 0  # b joined the running query: a's stream never stopped
     assert current_rows(state, sink, f"{db}.gone").num_rows == 300  # dropped at the source: its lake stays
 
 
@@ -107,3 +108,11 @@ def test_a_table_created_while_the_tail_runs_is_captured(mariadb, db, spark, tmp
         stop.set()
         tail.join(timeout=120)
     assert f"{db}.created" in result["rows"] and f"{db}.nokey" not in StateDir(state).tables()
+    assert result["query_restarts"] == 0
+    # a scheduled available-now tail (the dblog_tail DAG) captures a table created since, too
+    mariadb.sql(f"CREATE TABLE {db}.later (id INT PRIMARY KEY, v INT)",
+                f"INSERT INTO {db}.later SELECT seq, seq FROM {db}.seq_1_to_120", f"UPDATE {db}.a SET v = 5 WHERE id = 1")
+    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    assert f"{db}.later" in summary["rows"]
+    assert not _wait_equal(mariadb, state, sink, f"{db}.later", seconds=1)
+    assert not _wait_equal(mariadb, state, sink, f"{db}.a", seconds=1)
