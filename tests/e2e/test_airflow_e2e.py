@@ -35,6 +35,7 @@ import pytest
 
 from tests.support.local_metadata import LocalAirflowMetadata
 from tests.support.local_mariadb import free_port
+from tests.support.processes import stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -488,12 +489,8 @@ def test_api_resnapshot_and_cleared_instance_converge_while_the_tail_runs(airflo
     finally:
         if writer is not None and writer.is_alive():
             writer.stop_event.set()
-        if tail is not None and tail.poll() is None:
-            os.killpg(tail.pid, signal.SIGTERM)
-            try:
-                tail.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(tail.pid, signal.SIGKILL)
+        if tail is not None:
+            stop_group(tail, grace=60)
         servers.stop()
 
     # the mapped instance's second try re-read its own chunks with --force; the re-snapshot the range's

@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -21,21 +17,10 @@ from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
 from airflow_provider_dblog.store.state import StateDir
 from tests.support.lakecheck import SEED_SQL, TYPES_DDL, compare_rows
+from tests.support.cli import dblog, one_error_line
 
 pytestmark = pytest.mark.slow
-DBLOG = str(Path(sys.executable).parent / "dblog")
 SMALL_DDL = "(id INT PRIMARY KEY, name VARCHAR(40) CHARACTER SET utf8mb4, amount DECIMAL(12,2), seen DATETIME(6))"
-
-
-def dblog(*args):
-    result = subprocess.run([DBLOG, *args], capture_output=True, text=True, timeout=300, env=dict(os.environ))
-    return result.returncode, result.stdout, result.stderr
-
-
-def one_error_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.startswith("dblog: error:")]
-    assert len(lines) == 1, stderr
-    return lines[0]
 
 
 def current(sink, table):

@@ -12,8 +12,6 @@ import datetime as dt
 import json
 import os
 import random
-import subprocess
-import sys
 import threading
 import time
 import unicodedata
@@ -27,9 +25,9 @@ from deltalake import DeltaTable
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from tests.support.lakecheck import assert_each_change_once, compare_rows
+from tests.support.cli import dblog, one_error_line
 
 pytestmark = pytest.mark.slow
-DBLOG = str(Path(sys.executable).parent / "dblog")
 
 VALUES = "v INT, s VARCHAR(40) CHARACTER SET utf8mb4, amt DECIMAL(12,2), ts DATETIME(6)"
 # shape -> (DDL, row identity); every shape but "nokey" has it as its primary key
@@ -185,17 +183,6 @@ class ManyTablesWriter(threading.Thread):
         self.join(60)
         if self.error:
             raise self.error
-
-
-def dblog(*args: str):
-    result = subprocess.run([DBLOG, *args], capture_output=True, text=True, timeout=600, env=dict(os.environ))
-    return result.returncode, result.stdout, result.stderr
-
-
-def one_error_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.startswith("dblog: error:")]
-    assert len(lines) == 1, stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

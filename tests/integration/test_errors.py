@@ -2,28 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.support.local_mariadb import LocalMariaDB
+from tests.support.cli import dblog, one_error_line
 
-DBLOG = str(Path(sys.executable).parent / "dblog")
-
-
-def dblog(*args, env=None):
-    result = subprocess.run([DBLOG, *args], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, **(env or {})})
-    return result.returncode, result.stdout, result.stderr
-
-
-def one_error_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.startswith("dblog: error:")]
-    assert len(lines) == 1, stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,12 @@ an executor on another host could not."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from tests.support.processes import stop_group
 
 
 def _free_port() -> int:
@@ -80,13 +80,7 @@ class SparkCluster:
 
     def stop(self) -> None:
         for process in reversed(self.processes):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+            stop_group(process)
 
     def __enter__(self):
         return self.start()
