@@ -308,6 +308,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, which a Py4J error computes by asking the JVM: if that is gone, say so."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001
+        return "Spark's JVM is gone (killed, or out of memory)"
+
+
 def main(argv: list[str] | None = None, spark_submit: bool = False) -> int:
     """``spark_submit``: run inside a spark-submit application (``cli/spark_app.py``): the stock session,
     none of the local start-up tuning."""
@@ -327,7 +335,7 @@ def main(argv: list[str] | None = None, spark_submit: bool = False) -> int:
         return 130
     except Exception as exc:  # one line, no traceback, no secrets
         log.debug("unexpected error", exc_info=True)
-        first = root_cause(str(exc))[:300]
+        first = root_cause(_text(exc))[:300]
         for secret in _SECRETS:
             first = first.replace(secret, "***")
         print(f"dblog: error: {type(exc).__name__}: {first} (rerun with -v for details)", file=sys.stderr)

@@ -158,23 +158,51 @@ def _raise_failure(query) -> None:
         raise DblogError(f"tail failed: {root_cause(str(query.exception()))}")
 
 
+JVM_GONE = ("the tail's Spark JVM stopped (killed, or out of memory): start the tail again; the lake holds every "
+            "micro-batch it committed")
+
+
 def watch(query, should_stop: Callable[[], bool], tick: Callable[[], None],
           restart: Callable[[], object] | None = None):
     """Follow the query until it ends or ``should_stop()``; ``tick()`` every half second. Stops it; raises
     its failure as one line. A query that stopped because a table was planned again (``REPLANNED``) is
-    started again by ``restart()`` (the new plan is read as the query starts). Returns the last query."""
+    started again by ``restart()`` (the new plan is read as the query starts). Returns the last query.
+
+    A stop asked for by a signal often reaches Spark's JVM too (the same process group): a JVM gone then
+    is a clean stop; a JVM gone otherwise is one line (``JVM_GONE``)."""
     try:
         while True:
-            if restart is not None and query.exception() is not None and REPLANNED in str(query.exception()):
-                query = restart()
-                continue
-            _raise_failure(query)
-            if not query.isActive or should_stop():
+            try:
+                if restart is not None and query.exception() is not None and REPLANNED in str(query.exception()):
+                    query = restart()
+                    continue
+                _raise_failure(query)
+                active = query.isActive
+            except DblogError:
+                raise
+            except Exception:  # noqa: BLE001 - Py4J: the JVM is gone
+                if should_stop():
+                    return query
+                raise DblogError(JVM_GONE) from None
+            if not active or should_stop():
                 break
             tick()
             time.sleep(0.5)
     finally:
-        if query.isActive:
-            query.stop()
+        gone = not _stopped(query)
+    if gone:
+        if not should_stop():
+            raise DblogError(JVM_GONE)
+        return query
     _raise_failure(query)
     return query
+
+
+def _stopped(query) -> bool:
+    """Stop the query if it runs; False when that cannot be asked (the JVM is gone)."""
+    try:
+        if query.isActive:
+            query.stop()
+        return True
+    except Exception:  # noqa: BLE001 - Py4J: the JVM is gone
+        return False
