@@ -1,6 +1,6 @@
 """Tables that start to match a capture's patterns while it runs (a CREATE TABLE, a RENAME onto a matching
-name): planned, snapshotted and reported beside the running tail, which then starts their streams
-(``steps.tail``). Flink CDC's newly-added tables, Debezium's ad-hoc snapshot of a new table."""
+name): planned, snapshotted and reported beside the running tail, whose query then reads them from their
+snapshot on (``steps.tail``). Flink CDC's newly-added tables, Debezium's ad-hoc snapshot of a new table."""
 from __future__ import annotations
 
 import logging
