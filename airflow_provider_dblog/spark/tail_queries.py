@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
 from airflow_provider_dblog.core.errors import DblogError, root_cause
@@ -100,6 +100,7 @@ class LakeSink:
             self._threads = [ThreadPoolExecutor(1, thread_name_prefix=f"dblog-commit-{k}")
                              for k in range(max(1, self.commit_threads))]
         futures = [self._threads[zlib.crc32(name.encode()) % len(self._threads)].submit(work, name) for name in names]
+        wait(futures)
         for future in futures:
             future.result()
 

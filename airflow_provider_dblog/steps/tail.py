@@ -58,8 +58,11 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
         dialect = open_dialect(state.source(), state.options())
         try:
             recorded = state.tail_positions()
-            for name in names:  # a clear error before Spark starts, if the binlog to resume from is gone
-                dialect.ensure_available(state.resume_position(name, offsets[name].min_hw, recorded))
+            # a clear error before Spark starts if the binlog to resume from is gone: the server purges its
+            # oldest files first, so the oldest position any table resumes from is the one to check
+            if names:
+                dialect.ensure_available(min(state.resume_position(name, offsets[name].min_hw, recorded)
+                                             for name in names))
             create_unread_tables(state, sink, dialect, names)
             settled: dict[str, BinlogPosition] = {}
             rows: dict[str, int] = {}

@@ -1,5 +1,6 @@
-"""The one reader of Spark's Structured Streaming checkpoint (``STATE/checkpoints/DB.TABLE``): which
-micro-batch offsets were planned (``offsets/N``) and which committed (``commits/N``)."""
+"""The one reader of Spark's Structured Streaming checkpoint (``CHECKPOINT/tail``): which micro-batch
+offsets were planned (``offsets/N``) and which committed (``commits/N``). The tail's progress is not
+read from here (``StateDir.tail_positions``); this says what Spark itself will do on a restart."""
 from __future__ import annotations
 
 import json
@@ -34,11 +35,3 @@ def checkpoint_state(checkpoint: Path) -> CheckpointState:
     committed = (checkpoint / "commits" / files[-1].name).exists()
     return CheckpointState("committed" if committed else "pending", _end_offset(files[-1]))
 
-
-def last_commit(checkpoint: Path) -> tuple[BinlogPosition, float, str] | None:
-    """(end offset of the last committed micro-batch, when it committed, its name) or None."""
-    for commit in reversed(_numbered(checkpoint / "commits")):
-        offsets = checkpoint / "offsets" / commit.name
-        if offsets.exists():
-            return _end_offset(offsets), commit.stat().st_mtime, f"tail batch {commit.name}"
-    return None
