@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_dblog.store.atomic import read_json, write_json
+from airflow_provider_dblog.store.atomic import read_json, write_atomic, write_json
 from airflow_provider_dblog.store.object_store import check_location, is_object_store, s3_filesystem, settings
 
 _CHECKED: dict[tuple, Any] = {}  # (bucket, AWS_* settings) -> a filesystem whose location was checked
@@ -92,6 +92,14 @@ class Files:
         body = json.dumps(data, indent=1, default=str).encode()
         with self.fs.open_output_stream(self._path(name)) as out:
             out.write(body)
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """Write ``name`` whole (a temp file and a rename locally; one PUT on S3)."""
+        if not self.remote:
+            write_atomic(Path(self._path(name)), lambda tmp: Path(tmp).write_bytes(data))
+            return
+        with self.fs.open_output_stream(self._path(name)) as out:
+            out.write(data)
 
     def names(self, folder: str, suffix: str = "") -> list[str]:
         """The names of the files directly in ``folder`` ending in ``suffix``, sorted (none if it is absent)."""
