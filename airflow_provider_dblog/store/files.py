@@ -101,6 +101,24 @@ class Files:
         with self.fs.open_output_stream(self._path(name)) as out:
             out.write(data)
 
+    def read_bytes(self, name: str) -> bytes:
+        if not self.remote:
+            return Path(self._path(name)).read_bytes()
+        with self.fs.open_input_stream(self._path(name)) as stream:
+            return stream.read()
+
+    def copy_to(self, name: str, target: "Files", target_name: str) -> None:
+        """Copy ``name`` to ``target_name`` under ``target`` (a temp file and a rename locally; a
+        server-side copy on S3)."""
+        if not self.remote and not target.remote:
+            import shutil
+
+            write_atomic(Path(target._path(target_name)), lambda tmp: shutil.copyfile(self._path(name), tmp))
+        elif self.remote and target.remote:
+            self.fs.copy_file(self._path(name), target._path(target_name))
+        else:
+            target.write_bytes(target_name, self.read_bytes(name))
+
     def names(self, folder: str, suffix: str = "") -> list[str]:
         """The names of the files directly in ``folder`` ending in ``suffix``, sorted (none if it is absent)."""
         import pyarrow.fs as pafs

@@ -301,35 +301,41 @@ class LakeTables:
 
     def _first_read_once(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> bool | None:
         """A chunk's first read (nothing of it in ``current``, no tail batch yet) whose columns are the
-        lake's: its rows are encoded once and the file is added to both tables (``store.shared_file``),
-        ``current``'s commit recording the chunk's HW. Returns None when it does not apply (the caller
-        writes each table), True when both tables took the file, False when the changelog took it but
-        ``current``'s commit lost the race to another read of the chunk (the caller's replace merges)."""
+        lake's: delta-rs writes it to the changelog once, and the same file is added to ``current``
+        (``store.shared_file``) by a commit recording the chunk's HW. Returns None when it does not apply
+        (the caller writes each table), True when both tables took the file, False when the changelog took
+        it but ``current`` did not (another read of the chunk committed first: the caller's replace merges)."""
         from deltalake import CommitProperties, Transaction
         from deltalake.exceptions import CommitFailedError
 
         from airflow_provider_dblog.store import shared_file
 
+        # the commit to ``current`` is made from the version checked here: a read of the chunk committed
+        # since then conflicts on its app transaction (Delta's check), instead of going unseen
         current, changelog = self.current(), self.changelog()
-        if (not shared_file.writable(self.current_uri)
+        if (not shared_file.shareable(self.current_uri)
                 or current.transaction_version(chunk_app(chunk_id)) is not None
                 or current.transaction_version(TAIL_APP) is not None
                 or not same_columns(_arrow_schema(changelog), self.changelog_schema)
                 or not same_columns(_arrow_schema(current), self.current_schema)
                 or not same_columns(rows.schema, self.changelog_schema)):
             return None
-        data = shared_file.encode(rows, [*METADATA, *self.keys])
-        in_changelog = shared_file.add_file(self.changelog_uri, data)
-        stats = shared_file.file_stats(rows, self.changelog_schema.names)
-        _retrying(f"appending chunk {chunk_id} to {self.changelog_uri}",
-                  lambda: shared_file.commit_file(self.changelog(), *in_changelog, stats))
-        in_current = shared_file.add_file(self.current_uri, data, f"_chunk={int(chunk_id)}")
+
+        def append():
+            changelog = self.changelog()
+            mark = shared_file.write_marked(lambda metadata: self._append(rows, CommitProperties(custom_metadata=metadata)))
+            return shared_file.added_files(changelog, self.changelog_uri, mark)
+
+        adds = _retrying(f"appending chunk {chunk_id} to {self.changelog_uri}", append)
+        if not adds:
+            return False
+        folder = f"_chunk={int(chunk_id)}"
+        actions = shared_file.copy_into(adds, self.changelog_uri, self.current_uri, folder, ("_kind", "_before", "_chunk"))
         commit = CommitProperties(app_transactions=[Transaction(chunk_app(chunk_id), hw.boundary().to_version())])
         try:
-            shared_file.commit_file(self.current(), *in_current, shared_file.file_stats(
-                rows, [n for n in self.current_schema.names if n != "_chunk"]), {"_chunk": str(int(chunk_id))}, commit)
+            shared_file.commit_added(current, actions, {"_chunk": str(int(chunk_id))}, commit)
         except CommitFailedError:
-            return False  # another read of the chunk committed first: the caller's replace merges this one
+            return False
         return True
 
     def _append(self, rows: pa.Table, commit=None) -> None:
