@@ -31,6 +31,9 @@ TPCHGEN = str(VENV_BIN / "tpchgen-cli")
 HERE = Path(__file__).resolve().parent
 JDBC_JARS = ("/usr/share/java/mariadb-java-client.jar",)
 SPARK_MASTER = "local[2]"
+# the Spark settings both Spark sides run with: (b) sets them in its session, the Airflow path passes them
+# to spark-submit as a deployment would (SparkSubmitOperator's conf); nothing else differs
+SPARK_SETTINGS = {"spark.driver.memory": "2g", "spark.ui.enabled": "false"}
 
 # ---- TPC-H schema (primary keys as in the spec: orders by o_orderkey, lineitem by (l_orderkey, l_linenumber)) ----
 SCHEMA = {
@@ -317,13 +320,18 @@ def jdbc_jar() -> str:
     raise RuntimeError("no MariaDB JDBC driver: apt-get install libmariadb-java")
 
 
+def spark_conf() -> list[str]:
+    """``SPARK_SETTINGS`` as ``--conf KEY=VALUE`` arguments (spark-submit's and spark_jdbc.py's)."""
+    return [arg for key, value in SPARK_SETTINGS.items() for arg in ("--conf", f"{key}={value}")]
+
+
 def spark_jdbc(server, table: str, out: Path, partitions: int = 4, fetchsize: int = 10_000,
                log_path: Path | None = None) -> Timed:
     """Spark's JDBC source with partitionColumn -> Spark's Parquet writer, local[2] (benchmarks/spark_jdbc.py)."""
     cmd = [PYTHON, str(HERE / "spark_jdbc.py"), "--url", f"jdbc:mysql://127.0.0.1:{server.port}/tpch",
            "--user", "root", "--table", table, "--partition-column", KEYS[table][0],
            "--partitions", str(partitions), "--fetchsize", str(fetchsize), "--jar", jdbc_jar(),
-           "--master", SPARK_MASTER, "--out", str(out)]
+           "--master", SPARK_MASTER, "--out", str(out), *spark_conf()]
     return run_timed(cmd, log_path)
 
 
@@ -388,7 +396,7 @@ def airflow_path(server, table: str, state: Path, sink: Path, chunk_size: int, w
                  batch_size: int = 10_000, log_dir: Path | None = None) -> Timed:
     """The path Airflow runs, as whole processes one after another: `dblog plan` (the planner task),
     one `spark-submit cli/spark_app.py snapshot --batch I` per batch (the mapped tasks; the stock Spark
-    session, none of the local start-up tuning), `dblog report`. ``seconds`` is their sum."""
+    session with ``SPARK_SETTINGS``, none of dblog's local start-up tuning), `dblog report`. ``seconds`` is their sum."""
     code = Path(CODE["pythonpath"]) if CODE["pythonpath"] else ROOT
     app = code / "airflow_provider_dblog" / "cli" / "spark_app.py"
     submit = str(Path(PYTHON).parent / "spark-submit")
@@ -397,7 +405,7 @@ def airflow_path(server, table: str, state: Path, sink: Path, chunk_size: int, w
                   str(chunk_size), "--batch-size", str(batch_size), "--watermark", watermark], logs("plan.log"))
     steps = [plan]
     for batch in plan.json()["batches"]:
-        steps.append(run_timed([submit, "--master", SPARK_MASTER, str(app), "snapshot", "--state", str(state),
+        steps.append(run_timed([submit, "--master", SPARK_MASTER, *spark_conf(), str(app), "snapshot", "--state", str(state),
                                 "--batch", str(batch["batch"]), "--sink", str(sink)], logs(f"batch-{batch['batch']}.log")))
     report = dblog(["report", "--state", str(state)], logs("report.log"))
     steps.append(report)

@@ -4,7 +4,8 @@
         --partition-column o_orderkey --partitions 4 --jar /usr/share/java/mariadb-java-client.jar --out DIR
 
 The bounds come from a MIN/MAX query over JDBC (as a user would do it), inside the timed process.
-Same session settings as dblog's (local[2], 2g driver, UTC, no UI). Prints {"job_s"} as JSON.
+Spark settings: ``--conf`` (the harness passes ``common.SPARK_SETTINGS``, as to the Airflow path's
+spark-submit), local[2], UTC. Prints {"job_s"} as JSON.
 """
 from __future__ import annotations
 
@@ -27,17 +28,18 @@ def main() -> None:
     parser.add_argument("--jar", required=True)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--conf", action="append", default=[], help="KEY=VALUE, a Spark setting")
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(args.master).appName("bench-spark-jdbc")
-             .config("spark.jars", args.jar)
-             .config("spark.driver.memory", "2g")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+    builder = (SparkSession.builder.master(args.master).appName("bench-spark-jdbc")
+               .config("spark.jars", args.jar).config("spark.sql.session.timeZone", "UTC"))
+    for setting in args.conf:
+        key, _, value = setting.partition("=")
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     started = time.perf_counter()
     props = {"user": args.user, "password": args.password, "driver": "org.mariadb.jdbc.Driver"}
