@@ -313,7 +313,7 @@ class LakeTables:
         # the commit to ``current`` is made from the version checked here: a read of the chunk committed
         # since then conflicts on its app transaction (Delta's check), instead of going unseen
         current, changelog = self.current(), self.changelog()
-        if (not shared_file.shareable(self.current_uri)
+        if (not rows.num_rows or not shared_file.shareable(self.current_uri)
                 or current.transaction_version(chunk_app(chunk_id)) is not None
                 or current.transaction_version(TAIL_APP) is not None
                 or not same_columns(_arrow_schema(changelog), self.changelog_schema)
@@ -329,11 +329,11 @@ class LakeTables:
         adds = _retrying(f"appending chunk {chunk_id} to {self.changelog_uri}", append)
         if not adds:
             return False
-        folder = f"_chunk={int(chunk_id)}"
-        actions = shared_file.copy_into(adds, self.changelog_uri, self.current_uri, folder, ("_kind", "_before", "_chunk"))
+        actions = shared_file.copy_into(adds, self.changelog_uri, self.current_uri, {"_chunk": str(int(chunk_id))},
+                                        ("_kind", "_before", "_chunk"))
         commit = CommitProperties(app_transactions=[Transaction(chunk_app(chunk_id), hw.boundary().to_version())])
         try:
-            shared_file.commit_added(current, actions, {"_chunk": str(int(chunk_id))}, commit)
+            shared_file.commit_added(current, actions, ["_chunk"], commit)
         except CommitFailedError:
             return False
         return True

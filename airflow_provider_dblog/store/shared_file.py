@@ -48,34 +48,32 @@ def added_files(table, table_uri: str, mark: str) -> list[dict] | None:
     return adds if ours else None
 
 
-def copy_into(adds: Sequence[dict], source_uri: str, target_uri: str, folder: str, drop: Sequence[str]) -> list:
-    """Copy the files of ``adds`` (under ``source_uri``) into ``target_uri/folder``; returns add actions
-    for the target, their statistics without the columns ``drop`` (the target does not declare them)."""
+def copy_into(adds: Sequence[dict], source_uri: str, target_uri: str, partition: dict[str, str],
+              drop: Sequence[str]) -> list:
+    """Copy the files of ``adds`` (under ``source_uri``) into ``target_uri``'s ``partition`` (its values
+    by column); returns the target's add actions, their statistics without the columns ``drop`` (the
+    target does not declare them)."""
+    from urllib.parse import unquote
+
     from deltalake.transaction import AddAction
 
     source, target = Files(source_uri, "--sink"), Files(target_uri, "--sink")
+    folder = "/".join(f"{name}={value}" for name, value in partition.items())
     actions = []
     for add in adds:
-        path = f"{folder}/{posixpath.basename(add['path'])}"
-        source.copy_to(_unquoted(add["path"]), target, path)
+        name = unquote(add["path"])
+        path = f"{folder}/{posixpath.basename(name)}" if folder else posixpath.basename(name)
+        source.copy_to(name, target, path)
         stats = json.loads(add.get("stats") or "{}")
         for kind in ("minValues", "maxValues", "nullCount"):
-            for name in drop:
-                stats.get(kind, {}).pop(name, None)
-        actions.append(AddAction(path, int(add["size"]), {}, int(time.time() * 1000), True, json.dumps(stats)))
+            for column in drop:
+                stats.get(kind, {}).pop(column, None)
+        actions.append(AddAction(path, int(add["size"]), dict(partition), int(time.time() * 1000), True,
+                                 json.dumps(stats)))
     return actions
 
 
-def commit_added(table, actions: list, partition: dict[str, str], commit=None) -> None:
-    """Add the copied files to ``table`` (``partition``: their partition values) in one Delta commit."""
-    from deltalake.transaction import AddAction
-
-    actions = [AddAction(a.path, a.size, dict(partition), a.modification_time, a.data_change, a.stats) for a in actions]
-    table.create_write_transaction(actions, "append", table.schema(), partition_by=list(partition) or None,
+def commit_added(table, actions: list, partition_by: Sequence[str], commit=None) -> None:
+    """Add the copied files (``copy_into``'s actions) to ``table`` in one Delta commit."""
+    table.create_write_transaction(list(actions), "append", table.schema(), partition_by=list(partition_by) or None,
                                    commit_properties=commit)
-
-
-def _unquoted(path: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(path)

@@ -56,6 +56,11 @@ def test_snapshot_and_tail_on_spark_into_s3_then_an_outage(mariadb, db, s3, tmp_
                  "--chunk-size", "1000", "--driver-threads", "0")  # Spark's executors commit every chunk to S3
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout)["snapshot"]["on_spark"] == 6
+    # each chunk's first read is one file on S3, copied server-side from the changelog into current's partition
+    objects = [o for o in _objects(s3, f"e2e/{table}") if o.endswith(".parquet")]
+    in_changelog = {o.rsplit("/", 1)[1] for o in objects if o.startswith("changelog/")}
+    in_current = {o.rsplit("/", 1)[1] for o in objects if o.startswith("current/_chunk=")}
+    assert len(in_changelog) == 6 and in_current == in_changelog
     mariadb.sql(f"UPDATE {table} SET n_v = -id WHERE id % 5 = 0", f"DELETE FROM {table} WHERE id % 7 = 0",
                 f"UPDATE {table} SET id = id + 100000 WHERE id BETWEEN 10 AND 19")
     tail = _dblog(env, "tail", "--state", state, "--sink", sink, "--available-now", "--driver-catch-up-mb", "0")
