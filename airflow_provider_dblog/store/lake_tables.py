@@ -9,6 +9,7 @@ Commits are exactly-once and order-independent:
   rows at its high watermark (HW), overlaid with every later change of its keys the changelog already
   holds; keys in the chunk that are in neither are deleted. The commit records the chunk's HW as the app
   transaction ``dblog-chunk-N``; an older HW than the recorded one changes nothing (a slow re-read).
+  A chunk's first read writes one file, which both tables add (``store.shared_file``).
 * A tail micro-batch ``[start, end)`` appends its changes to the changelog with the app transaction
   ``dblog-tail`` = ``end``: a replayed batch (already recorded) writes nothing, and of two tails only
   one can commit a batch (Delta refuses a concurrent transaction of the same app id). It then applies
@@ -24,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from typing import Sequence
 
 import pyarrow as pa
@@ -322,8 +324,8 @@ class LakeTables:
             return None
 
         def append():
-            changelog = self.changelog()
-            mark = shared_file.write_marked(lambda metadata: self._append(rows, CommitProperties(custom_metadata=metadata)))
+            changelog, mark = self.changelog(), uuid.uuid4().hex
+            self._append(rows, CommitProperties(custom_metadata={shared_file.MARK: mark}))
             return shared_file.added_files(changelog, self.changelog_uri, mark)
 
         adds = _retrying(f"appending chunk {chunk_id} to {self.changelog_uri}", append)

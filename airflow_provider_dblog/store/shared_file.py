@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import posixpath
 import time
-import uuid
 from typing import Sequence
 
 from airflow_provider_dblog.store.files import Files
@@ -28,16 +27,10 @@ def shareable(table_uri: str) -> bool:
     return not is_object_store(table_uri) or table_uri.startswith("s3://")
 
 
-def write_marked(write) -> str:
-    """Run ``write(custom_metadata)``, a delta-rs write whose commit carries the returned mark."""
-    mark = uuid.uuid4().hex
-    write({MARK: mark})
-    return mark
-
-
 def added_files(table, table_uri: str, mark: str) -> list[dict] | None:
-    """The add actions of the commit ``mark`` made (``table``: the DeltaTable at ``table_uri`` that made
-    it, at that version); None if that version is not the commit."""
+    """The add actions of the commit whose commitInfo carries ``{MARK: mark}`` (its ``custom_metadata``;
+    ``table``: the DeltaTable at ``table_uri`` that made it, at that version); None if that version is
+    not the commit."""
     log = Files(table_uri, "--sink")
     adds, ours = [], False
     for line in log.read_bytes(f"_delta_log/{table.version():020d}.json").decode().splitlines():
