@@ -174,17 +174,19 @@ def watch(query, should_stop: Callable[[], bool], tick: Callable[[], None],
     try:
         while True:
             try:
-                if restart is not None and query.exception() is not None and REPLANNED in str(query.exception()):
-                    query = restart()
-                    continue
-                _raise_failure(query)
-                active = query.isActive
+                replanned = restart is not None and query.exception() is not None and REPLANNED in str(query.exception())
+                if not replanned:
+                    _raise_failure(query)
+                    active = query.isActive
             except DblogError:
                 raise
             except Exception:  # noqa: BLE001 - Py4J: the JVM is gone
                 if should_stop():
                     return query
                 raise DblogError(JVM_GONE) from None
+            if replanned:  # outside the JVM check: a restart that fails says why itself
+                query = restart()
+                continue
             if not active or should_stop():
                 break
             tick()

@@ -93,14 +93,6 @@ class Files:
         with self.fs.open_output_stream(self._path(name)) as out:
             out.write(body)
 
-    def write_bytes(self, name: str, data: bytes) -> None:
-        """Write ``name`` whole (a temp file and a rename locally; one PUT on S3)."""
-        if not self.remote:
-            write_atomic(Path(self._path(name)), lambda tmp: Path(tmp).write_bytes(data))
-            return
-        with self.fs.open_output_stream(self._path(name)) as out:
-            out.write(data)
-
     def read_bytes(self, name: str) -> bytes:
         if not self.remote:
             return Path(self._path(name)).read_bytes()
@@ -108,16 +100,16 @@ class Files:
             return stream.read()
 
     def copy_to(self, name: str, target: "Files", target_name: str) -> None:
-        """Copy ``name`` to ``target_name`` under ``target`` (a temp file and a rename locally; a
-        server-side copy on S3)."""
-        if not self.remote and not target.remote:
-            import shutil
-
-            write_atomic(Path(target._path(target_name)), lambda tmp: shutil.copyfile(self._path(name), tmp))
-        elif self.remote and target.remote:
+        """Copy ``name`` to ``target_name`` under ``target``, on the same store (a temp file and a rename
+        locally; a server-side copy on S3)."""
+        if self.remote != target.remote:
+            raise ValueError(f"copy from {self.uri(name)} to {target.uri(target_name)}: not on one store")
+        if self.remote:
             self.fs.copy_file(self._path(name), target._path(target_name))
-        else:
-            target.write_bytes(target_name, self.read_bytes(name))
+            return
+        import shutil
+
+        write_atomic(Path(target._path(target_name)), lambda tmp: shutil.copyfile(self._path(name), tmp))
 
     def names(self, folder: str, suffix: str = "") -> list[str]:
         """The names of the files directly in ``folder`` ending in ``suffix``, sorted (none if it is absent)."""

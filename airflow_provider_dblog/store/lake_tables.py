@@ -324,8 +324,8 @@ class LakeTables:
             return None
 
         def append():
-            changelog, mark = self.changelog(), uuid.uuid4().hex
-            self._append(rows, CommitProperties(custom_metadata={shared_file.MARK: mark}))
+            mark = uuid.uuid4().hex
+            changelog = self._append(rows, CommitProperties(custom_metadata={shared_file.MARK: mark}))
             return shared_file.added_files(changelog, self.changelog_uri, mark)
 
         adds = _retrying(f"appending chunk {chunk_id} to {self.changelog_uri}", append)
@@ -340,8 +340,9 @@ class LakeTables:
             return False
         return True
 
-    def _append(self, rows: pa.Table, commit=None) -> None:
-        """Append to the changelog; columns it does not have yet are added (it keeps dropped ones)."""
+    def _append(self, rows: pa.Table, commit=None):
+        """Append to the changelog; columns it does not have yet are added (it keeps dropped ones).
+        Returns the changelog's DeltaTable, at the version this append made."""
         from deltalake import write_deltalake
 
         changelog = self.changelog()
@@ -356,6 +357,7 @@ class LakeTables:
         write_deltalake(changelog, rows, mode="append", storage_options=self.options,
                         writer_properties=writer_properties(rows.schema), commit_properties=commit,
                         schema_mode="merge" if merge else None)
+        return changelog
 
     def _replace_chunk(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> bool:
         from deltalake import CommitProperties, Transaction
