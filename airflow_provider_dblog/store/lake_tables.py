@@ -297,7 +297,7 @@ class LakeTables:
         if once:
             return True
         if once is None:
-            _retrying(f"appending chunk {chunk_id} to {self.changelog_uri}", lambda: self._append(rows))
+            self._append_once(f"appending chunk {chunk_id} to {self.changelog_uri}", rows)
         return _retrying(f"replacing chunk {chunk_id} of {self.table}",
                          lambda: self._replace_chunk(chunk_id, hw, rows))
 
@@ -323,12 +323,7 @@ class LakeTables:
                 or not same_columns(rows.schema, self.changelog_schema)):
             return None
 
-        def append():
-            mark = uuid.uuid4().hex
-            changelog = self._append(rows, CommitProperties(custom_metadata={shared_file.MARK: mark}))
-            return shared_file.added_files(changelog, self.changelog_uri, mark)
-
-        adds = _retrying(f"appending chunk {chunk_id} to {self.changelog_uri}", append)
+        adds = self._append_once(f"appending chunk {chunk_id} to {self.changelog_uri}", rows)
         if not adds:
             return False
         actions = shared_file.copy_into(adds, self.changelog_uri, self.current_uri, {"_chunk": str(int(chunk_id))},
@@ -339,6 +334,29 @@ class LakeTables:
         except CommitFailedError:
             return False
         return True
+
+    def _append_once(self, what: str, rows: pa.Table) -> list[dict] | None:
+        """Append a chunk's rows to the changelog exactly once, although a commit can land and still raise
+        (an S3 PUT retried after its answer was lost finds its own log entry there): the commit carries a
+        mark, and a retry first looks for it in the log entries written since the first attempt. Returns
+        the commit's add actions."""
+        from deltalake import CommitProperties
+
+        from airflow_provider_dblog.store import shared_file
+
+        mark, since = uuid.uuid4().hex, self.changelog().version() + 1
+        commit = CommitProperties(custom_metadata={shared_file.MARK: mark})
+        tried = False
+
+        def attempt():
+            nonlocal tried
+            if tried and (landed := shared_file.marked_adds(self.changelog_uri, mark, since,
+                                                            self.changelog().version())) is not None:
+                return landed
+            tried = True
+            return shared_file.marked_adds(self.changelog_uri, mark, since, self._append(rows, commit).version())
+
+        return _retrying(what, attempt)
 
     def _append(self, rows: pa.Table, commit=None):
         """Append to the changelog; columns it does not have yet are added (it keeps dropped ones).

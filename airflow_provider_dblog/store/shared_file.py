@@ -27,18 +27,21 @@ def shareable(table_uri: str) -> bool:
     return not is_object_store(table_uri) or table_uri.startswith("s3://")
 
 
-def added_files(table, table_uri: str, mark: str) -> list[dict] | None:
-    """The add actions of the commit whose commitInfo carries ``{MARK: mark}`` (its ``custom_metadata``;
-    ``table``: the DeltaTable at ``table_uri`` that made it, at that version); None if that version is
-    not the commit."""
+def marked_adds(table_uri: str, mark: str, first: int, last: int) -> list[dict] | None:
+    """The add actions of the commit among versions ``first``..``last`` of the table at ``table_uri`` whose
+    commitInfo carries ``{MARK: mark}`` (its ``custom_metadata``); None when none of them does. Newest
+    first: the writer that made the commit finds it in the first entry it reads."""
     log = Files(table_uri, "--sink")
-    adds, ours = [], False
-    for line in log.read_bytes(f"_delta_log/{table.version():020d}.json").decode().splitlines():
-        action = json.loads(line) if line.strip() else {}
-        if "add" in action:
-            adds.append(action["add"])
-        ours = ours or action.get("commitInfo", {}).get(MARK) == mark
-    return adds if ours else None
+    for version in range(last, max(first, 0) - 1, -1):
+        adds, ours = [], False
+        for line in log.read_bytes(f"_delta_log/{version:020d}.json").decode().splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "add" in action:
+                adds.append(action["add"])
+            ours = ours or action.get("commitInfo", {}).get(MARK) == mark
+        if ours:
+            return adds
+    return None
 
 
 def copy_into(adds: Sequence[dict], source_uri: str, target_uri: str, partition: dict[str, str],

@@ -118,3 +118,35 @@ def test_two_first_reads_of_one_chunk_racing_leave_the_later_one(tmp_path):
         assert current["id"].to_pylist() == list(range(30))  # the later read: keys 30-39 are gone
         assert all(n is None or n.startswith("new") for n in current["note"].to_pylist())
         assert DeltaTable(f"{root}/db.t/changelog").to_pyarrow_dataset().to_table().num_rows == 70
+
+
+class LandsThenRaises(LakeTables):
+    """A lake whose first changelog append commits and then raises a commit conflict, as delta-rs does
+    when an S3 PUT is retried after its answer was lost (the retry finds the commit it made)."""
+
+    raised = 0
+
+    def _append(self, rows, commit=None):
+        from deltalake.exceptions import CommitFailedError
+
+        changelog = super()._append(rows, commit)
+        if not self.raised:
+            self.raised += 1
+            raise CommitFailedError("Transaction failed: version already exists")
+        return changelog
+
+
+def test_a_chunk_append_that_lands_and_still_raises_is_not_written_twice(tmp_path):
+    lake = LandsThenRaises(str(tmp_path), "db.t", SOURCE, ["id"])
+    assert lake.commit_chunk(0, _pos(1000), _chunk_rows(range(0, 40), 1000, 0)) is True  # a first read
+    names = lambda uri: {Path(f).name for f in DeltaTable(uri).file_uris()}  # noqa: E731
+    assert len(names(lake.changelog_uri)) == 1 and names(lake.current_uri) == names(lake.changelog_uri)  # shared
+    lake.raised = 0
+    assert lake.commit_chunk(0, _pos(2000), _chunk_rows(range(0, 30), 2000, 0, "new")) is True  # a re-read
+    assert lake.raised == 1
+    changelog = DeltaTable(lake.changelog_uri)
+    assert changelog.to_pyarrow_dataset().to_table().num_rows == 70  # each read once
+    assert len(changelog.file_uris()) == 2
+    current = DeltaTable(lake.current_uri).to_pyarrow_dataset().to_table().sort_by("id")
+    assert current["id"].to_pylist() == list(range(30))
+    assert all(n is None or n.startswith("new") for n in current["note"].to_pylist())
