@@ -286,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sink", required=True)
     p.add_argument("--table", help="only this table (default: every planned table)")
     p.add_argument("--retention-hours", type=float, default=168.0,
-                   help="keep files older versions need for this long (default 168: a week)")
+                   help="keep files older versions need, and files no version names, for this long (default 168: a "
+                        "week; keep it longer than your longest query and your longest write)")
     p.set_defaults(func=cmd_maintain)
 
     p = sub.add_parser("resnapshot", help="re-read chunks of a table (by id, key range and/or row filter) while "

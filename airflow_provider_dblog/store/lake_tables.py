@@ -23,6 +23,7 @@ resumes from here.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
@@ -493,8 +494,11 @@ class LakeTables:
             metrics = _retrying(f"compacting {name} of {self.table}", lambda: open_table().optimize.compact())
             table = open_table()
             table.create_checkpoint()
-            removed = table.vacuum(retention_hours=int(retention_hours), enforce_retention_duration=False,
-                                   dry_run=False)
+            # full: also the files no log entry names (a write whose commit failed, or a retried write),
+            # like Spark's VACUUM; files younger than the retention (whole hours, rounded up) are kept,
+            # so a write in flight is safe
+            removed = table.vacuum(retention_hours=math.ceil(retention_hours), enforce_retention_duration=False,
+                                   dry_run=False, full=True)
             out[name] = {"version": table.version(), "files_added": metrics.get("numFilesAdded"),
                          "files_removed": metrics.get("numFilesRemoved"), "vacuumed": len(removed)}
         return out
