@@ -315,12 +315,10 @@ class LakeTables:
 
         # the commit to ``current`` is made from the version checked here: a read of the chunk committed
         # since then conflicts on its app transaction (Delta's check), instead of going unseen
-        current, changelog = self.current(), self.changelog()
+        current, changelog, columns = self.current(), self.changelog(), self.current_schema
         if (not rows.num_rows or not shared_file.shareable(self.current_uri)
-                or current.transaction_version(chunk_app(chunk_id)) is not None
-                or current.transaction_version(TAIL_APP) is not None
+                or not self._takes_first_read(current, chunk_id, columns)
                 or not same_columns(_arrow_schema(changelog), self.changelog_schema)
-                or not same_columns(_arrow_schema(current), self.current_schema)
                 or not same_columns(rows.schema, self.changelog_schema)):
             return None
 
@@ -330,11 +328,27 @@ class LakeTables:
         actions = shared_file.copy_into(adds, self.changelog_uri, self.current_uri, {"_chunk": str(int(chunk_id))},
                                         ("_kind", "_before", "_chunk"))
         commit = CommitProperties(app_transactions=[Transaction(chunk_app(chunk_id), hw.boundary().to_version())])
-        try:
-            shared_file.commit_added(current, actions, ["_chunk"], commit)
-        except CommitFailedError:
-            return False
-        return True
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                shared_file.commit_added(current, actions, ["_chunk"], commit)
+                return True
+            except CommitFailedError:
+                # another commit came first: a read of this chunk or a tail batch (the caller's replace
+                # merges), or one that leaves the first read standing (another chunk's commit, a second
+                # writer creating the table at the same moment: a metadata change): commit again
+                current = self.current()
+                if not self._takes_first_read(current, chunk_id, columns):
+                    return False
+                time.sleep(min(0.05 * attempt, 1.0))
+        return False
+
+    @staticmethod
+    def _takes_first_read(current, chunk_id: int, columns: pa.Schema) -> bool:
+        """Whether ``current`` (at the version read) can take a chunk's first read as a plain add: nothing
+        of the chunk and no tail batch in it yet, and its columns ``columns``."""
+        return (current.transaction_version(chunk_app(chunk_id)) is None
+                and current.transaction_version(TAIL_APP) is None
+                and same_columns(_arrow_schema(current), columns))
 
     def _append_once(self, what: str, rows: pa.Table) -> list[dict] | None:
         """Append a chunk's rows to the changelog exactly once, although a commit can land and still raise

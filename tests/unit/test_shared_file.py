@@ -150,3 +150,24 @@ def test_a_chunk_append_that_lands_and_still_raises_is_not_written_twice(tmp_pat
     current = DeltaTable(lake.current_uri).to_pyarrow_dataset().to_table().sort_by("id")
     assert current["id"].to_pylist() == list(range(30))
     assert all(n is None or n.startswith("new") for n in current["note"].to_pylist())
+
+
+class MetadataChangesMeanwhile(LakeTables):
+    """A lake in which another writer commits a metadata change that keeps the columns (as a second
+    writer creating the table at the same moment does) while a first read is written."""
+
+    def _append_once(self, what, rows):
+        adds = super()._append_once(what, rows)
+        DeltaTable(self.current_uri).alter.set_table_properties({"delta.logRetentionDuration": "interval 30 days"})
+        return adds
+
+
+def test_a_first_read_whose_commit_meets_a_metadata_change_is_still_one_file(tmp_path):
+    LakeTables(str(tmp_path), "db.t", SOURCE, ["id"]).commit_chunk(0, _pos(1000), _chunk_rows(range(0, 10), 1000, 0))
+    lake = MetadataChangesMeanwhile(str(tmp_path), "db.t", SOURCE, ["id"])
+    assert lake.commit_chunk(1, _pos(2000), _chunk_rows(range(10, 20), 2000, 1)) is True
+    names = lambda uri: {Path(f).name for f in DeltaTable(uri).file_uris()}  # noqa: E731
+    assert names(lake.current_uri) == names(lake.changelog_uri) and len(names(lake.current_uri)) == 2
+    current = DeltaTable(lake.current_uri)
+    assert current.transaction_version("dblog-chunk-1") == _pos(2000).boundary().to_version()
+    assert sorted(current.to_pyarrow_dataset().to_table()["id"].to_pylist()) == list(range(20))
