@@ -180,17 +180,19 @@ class LakeTables:
                         commit_properties=CommitProperties(app_transactions=[
                             Transaction(SCHEMA_APP, at.boundary().to_version())]))
 
-    def _widen_changelog(self, source: pa.Schema) -> None:
+    def _widen_changelog(self, source: pa.Schema) -> bool:
+        """Rewrite the changelog with the wider of its and ``source``'s types; False if none is wider."""
         from deltalake import write_deltalake
 
         changelog = self.changelog()
         have = _arrow_schema(changelog)
         merged = merge_schemas(have, changelog_schema(source))
         if all(merged.field(f.name).type == f.type for f in have):
-            return  # only added columns: the next append adds them (schema_mode merge)
+            return False  # only added columns: the next append adds them (schema_mode merge)
         data = conform(changelog.to_pyarrow_dataset().to_table(), merged)
         write_deltalake(changelog, data, mode="overwrite", schema_mode="overwrite", storage_options=self.options,
                         writer_properties=writer_properties(merged))
+        return True
 
     def follow_in_place(self, steps: Sequence[tuple], end: BinlogPosition) -> None:
         """Follow schema changes whose effect on every row is known, in one rewrite of ``current``: for each
@@ -373,17 +375,20 @@ class LakeTables:
 
         return _retrying(what, attempt)
 
-    def _append(self, rows: pa.Table, commit=None):
+    def _append(self, rows: pa.Table, commit=None, checked=None):
         """Append to the changelog; columns it does not have yet are added (it keeps dropped ones).
+        ``checked``: the changelog at the version the caller checked (its recorded position), so a commit
+        made since conflicts (Delta's check) instead of going unseen; by default the latest version.
         Returns the changelog's DeltaTable, at the version this append made."""
         from deltalake import write_deltalake
+        from deltalake.exceptions import CommitFailedError
 
-        changelog = self.changelog()
-        have = _arrow_schema(changelog)
-        if any(f.name in have.names and have.field(f.name).type != f.type for f in rows.schema):
-            self._widen_changelog(source_columns(rows.schema))  # a wider type than the changelog's
+        changelog = checked or self.changelog()
+        if self._widen_for(rows, changelog):
+            if checked is not None:  # what the caller checked is older than the rewrite: check again
+                raise CommitFailedError("the changelog's columns were widened: check its position again")
             changelog = self.changelog()
-            have = _arrow_schema(changelog)
+        have = _arrow_schema(changelog)
         added = [f for f in rows.schema if f.name not in have.names]
         rows = conform(rows, pa.schema([*have, *added]))  # columns it keeps but these rows lack: null
         merge = bool(added)
@@ -391,6 +396,13 @@ class LakeTables:
                         writer_properties=writer_properties(rows.schema), commit_properties=commit,
                         schema_mode="merge" if merge else None)
         return changelog
+
+    def _widen_for(self, rows: pa.Table, changelog) -> bool:
+        """Widen the changelog where ``rows`` have a wider type than it (True if it was rewritten)."""
+        have = _arrow_schema(changelog)
+        if not any(f.name in have.names and have.field(f.name).type != f.type for f in rows.schema):
+            return False
+        return self._widen_changelog(source_columns(rows.schema))
 
     def _replace_chunk(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> bool:
         from deltalake import CommitProperties, Transaction
@@ -454,7 +466,10 @@ class LakeTables:
             return "replayed"
         if recorded is not None:
             rows = rows.filter(pc.greater(rows["_pos"], recorded.as_snapshot().encode()))
-        self._append(rows, CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())]))
+        # appended from the version whose position was read: a batch another tail committed since then
+        # conflicts on ``dblog-tail`` and this one is retried from a fresh read
+        self._append(rows, CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())]),
+                     checked=changelog)
         return "committed"
 
     def _apply_changes(self, end: BinlogPosition) -> None:
