@@ -361,24 +361,26 @@ class LakeTables:
 
         from airflow_provider_dblog.store import shared_file
 
-        mark, since = uuid.uuid4().hex, self.changelog().version() + 1
+        mark = uuid.uuid4().hex
         commit = CommitProperties(custom_metadata={shared_file.MARK: mark})
-        tried = False
+        since = None  # the first version an attempt can have made (None: no attempt yet)
 
         def attempt():
-            nonlocal tried
-            if tried and (landed := shared_file.marked_adds(self.changelog_uri, mark, since,
-                                                            self.changelog().version())) is not None:
+            nonlocal since
+            changelog = self.changelog()
+            if since is None:
+                since = changelog.version() + 1
+            elif (landed := shared_file.marked_adds(self.changelog_uri, mark, since, changelog.version())) is not None:
                 return landed
-            tried = True
-            return shared_file.marked_adds(self.changelog_uri, mark, since, self._append(rows, commit).version())
+            made = self._append(rows, commit, checked=changelog).version()
+            return shared_file.marked_adds(self.changelog_uri, mark, since, made)
 
         return _retrying(what, attempt)
 
     def _append(self, rows: pa.Table, commit=None, checked=None):
         """Append to the changelog; columns it does not have yet are added (it keeps dropped ones).
-        ``checked``: the changelog at the version the caller checked (its recorded position), so a commit
-        made since conflicts (Delta's check) instead of going unseen; by default the latest version.
+        ``checked``: the changelog at the version the caller read (its recorded position, its version), so
+        a commit made since conflicts (Delta's check) instead of going unseen; by default the latest version.
         Returns the changelog's DeltaTable, at the version this append made."""
         from deltalake import write_deltalake
         from deltalake.exceptions import CommitFailedError

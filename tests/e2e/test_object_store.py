@@ -60,12 +60,13 @@ def test_snapshot_and_tail_on_spark_into_s3_then_an_outage(mariadb, db, s3, tmp_
     # (the files each table's log holds: a write whose commit failed and was retried leaves an unused object)
     from deltalake import DeltaTable
 
-    in_changelog = {f.rsplit("/", 1)[1] for f in DeltaTable(f"{sink}/{table}/changelog", storage_options=s3.env()).file_uris()}
+    changelog = DeltaTable(f"{sink}/{table}/changelog", storage_options=s3.env())
+    in_changelog = {f.rsplit("/", 1)[1] for f in changelog.file_uris()}
     in_current = {f.rsplit("/", 1)[1] for f in DeltaTable(f"{sink}/{table}/current", storage_options=s3.env()).file_uris()}
     assert len(in_changelog) == 6 and in_current == in_changelog
     objects = [o for o in _objects(s3, f"e2e/{table}") if o.endswith(".parquet")]
     assert in_current <= {o.rsplit("/", 1)[1] for o in objects if o.startswith("current/_chunk=")}
-    snapshot = DeltaTable(f"{sink}/{table}/changelog", storage_options=s3.env()).to_pyarrow_table()
+    snapshot = changelog.to_pyarrow_table()
     assert sorted(snapshot["id"].to_pylist()) == list(range(1, 6001)), "a snapshot row was written twice or lost"
     mariadb.sql(f"UPDATE {table} SET n_v = -id WHERE id % 5 = 0", f"DELETE FROM {table} WHERE id % 7 = 0",
                 f"UPDATE {table} SET id = id + 100000 WHERE id BETWEEN 10 AND 19")

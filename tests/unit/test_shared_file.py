@@ -126,10 +126,10 @@ class LandsThenRaises(LakeTables):
 
     raised = 0
 
-    def _append(self, rows, commit=None):
+    def _append(self, rows, commit=None, checked=None):
         from deltalake.exceptions import CommitFailedError
 
-        changelog = super()._append(rows, commit)
+        changelog = super()._append(rows, commit, checked)
         if not self.raised:
             self.raised += 1
             raise CommitFailedError("Transaction failed: version already exists")
