@@ -50,6 +50,9 @@ class LocalMariaDB:
     binlog: bool = True
     process: subprocess.Popen | None = None
 
+    def __post_init__(self) -> None:
+        self.datadir = Path(self.datadir).resolve()  # mariadbd changes into its datadir: relative paths break
+
     @property
     def socket_path(self) -> str:
         return str(self.datadir / "mysqld.sock")
