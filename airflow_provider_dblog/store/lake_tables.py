@@ -385,7 +385,7 @@ class LakeTables:
         from deltalake import write_deltalake
         from deltalake.exceptions import CommitFailedError
 
-        changelog = checked or self.changelog()
+        changelog = checked if checked is not None else self.changelog()
         if self._widen_for(rows, changelog):
             if checked is not None:  # what the caller checked is older than the rewrite: check again
                 raise CommitFailedError("the changelog's columns were widened: check its position again")
