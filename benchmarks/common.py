@@ -326,9 +326,9 @@ def spark_conf() -> list[str]:
 
 
 def spark_jdbc(server, table: str, out: Path, partitions: int = 4, fetchsize: int = 10_000,
-               log_path: Path | None = None) -> Timed:
+               log_path: Path | None = None, database: str = "tpch") -> Timed:
     """Spark's JDBC source with partitionColumn -> Spark's Parquet writer, local[2] (benchmarks/spark_jdbc.py)."""
-    cmd = [PYTHON, str(HERE / "spark_jdbc.py"), "--url", f"jdbc:mysql://127.0.0.1:{server.port}/tpch",
+    cmd = [PYTHON, str(HERE / "spark_jdbc.py"), "--url", f"jdbc:mysql://127.0.0.1:{server.port}/{database}",
            "--user", "root", "--table", table, "--partition-column", KEYS[table][0],
            "--partitions", str(partitions), "--fetchsize", str(fetchsize), "--jar", jdbc_jar(),
            "--master", SPARK_MASTER, "--out", str(out), *spark_conf()]

@@ -163,6 +163,9 @@ def bench_snapshot(server, table: str, rows: int, work: Path, args, results: dic
                                      logs / f"{table}-profile.log")
             log(f"{table}: profile {out['profile']}")
 
+    if "f" in args.parts:
+        bench_fixed_cost(server, table, work, args, out)
+
     if "d" in args.parts and "c_dblog" in out:
         best = out["c_dblog"]["details"]
         keys = common.sample_keys(server, table, 50_000)
@@ -186,6 +189,42 @@ def bench_snapshot(server, table: str, rows: int, work: Path, args, results: dic
                 f"{e['rows_per_s']:,.0f} rows/s; verify {e['details'].get('verify')}")
             shutil.rmtree(sink, ignore_errors=True)
             shutil.rmtree(state, ignore_errors=True)
+
+
+FIXED_COST_ROWS = 1000
+
+
+def bench_fixed_cost(server, table: str, work: Path, args, out: dict) -> None:
+    """(f) What each whole-process path costs with (almost) nothing to read: the Airflow path and Spark
+    JDBC on a copy of the table's first ``FIXED_COST_ROWS`` rows (database ``fixed``). A path's time on
+    the full table minus this is what its reading and writing cost; the Airflow path's fixed cost is
+    what bounds its ratio to Spark JDBC on a small machine (docs/benchmarks.md)."""
+    logs = work / "logs"
+    conn = common.connect(server)
+    try:
+        with conn.cursor() as cur:
+            empty_copy(cur, f"fixed.{table}", f"tpch.{table}")
+            cur.execute(f"INSERT INTO fixed.{table} SELECT * FROM tpch.{table} "
+                        f"ORDER BY {', '.join(KEYS[table])} LIMIT {FIXED_COST_ROWS}")
+    finally:
+        conn.close()
+    for attempt in range(args.repeat):
+        target = work / f"jdbc-fixed-{table}"
+        shutil.rmtree(target, ignore_errors=True)
+        t = common.spark_jdbc(server, table, target, args.jdbc_partitions, args.jdbc_fetchsizes[0],
+                              logs / f"{table}-jdbc-fixed-{attempt}.log", database="fixed")
+        keep_best(out, "f_jdbc_fixed", entry(t, common.parquet_rows(target), job_s=t.json()["job_s"]))
+        shutil.rmtree(target, ignore_errors=True)
+        state, sink = work / f"state-fixed-{table}", work / f"sink-fixed-{table}"
+        for path in (state, sink):
+            shutil.rmtree(path, ignore_errors=True)
+        t = common.airflow_path(server, f"fixed.{table}", state, sink, DEFAULT_CHUNK_SIZE, args.watermark,
+                                log_dir=logs / f"{table}-airflow-fixed-{attempt}")
+        keep_best(out, "f_airflow_fixed", entry(t, t.json()["rows"], **t.extra))
+        for path in (state, sink):
+            shutil.rmtree(path, ignore_errors=True)
+    log(f"{table}: (f) fixed cost on {FIXED_COST_ROWS} rows: Spark JDBC {out['f_jdbc_fixed']['seconds']}s, "
+        f"Airflow path {out['f_airflow_fixed']['seconds']}s")
 
 
 def profile(cmd: list[str], log_path: Path) -> dict:
@@ -245,16 +284,22 @@ def verify(server, table: str, state: Path, sink: Path, log_path: Path, work: Pa
 
 
 # ---- tail throughput ----------------------------------------------------------------------------
+def empty_copy(cur, table: str, source: str) -> None:
+    """``table`` (database.name) created empty LIKE ``source``; the session stops binlogging, so the rows
+    the caller copies in next stay out of the binlog the benchmarks read."""
+    cur.execute(f"CREATE DATABASE IF NOT EXISTS {table.split('.')[0]}")
+    cur.execute(f"DROP TABLE IF EXISTS {table}")
+    cur.execute(f"CREATE TABLE {table} LIKE {source}")
+    cur.execute("SET SESSION sql_log_bin = 0")
+
+
 def fill_table(server, table: str, rows: int, source: str = "tpch.orders") -> None:
     """``table`` LIKE ``source`` with ``rows`` rows copied (keys shifted when the source is smaller),
     not binlogged."""
     conn = common.connect(server)
     try:
         with conn.cursor() as cur:
-            cur.execute("CREATE DATABASE IF NOT EXISTS bench")
-            cur.execute(f"DROP TABLE IF EXISTS {table}")
-            cur.execute(f"CREATE TABLE {table} LIKE {source}")
-            cur.execute("SET SESSION sql_log_bin = 0")
+            empty_copy(cur, table, source)
             cur.execute(f"SELECT COUNT(*) FROM {source}")
             available = cur.fetchone()[0]
             k = 0
@@ -473,7 +518,9 @@ def parse_args(argv=None):
     p.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (default 1)")
     p.add_argument("--quick", action="store_true", help="--scale 0.1, fewer chunk-size trials, shorter latency runs")
     p.add_argument("--tables", default="orders,lineitem")
-    p.add_argument("--parts", default="abcd", help="snapshot measurements to run (subset of abcd)")
+    p.add_argument("--parts", default="abcd",
+                   help="snapshot measurements to run (subset of abcdf; f, the fixed cost of (b) and of the "
+                        "Airflow path on a 1,000-row copy, is not in the default)")
     p.add_argument("--skip-snapshot", action="store_true")
     p.add_argument("--skip-tail", action="store_true")
     p.add_argument("--skip-latency", action="store_true")
