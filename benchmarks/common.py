@@ -126,6 +126,15 @@ def connect(server, db: str | None = None, **kw):
                            local_infile=True, **kw)
 
 
+def empty_copy(cur, table: str, source: str) -> None:
+    """``table`` (database.name) created empty LIKE ``source``; the session stops binlogging, so the rows
+    the caller copies in next stay out of the binlog the benchmarks read."""
+    cur.execute(f"CREATE DATABASE IF NOT EXISTS {table.split('.')[0]}")
+    cur.execute(f"DROP TABLE IF EXISTS {table}")
+    cur.execute(f"CREATE TABLE {table} LIKE {source}")
+    cur.execute("SET SESSION sql_log_bin = 0")
+
+
 def load_tpch(server, files: dict[str, list[Path]]) -> dict[str, dict]:
     """LOAD DATA LOCAL INFILE without binlogging (the snapshot reads the tables; the binlog stays small).
     Tables load in parallel threads; a table already holding its rows (cached datadir) is skipped."""

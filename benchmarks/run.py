@@ -203,7 +203,7 @@ def bench_fixed_cost(server, table: str, work: Path, args, out: dict) -> None:
     conn = common.connect(server)
     try:
         with conn.cursor() as cur:
-            empty_copy(cur, f"fixed.{table}", f"tpch.{table}")
+            common.empty_copy(cur, f"fixed.{table}", f"tpch.{table}")
             cur.execute(f"INSERT INTO fixed.{table} SELECT * FROM tpch.{table} "
                         f"ORDER BY {', '.join(KEYS[table])} LIMIT {FIXED_COST_ROWS}")
     finally:
@@ -284,22 +284,13 @@ def verify(server, table: str, state: Path, sink: Path, log_path: Path, work: Pa
 
 
 # ---- tail throughput ----------------------------------------------------------------------------
-def empty_copy(cur, table: str, source: str) -> None:
-    """``table`` (database.name) created empty LIKE ``source``; the session stops binlogging, so the rows
-    the caller copies in next stay out of the binlog the benchmarks read."""
-    cur.execute(f"CREATE DATABASE IF NOT EXISTS {table.split('.')[0]}")
-    cur.execute(f"DROP TABLE IF EXISTS {table}")
-    cur.execute(f"CREATE TABLE {table} LIKE {source}")
-    cur.execute("SET SESSION sql_log_bin = 0")
-
-
 def fill_table(server, table: str, rows: int, source: str = "tpch.orders") -> None:
     """``table`` LIKE ``source`` with ``rows`` rows copied (keys shifted when the source is smaller),
     not binlogged."""
     conn = common.connect(server)
     try:
         with conn.cursor() as cur:
-            empty_copy(cur, table, source)
+            common.empty_copy(cur, table, source)
             cur.execute(f"SELECT COUNT(*) FROM {source}")
             available = cur.fetchone()[0]
             k = 0
