@@ -269,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sink", required=True)
     p.add_argument("--table", required=True)
     p.add_argument("--out", help="where to write the mirror (default: a temporary directory)")
+    p.add_argument("--rows", action="store_true", help="compare row by row and column by column")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("run", help="plan, every batch, report and an available-now tail")

@@ -86,6 +86,50 @@ def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
     return None
 
 
+# ---- statement-logged DML (binlog_format STATEMENT or MIXED) ----------------------------------------
+_DML = re.compile(r"^(INSERT|REPLACE|UPDATE|DELETE|LOAD\s+(?:DATA|XML))\b(.*)$", re.I | re.S)
+_MODIFIERS = re.compile(r"^(?:\s+(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|QUICK|IGNORE|CONCURRENT|LOCAL))*\s*", re.I)
+_REFERENCE_END = re.compile(r"\s(?:SET|WHERE|ORDER\s+BY|LIMIT|VALUES?|SELECT|PARTITION|RETURNING)\b|\(", re.I)
+_JOIN_WORDS = re.compile(r"\b(?:(?:NATURAL|INNER|CROSS|STRAIGHT_JOIN|LEFT|RIGHT|OUTER)\s+)*JOIN\b|\bON\b.*?(?=\bJOIN\b|,|$)"
+                         r"|\bUSING\s*\(.*?\)|\bAS\b", re.I | re.S)
+
+
+def dml_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
+    """(kind, tables it may change) of a DML statement logged as a statement, or None if it is no DML.
+    Multi-table UPDATE and DELETE name every table of their table references (more than they change: a
+    false match stops a capture loudly, a missed one would lose changes)."""
+    text = _VERSIONED.sub(r"\1", _COMMENTS.sub(" ", statement)).strip()
+    match = _DML.match(text)
+    if match is None:
+        return None
+    kind = match.group(1).split()[0].lower()
+    rest = _MODIFIERS.sub(" ", " " + match.group(2), count=1)
+    if kind == "load":
+        into = re.search(rf"\bINTO\s+TABLE\s+({_QUALIFIED})", rest, re.I)
+        return kind, [_qualify(into.group(1), default_db)] if into else []
+    if kind == "delete":
+        using = re.search(r"\bUSING\b", rest, re.I)
+        source = re.match(r"^\s*FROM\b", rest, re.I)
+        if source and not using:  # DELETE FROM t [WHERE ...]: one table (or FROM refs of a multi-table form)
+            rest = rest[source.end():]
+        elif using:  # DELETE FROM t1, t2 USING refs: the tables before USING
+            rest = re.sub(r"^\s*FROM\b", " ", rest[:using.start()], flags=re.I)
+        else:  # DELETE t1, t2 FROM refs: the tables before FROM
+            rest = re.split(r"\bFROM\b", rest, maxsplit=1, flags=re.I)[0]
+    elif kind in ("insert", "replace"):
+        rest = re.sub(r"^\s*INTO\b", " ", rest, flags=re.I)
+        target = re.match(rf"\s*({_QUALIFIED})", rest)
+        return kind, [_qualify(target.group(1), default_db)] if target else []
+    end = _REFERENCE_END.search(rest)
+    references = _JOIN_WORDS.sub(",", rest[:end.start()] if end else rest)
+    names = []
+    for reference in references.split(","):
+        first = re.match(rf"\s*({_QUALIFIED})", reference)
+        if first:
+            names.append(_qualify(first.group(1), default_db))
+    return kind, names
+
+
 # ---- what an ALTER TABLE does to the rows ----------------------------------------------------------
 @dataclass(frozen=True)
 class ColumnAction:

@@ -11,17 +11,18 @@ import pymysql
 # imported here, not where used: two reader threads importing the package at once can see one of
 # its modules half initialised (a circular import inside python-mysql-replication)
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.event import ExecuteLoadQueryEvent, NotImplementedEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import BinlogPosition
-from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion, ddl_tables
+from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion, ddl_tables, dml_tables
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTlsConnection, binlog_status_sql
-from airflow_provider_dblog.source.mysql.rows import RowImages
+from airflow_provider_dblog.source.mysql import compressed
+from airflow_provider_dblog.source.mysql.rows import RowImages, full_image, has_column_names
 from airflow_provider_dblog.source.mysql.schema import SERVER_CONFIG_FIX
 from airflow_provider_dblog.source.mysql.types import arrow_schema, binlog_converter
 
@@ -135,8 +136,10 @@ def scan_table_events(client: MySqlClient, start: BinlogPosition, end: BinlogPos
                 if match is None or match.group("name").lower() in wanted:
                     return RangeScan(False, seen, f"row events of {match.group('name') if match else '?'} "
                                                   f"at {event.file}:{event.pos}")
-            elif event.kind == "Query" and _names_table(event.info, wanted):
-                return RangeScan(False, seen, f"a DDL statement at {event.file}:{event.pos}")
+            elif event.kind in ("Query", "Query_compressed") and _names_table(event.info, wanted):
+                return RangeScan(False, seen, f"a statement naming a captured table at {event.file}:{event.pos}")
+            elif event.kind not in LISTED_WITHOUT_CHANGES:
+                return RangeScan(False, seen, f"a {event.kind} event at {event.file}:{event.pos}")
             if seen > max_events:
                 return RangeScan(False, seen, f"more than {max_events:,} events to scan")
         return RangeScan(True, seen)
@@ -147,11 +150,26 @@ def scan_table_events(client: MySqlClient, start: BinlogPosition, end: BinlogPos
 _USE = re.compile(r"^use\s+(`(?:[^`]|``)+`|\S+)\s*;\s*", re.I)
 
 
+# what SHOW BINLOG EVENTS lists that holds no row change by itself (rows events follow a Table_map)
+LISTED_WITHOUT_CHANGES = {"Query", "Query_compressed", "Table_map", "Xid", "Gtid", "Gtid_list", "Binlog_checkpoint",
+                          "Format_desc", "Rotate", "Stop", "Annotate_rows", "Start_encryption", "Intvar", "Rand",
+                          "User var", "Anonymous_Gtid", "Previous_gtids", "Rows_query", "Heartbeat",
+                          "Write_rows_v1", "Update_rows_v1", "Delete_rows_v1", "Write_rows", "Update_rows",
+                          "Delete_rows", "Write_rows_compressed_v1", "Update_rows_compressed_v1",
+                          "Delete_rows_compressed_v1", "Write_rows_compressed", "Update_rows_compressed",
+                          "Delete_rows_compressed"}
+
+
 def _names_table(info: str, wanted: set[str]) -> bool:
-    """Whether a listed Query event (``use `db`; STATEMENT``) is a DDL statement naming a ``wanted`` table."""
+    """Whether a listed Query event (``use `db`; STATEMENT``) is DDL or statement-logged DML naming a
+    ``wanted`` table."""
     match = _USE.match(info)
     default_db = match.group(1).strip("`") if match else ""
-    return bool(captured_ddl(info[match.end():] if match else info, default_db, wanted)[1])
+    statement = info[match.end():] if match else info
+    if captured_ddl(statement, default_db, wanted)[1]:
+        return True
+    dml = dml_tables(statement, default_db)
+    return dml is not None and any(n.lower() in wanted for n in dml[1])
 
 
 def captured_ddl(statement: str, default_db: str, tables) -> tuple[str, list[str]]:
@@ -195,7 +213,10 @@ class BinlogStream:
             server_id=random.randint(*self.server_id_range), resume_stream=True, blocking=False,
             pymysql_wrapper=SharedTlsConnection,
             log_file=start.file, log_pos=start.offset, is_mariadb=False,
-            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent],
+            # every event the library does not decode comes as NotImplementedEvent: decoded here or refused
+            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
+                         NotImplementedEvent, ExecuteLoadQueryEvent],
+            filter_non_implemented_events=False,
             only_schemas=list(set(schemas)), only_tables=list(set(tables)), enable_logging=False,
         )
 
@@ -230,14 +251,53 @@ class BinlogStream:
                     return
                 if pos <= start.as_snapshot():
                     continue
-                if isinstance(event, XidEvent) or (isinstance(event, QueryEvent) and event.query == "COMMIT"):
+                statement = None
+                if isinstance(event, NotImplementedEvent):
+                    if event.event_type == compressed.QUERY_COMPRESSED:
+                        statement = compressed.query(event)
+                    elif event.event_type in compressed.ROWS_COMPRESSED:
+                        rows = compressed.rows(event)
+                        table = stream.table_map.get(rows.table_id)  # the library keeps wanted tables' maps only
+                        qualified = f"{table.schema}.{table.table}" if table is not None else ""
+                        if qualified not in wanted:
+                            continue
+                        rows_events += 1
+                        if rows_events % parts != part:
+                            continue
+                        if qualified not in metas:
+                            raise DblogError(f"a compressed rows event of {qualified} at {pos}: dblog decodes "
+                                             f"compressed events of captured tables only; {COMPRESSION_FIX}")
+                        check_rows_event(qualified, rows.kind, table.columns, rows.full, pos)
+                        decoded = images.of_compressed(table, qualified, rows.rows, 2 if rows.kind == "update" else 1)
+                        yield from self._rows(images.meta_of(table, qualified), versions, rows.kind, decoded,
+                                              pos, int(event.timestamp) * 1000)
+                        continue
+                    else:
+                        refuse_event(event.event_type, pos)
+                        continue
+                elif isinstance(event, ExecuteLoadQueryEvent):
+                    raise DblogError(f"a statement-logged LOAD DATA at {pos}: dblog cannot tell which rows it "
+                                     f"changed; {STATEMENT_FIX}")
+                elif isinstance(event, QueryEvent):
+                    default_db = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) \
+                        else str(event.schema)
+                    statement = (default_db, event.query)
+                if statement is not None:
+                    default_db, query = statement
+                    if query == "COMMIT":
+                        boundary = pos
+                        yield "commit", pos, None
+                        continue
+                    if part == 0:
+                        changes = schema_changes(default_db, query, boundary, pos, metas)
+                        yield from (("ddl", pos, change) for change in changes)
+                        if not changes:
+                            refuse_statement_dml(default_db, query, pos, metas)
+                    if query != "BEGIN":
+                        boundary = pos
+                elif isinstance(event, XidEvent):
                     boundary = pos
                     yield "commit", pos, None
-                elif isinstance(event, QueryEvent):
-                    for change in schema_changes(event, boundary, pos, metas) if part == 0 else ():
-                        yield "ddl", pos, change
-                    if event.query != "BEGIN":
-                        boundary = pos
                 elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                     qualified = f"{event.schema}.{event.table}"
                     if qualified not in wanted:
@@ -245,22 +305,14 @@ class BinlogStream:
                     rows_events += 1
                     if rows_events % parts != part:
                         continue
+                    kind = _KINDS[type(event)]
+                    meta = None  # the watermark table (not captured): the library's values
                     if qualified in metas:
-                        version = images.meta_of(event, qualified)
-                        if version is not versions[qualified]:
-                            versions[qualified] = version
-                            yield "schema", pos, SchemaVersion(version, pos)
-                    ts = int(event.timestamp) * 1000
-                    seq, offset, file = pos.seq, pos.offset, pos.file
-                    if isinstance(event, WriteRowsEvent):
-                        for i, (after,) in enumerate(images.of(event, qualified, ("values",))):
-                            yield "row", BinlogPosition(seq, offset, i, file), (qualified, None, after, ts)
-                    elif isinstance(event, DeleteRowsEvent):
-                        for i, (before,) in enumerate(images.of(event, qualified, ("values",))):
-                            yield "row", BinlogPosition(seq, offset, i, file), (qualified, before, None, ts)
-                    else:
-                        for i, (before, after) in enumerate(images.of(event, qualified, ("before_values", "after_values"))):
-                            yield "row", BinlogPosition(seq, offset, i, file), (qualified, before, after, ts)
+                        check_rows_event(qualified, kind, event.columns, full_image(event), pos)
+                        meta = images.meta_of(event, qualified)
+                    decoded = images.of(event, qualified, ("before_values", "after_values") if kind == "update"
+                                        else ("values",))
+                    yield from self._rows(meta, versions, kind, decoded, pos, int(event.timestamp) * 1000, qualified)
         except pymysql.MySQLError as exc:
             if exc.args and exc.args[0] == 1236:
                 ensure_available(self.client, start)
@@ -268,6 +320,21 @@ class BinlogStream:
                              f"{exc.args[-1]}") from None
         finally:
             stream.close()
+
+    @staticmethod
+    def _rows(meta: TableMeta | None, versions: dict, kind: str, decoded: list[tuple], pos: BinlogPosition, ts: int,
+              qualified: str = ""):
+        """The items of one rows event: its table's new version first (when its columns changed), then
+        ("row", position of the i-th row, (table, before, after, ts)); ``meta`` None: not a captured table."""
+        if meta is not None:
+            qualified = meta.qualified
+            if meta is not versions[qualified]:
+                versions[qualified] = meta
+                yield "schema", pos, SchemaVersion(meta, pos)
+        seq, offset, file = pos.seq, pos.offset, pos.file
+        for i, images in enumerate(decoded):
+            before, after = (None, images[0]) if kind == "write" else (images[0], None) if kind == "delete" else images
+            yield "row", BinlogPosition(seq, offset, i, file), (qualified, before, after, ts)
 
     def changes(self, start: BinlogPosition, end: BinlogPosition | None, tables: Sequence[TableMeta],
                 share: tuple[int, int] = (0, 1)) -> Iterator[ChangeEvent | SchemaVersion | SchemaChange]:
@@ -285,9 +352,57 @@ class BinlogStream:
                 yield payload
 
 
-def schema_changes(event, start: BinlogPosition, pos: BinlogPosition, metas: dict[str, TableMeta]
-                   ) -> list[SchemaChange]:
+def schema_changes(default_db: str, statement: str, start: BinlogPosition, pos: BinlogPosition,
+                   metas: dict[str, TableMeta]) -> list[SchemaChange]:
     """The captured tables a query event's DDL statement names (``start``: the boundary before it)."""
-    default_db = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else str(event.schema)
-    kind, names = captured_ddl(event.query, default_db, metas)
-    return [SchemaChange(name, kind, event.query, start, pos) for name in names]
+    kind, names = captured_ddl(statement, default_db, metas)
+    return [SchemaChange(name, kind, statement, start, pos) for name in names]
+
+
+# ---- never silent: what dblog cannot decode stops the read before it ------------------------------
+_KINDS = {WriteRowsEvent: "write", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}
+RESNAPSHOT_FIX = "then re-snapshot the table (dblog resnapshot --table {table})"
+IMAGE_FIX = "SET GLOBAL binlog_row_image=FULL (and in every session that writes), " + RESNAPSHOT_FIX
+METADATA_FIX = "SET GLOBAL binlog_row_metadata=FULL, " + RESNAPSHOT_FIX
+STATEMENT_FIX = ("SET GLOBAL binlog_format=ROW (and in every session that writes), then re-snapshot the tables it "
+                 "changed (dblog resnapshot)")
+COMPRESSION_FIX = "SET GLOBAL log_bin_compress=OFF, then re-snapshot the table"
+# events that never carry a row change or DDL (MySQL's GTID and transaction bookkeeping, ignorable events)
+IGNORED_EVENT_TYPES = {0x1C, 0x22, 0x24, 0x25, 0x29, 0x2A}
+REFUSED_EVENT_TYPES = {
+    compressed.TRANSACTION_PAYLOAD: "a compressed transaction (binlog_transaction_compression=ON): SET GLOBAL "
+                                    "binlog_transaction_compression=OFF, then re-snapshot the captured tables",
+    0x1A: "an INCIDENT event (the server could not log some changes): re-snapshot the captured tables",
+}
+
+
+def check_rows_event(table: str, kind: str, columns, full: bool, pos: BinlogPosition) -> None:
+    """Refuse a rows event of a captured table that cannot be written to the lake as whole rows."""
+    if not has_column_names(columns):
+        raise DblogError(f"the {kind} rows event of {table} at {pos} has no column names (binlog_row_metadata is "
+                         f"not FULL): dblog stops before it; " + METADATA_FIX.format(table=table))
+    if not full:
+        raise DblogError(f"the {kind} rows event of {table} at {pos} lacks columns (binlog_row_image is not FULL "
+                         f"where it was written): dblog stops before it; " + IMAGE_FIX.format(table=table))
+
+
+def refuse_statement_dml(default_db: str, statement: str, pos: BinlogPosition, tables) -> None:
+    """Refuse DML of a captured table logged as a statement (binlog_format STATEMENT or MIXED)."""
+    parsed = dml_tables(statement, default_db)
+    if parsed is None:
+        return
+    lowered = {name.lower(): name for name in tables}
+    names = [lowered[n.lower()] for n in parsed[1] if n.lower() in lowered]
+    if names:
+        raise DblogError(f"{', '.join(names)} changed by a statement-logged {parsed[0].upper()} at {pos} "
+                         f"(binlog_format STATEMENT or MIXED where it ran): its rows are not in the binlog; dblog "
+                         f"stops before it; " + STATEMENT_FIX)
+
+
+def refuse_event(event_type: int, pos: BinlogPosition) -> None:
+    """Stop before a binlog event dblog cannot decode, unless it is known to change no row."""
+    if event_type in IGNORED_EVENT_TYPES:
+        return
+    what = REFUSED_EVENT_TYPES.get(event_type, "an event type dblog does not know: it may hold row changes; "
+                                                "report it with the server's version")
+    raise DblogError(f"binlog event type {event_type} at {pos} is {what}; dblog stops before it")

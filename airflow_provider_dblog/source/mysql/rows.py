@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 
 import pyarrow as pa
 
+from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.mysql.field_types import (
     BIT, BLOB, DATE, DATETIME2, DOUBLE, ENUM, FLOAT, GEOMETRY, INT24, JSON, LONG, LONG_BLOB, LONGLONG, MEDIUM_BLOB,
@@ -333,6 +334,16 @@ class RowImages:
             _DECODERS[layout] = compile_row_decoder(event.columns, meta)
         return _DECODERS[layout]
 
+    def of_compressed(self, table_map, qualified: str, images: bytes, count: int) -> list[tuple]:
+        """Each row's images of a compressed rows event (``count``: 1, or 2 for updates), decoded from
+        ``images`` with its table map's columns (``table_map``: the library's ``Table``); only a
+        compiled decoder reads them (the library never saw these bytes)."""
+        decoder = self._decoder(table_map, self.meta_of(table_map, qualified))
+        if decoder is None:
+            raise DblogError(f"a compressed rows event of {qualified} holds a column type dblog's decoder does not "
+                             f"read: SET GLOBAL log_bin_compress=OFF (then re-snapshot {qualified})")
+        return decode_rows(decoder, images, 0, len(images), count)
+
     def of(self, event, qualified: str, keys: tuple[str, ...]) -> list[tuple]:
         """Each row's images (``keys``: the library's names, one image or before and after)."""
         if qualified not in self.metas:  # not a planned table (the watermark table): the library's values
@@ -354,10 +365,23 @@ def _body(event) -> tuple[bytes, int, int] | None:
     packet = wrapper.packet
     if getattr(wrapper, "_BinLogPacketWrapper__data_buffer", b"") or event.event_type == 39:  # PARTIAL_UPDATE_ROWS
         return None
+    if not full_image(event):
+        return None
+    start = packet._position
+    return packet._data, start, start + event.event_size - wrapper.read_bytes
+
+
+def full_image(event) -> bool:
+    """Whether every row image of a library rows event holds every column (``binlog_row_image=FULL``):
+    MINIMAL and NOBLOB leave columns out, and such an image cannot be written to the lake as a row."""
     full = (1 << event.number_of_columns) - 1
     for bitmap in ("columns_present_bitmap", "columns_present_bitmap2"):
         present = getattr(event, bitmap, None)
         if present is not None and int.from_bytes(present, "little") & full != full:
-            return None
-    start = packet._position
-    return packet._data, start, start + event.event_size - wrapper.read_bytes
+            return False
+    return event.event_type != 39  # PARTIAL_UPDATE_ROWS: a JSON diff, not an image
+
+
+def has_column_names(columns) -> bool:
+    """Whether a table map names its columns (``binlog_row_metadata=FULL``)."""
+    return all(getattr(c, "name", None) for c in columns)

@@ -1,0 +1,117 @@
+"""Never silent (issue 25, classes 1 and 2): every binlog event of a captured table is decoded, or the
+tail stops before it with one line naming the setting, the table and the position, and the lake keeps
+nothing past it. The server's settings are changed at run time, as a DBA would, globally or in one session.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.store.state import StateDir
+from tests.support.cli import dblog, one_error_line
+
+
+def _capture(mariadb, db, tmp_path, rows=200, ddl="(id INT PRIMARY KEY, v INT, note TEXT)"):
+    mariadb.sql(f"CREATE TABLE {db}.t {ddl}",
+                f"INSERT INTO {db}.t SELECT seq, seq, CONCAT('note ', seq) FROM seq_1_to_{rows}", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, _, err = dblog("run", "--source", mariadb.uri(), "--table", f"{db}.t", "--state", state, "--sink", sink,
+                         "--chunk-size", "50")
+    assert code == 0, err
+    return state, sink
+
+
+def _tail(state, sink):
+    return dblog("tail", "--state", state, "--sink", sink, "--available-now")
+
+
+def _verify_rows(state, sink, table):
+    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", table, "--rows")
+    return code, (json.loads(out) if code == 0 else err)
+
+
+def _lake_position(state, table):
+    recorded = StateDir(state).tail_positions().get(table)
+    return recorded[0] if recorded else None
+
+
+def test_compressed_binlog_events_are_decoded(mariadb, db, tmp_path):
+    """log_bin_compress=ON: MariaDB writes compressed query and rows events the replication library
+    does not know; dblog decodes them (before, 600 updates were skipped and the tail exited 0)."""
+    state, sink = _capture(mariadb, db, tmp_path)
+    try:
+        mariadb.sql("SET GLOBAL log_bin_compress = ON", "SET GLOBAL log_bin_compress_min_len = 10")
+        mariadb.sql(f"UPDATE {db}.t SET v = v * 3, note = REPEAT('compressed ', 40) WHERE id <= 150",
+                    f"DELETE FROM {db}.t WHERE id > 190",
+                    f"INSERT INTO {db}.t SELECT seq, -seq, REPEAT('x', 300) FROM seq_1000_to_1100",
+                    f"ALTER TABLE {db}.t ADD COLUMN extra VARCHAR(20) NOT NULL DEFAULT 'dflt'",
+                    f"UPDATE {db}.t SET extra = 'set' WHERE id % 7 = 0", db=db)
+        file = mariadb.sql("SHOW MASTER STATUS")[0][0]
+        kinds = {row[2] for row in mariadb.sql(f"SHOW BINLOG EVENTS IN '{file}'")}
+        assert {"Update_rows_compressed_v1", "Query_compressed"} <= kinds, kinds
+    finally:
+        mariadb.sql("SET GLOBAL log_bin_compress = OFF", "SET GLOBAL log_bin_compress_min_len = DEFAULT")
+    code, _, err = _tail(state, sink)
+    assert code == 0, err
+    code, result = _verify_rows(state, sink, f"{db}.t")
+    assert code == 0 and result["equal"], result
+    assert result["source_rows"] == 190 + 101
+
+
+@pytest.mark.parametrize("setting, value, expected", [
+    ("binlog_row_image", "MINIMAL", "binlog_row_image is not FULL"),
+    ("binlog_row_image", "NOBLOB", "binlog_row_image is not FULL"),
+    ("binlog_format", "STATEMENT", "statement-logged UPDATE"),
+    ("binlog_format", "MIXED", "statement-logged UPDATE"),
+])
+def test_a_session_setting_that_hides_rows_stops_the_tail(mariadb, db, tmp_path, setting, value, expected):
+    """One session with MINIMAL/NOBLOB images or statement logging: the tail stops before that
+    transaction with one line; nothing from it or after it reaches the lake (the batch holding it fails
+    whole, so changes just before it may wait too)."""
+    state, sink = _capture(mariadb, db, tmp_path)
+    mariadb.sql(f"UPDATE {db}.t SET v = -1 WHERE id = 1")  # before: must reach the lake
+    before = mariadb.sql("SHOW MASTER STATUS")[0]
+    mariadb.sql(f"SET SESSION {setting} = '{value}'", f"UPDATE {db}.t SET v = v + 1000 WHERE id BETWEEN 10 AND 60")
+    mariadb.sql(f"UPDATE {db}.t SET v = -2 WHERE id = 2")  # after: must not
+    code, _, err = _tail(state, sink)
+    assert code != 0
+    line = one_error_line(err)
+    assert expected in line and f"{db}.t" in line and "stops before it" in line, line
+    bad_at = BinlogPosition.at(before[0], int(before[1]))
+    lake_at = _lake_position(state, f"{db}.t")
+    assert lake_at is None or lake_at <= bad_at
+    import duckdb
+
+    con = duckdb.connect()
+    con.sql("LOAD delta")
+    rows = dict(con.sql(f"SELECT id, v FROM delta_scan('{sink}/{db}.t/current') WHERE id <= 60").fetchall())
+    assert rows[1] in (1, -1) and rows[2] == 2 and all(rows[k] == k for k in range(10, 61)), rows
+    code, _, err = _tail(state, sink)  # again: the same one line, still nothing past it
+    assert code != 0 and expected in one_error_line(err)
+
+
+def test_binlog_row_metadata_switched_off_stops_the_tail(mariadb, db, tmp_path):
+    state, sink = _capture(mariadb, db, tmp_path)
+    try:
+        mariadb.sql("SET GLOBAL binlog_row_metadata = 'MINIMAL'")
+        mariadb.sql(f"UPDATE {db}.t SET v = 7 WHERE id = 3")
+    finally:
+        mariadb.sql("SET GLOBAL binlog_row_metadata = 'FULL'")
+    code, _, err = _tail(state, sink)
+    assert code != 0
+    line = one_error_line(err)
+    assert "binlog_row_metadata is not FULL" in line and f"{db}.t" in line
+
+
+def test_statement_dml_of_another_table_does_not_stop_the_tail(mariadb, db, tmp_path):
+    state, sink = _capture(mariadb, db, tmp_path)
+    mariadb.sql(f"CREATE TABLE {db}.other (id INT PRIMARY KEY, v INT)")
+    mariadb.sql("SET SESSION binlog_format = 'STATEMENT'", f"INSERT INTO {db}.other VALUES (1, 1)",
+                f"UPDATE {db}.other SET v = 2")
+    mariadb.sql(f"UPDATE {db}.t SET v = 0 WHERE id < 20")
+    code, _, err = _tail(state, sink)
+    assert code == 0, err
+    code, result = _verify_rows(state, sink, f"{db}.t")
+    assert code == 0 and result["equal"], result
