@@ -82,11 +82,10 @@ def test_a_session_setting_that_hides_rows_stops_the_tail(mariadb, db, tmp_path,
     bad_at = BinlogPosition.at(before[0], int(before[1]))
     lake_at = _lake_position(state, f"{db}.t")
     assert lake_at is None or lake_at <= bad_at
-    import duckdb
+    from deltalake import DeltaTable
 
-    con = duckdb.connect()
-    con.sql("LOAD delta")
-    rows = dict(con.sql(f"SELECT id, v FROM delta_scan('{sink}/{db}.t/current') WHERE id <= 60").fetchall())
+    current = DeltaTable(f"{sink}/{db}.t/current").to_pyarrow_table(columns=["id", "v"]).to_pylist()
+    rows = {r["id"]: r["v"] for r in current}
     assert rows[1] in (1, -1) and rows[2] == 2 and all(rows[k] == k for k in range(10, 61)), rows
     code, _, err = _tail(state, sink)  # again: the same one line, still nothing past it
     assert code != 0 and expected in one_error_line(err)
