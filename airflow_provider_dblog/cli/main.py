@@ -142,9 +142,23 @@ def cmd_mirror(args) -> dict:
 
 
 def cmd_verify(args) -> dict:
-    from airflow_provider_dblog.steps.mirror import verify
+    from airflow_provider_dblog.steps.verify import planned_tables, verify_tables
 
-    return verify(args.state, args.sink, args.table, args.out)
+    tables = planned_tables(args.state, args.table, args.tables)
+    if args.rows or args.out:
+        from airflow_provider_dblog.steps.mirror import verify
+
+        if len(tables) > 1 and args.out:
+            raise DblogError("--out writes one table's mirror: give --table")
+        results = [verify(args.state, args.sink, table, args.out) for table in tables]
+        return results[0] if len(results) == 1 else {"tables": results, "equal": True}
+    result = verify_tables(args.state, args.sink, tables, repair=args.repair,
+                           spark=_session(args, "dblog-repair") if args.repair else None)
+    if not result["equal"]:
+        _print(result)
+        raise DblogError(f"the lake differs from the source in chunks {', '.join(map(str, result['unrepaired'][:20]))}"
+                         + (" after the repair" if args.repair else ": rerun with --repair to re-read them"))
+    return result
 
 
 def cmd_maintain(args) -> dict:
@@ -264,12 +278,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_mirror)
 
-    p = sub.add_parser("verify", help="mirror the table and compare it with the live source row by row")
+    p = sub.add_parser("verify", help="compare the lake with the live source by chunk checksums computed in the "
+                                      "database (no rows moved), while writers and the tail run; --repair re-reads "
+                                      "the chunks that differ")
     p.add_argument("--state", required=True)
     p.add_argument("--sink", required=True)
-    p.add_argument("--table", required=True)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--table", help="DB.TABLE")
+    which.add_argument("--tables", help="captured tables: comma-separated names or globs, e.g. 'shop.*'")
+    p.add_argument("--repair", action="store_true", help="re-read the chunks that differ, then check them again")
     p.add_argument("--out", help="where to write the mirror (default: a temporary directory)")
-    p.add_argument("--rows", action="store_true", help="compare row by row and column by column")
+    p.add_argument("--rows", action="store_true", help="compare row by row and column by column instead (reads every "
+                                                       "row of the table from the source and the lake)")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("run", help="plan, every batch, report and an available-now tail")

@@ -9,6 +9,7 @@ from typing import Iterator, Protocol, Sequence
 
 import pyarrow as pa
 
+from airflow_provider_dblog.core.checksums import ChunkChecksum
 from airflow_provider_dblog.core.chunks import ChunkRange, Key
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.events import ChangeEvent
@@ -93,6 +94,12 @@ class DataSourceDialect(Protocol):
 
     def range_bytes(self, start: BinlogPosition, end: BinlogPosition) -> int | None:
         """Binlog bytes in ``[start, end)``; None when unknown."""
+
+    # ---- drift detection ----
+    def checksum_chunks(self, meta: TableMeta, chunks: Sequence[ChunkRange]
+                        ) -> tuple[BinlogPosition, dict[int, ChunkChecksum]]:
+        """(P, each chunk's ``ChunkChecksum``) computed inside the database in one read view whose exact
+        binlog position is P (``DblogError`` where the server cannot name it)."""
 
     # ---- re-snapshot selection ----
     def quote_identifier(self, name: str) -> str: ...

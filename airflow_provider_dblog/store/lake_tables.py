@@ -539,6 +539,33 @@ class LakeTables:
         return self.current().to_pyarrow_dataset().to_table(columns=list(columns) if columns else None)
 
 
+class PinnedCurrent:
+    """``current`` at one version, with the positions it records: what a verify compares stays one
+    consistent state while tails and chunk reads keep committing newer versions."""
+
+    def __init__(self, sink: str, table: str, storage_options: dict | None = None):
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            self.table = DeltaTable(current_uri(sink, table), storage_options=storage_options)
+        except TableNotFoundError:
+            raise DblogError(f"the lake has no {current_uri(sink, table)}: snapshot {table} first") from None
+        self.version = self.table.version()
+        self.columns = source_columns(_arrow_schema(self.table)).names
+
+    def tail_position(self) -> BinlogPosition | None:
+        """Every change up to here is in this version (None: no tail batch yet)."""
+        return _version_position(self.table.transaction_version(TAIL_APP))
+
+    def chunk_position(self, chunk_id: int) -> BinlogPosition | None:
+        """The HW of the chunk's read in this version (None: never read)."""
+        return _version_position(self.table.transaction_version(chunk_app(chunk_id)))
+
+    def chunk_rows(self, chunk_id: int, columns: Sequence[str]) -> pa.Table:
+        return self.table.to_pyarrow_dataset().to_table(columns=list(columns), filter=pc.field("_chunk") == chunk_id)
+
+
 def chunk_commits(sink: str, table: str, chunk_ids: Sequence[int],
                   storage_options: dict | None = None) -> dict[int, BinlogPosition | None]:
     """Per chunk the HW its latest commit to ``current`` recorded (the ``dblog-chunk-N`` app transaction;

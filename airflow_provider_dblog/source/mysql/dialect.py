@@ -8,6 +8,7 @@ from urllib.parse import quote
 import pyarrow as pa
 import pymysql
 
+from airflow_provider_dblog.core.checksums import ChunkChecksum
 from airflow_provider_dblog.core.chunks import ChunkRange, Key
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
@@ -16,7 +17,7 @@ from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
-from airflow_provider_dblog.source.mysql import binlog, schema, splitter, startup, watermarks
+from airflow_provider_dblog.source.mysql import binlog, checksum, schema, splitter, startup, watermarks
 from airflow_provider_dblog.source.mysql.collation import KeyOrder
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.sql import at_most, range_condition, snapshot_sql, table_sql
@@ -119,6 +120,11 @@ class MySqlDialect:
 
     def range_bytes(self, start: BinlogPosition, end: BinlogPosition) -> int | None:
         return binlog.range_bytes(self.client, start, end)
+
+    # ---- drift detection ----
+    def checksum_chunks(self, meta: TableMeta, chunks: Sequence[ChunkRange]
+                        ) -> tuple[BinlogPosition, dict[int, ChunkChecksum]]:
+        return checksum.checksum_chunks(self.client, meta, chunks)
 
     # ---- re-snapshot selection ----
     def quote_identifier(self, name: str) -> str:

@@ -1,0 +1,176 @@
+"""Verify: is the lake's ``current`` equal to the live source, chunk by chunk, while writers and the tail
+keep running? And ``--repair``: re-read only the chunks that are not.
+
+Each chunk's checksum (``core.checksums``) is computed inside the database in one consistent snapshot at
+an exact binlog position P (no row leaves the server). The lake's side is ``current`` at one pinned
+version, brought to the same position P: each chunk there is exact as of S = max(its read's HW, the
+tail's position), so the binlog's changes of its keys in (S, P] are applied to it (the greatest position
+per key wins, as everywhere in the lake), and its checksum is computed the same way. The two agree
+exactly when the chunk's rows do; FLOAT/DOUBLE are compared by their sums with a tolerance (their text
+differs between engines), so they never raise a false alarm. A schema change in (S, P] the lake has not
+followed yet makes the table unverifiable for now: one line, run the tail first.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Sequence
+
+import pyarrow as pa
+
+from airflow_provider_dblog.core.checksums import ChunkChecksum, table_checksum
+from airflow_provider_dblog.core.config import compress_ids, match_tables, table_patterns
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.events import ChangeEvent
+from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.tables import TableMeta
+from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
+from airflow_provider_dblog.source import open_dialect
+from airflow_provider_dblog.source.dialect import DataSourceDialect
+from airflow_provider_dblog.store.lake_tables import PinnedCurrent
+from airflow_provider_dblog.store.object_store import check_sink
+from airflow_provider_dblog.store.state import StateDir
+
+log = logging.getLogger("dblog")
+SOURCE_ROUNDS = 3  # a chunk read again after the snapshot began is checked in a later snapshot
+
+
+def planned_tables(state_dir: str, table: str | None = None, patterns: str | None = None) -> list[str]:
+    """The captured tables ``--table`` or ``--tables`` names (globs over the plan's tables)."""
+    planned = list(StateDir(state_dir).tables())
+    if table:
+        if table not in planned:
+            raise DblogError(f"{table} is not captured in {state_dir} (captured: {', '.join(planned[:10])})")
+        return [table]
+    if not patterns:
+        raise DblogError("say which tables to verify: --table DB.TABLE or --tables PATTERNS")
+    chosen = match_tables(planned, table_patterns(patterns))
+    if not chosen:
+        raise DblogError(f"no captured table matches --tables {patterns} (captured: {', '.join(planned[:10])})")
+    return chosen
+
+
+def verify_tables(state_dir: str, sink: str, tables: Sequence[str], repair: bool = False, spark=None) -> dict:
+    """Checksum verify (and repair) of ``tables``; the result names what was checked, what drifted and what
+    was repaired. Raises nothing for drift: the caller decides (``equal`` says it)."""
+    check_sink(sink)
+    state = StateDir(state_dir)
+    per_table, started = {}, time.time()
+    for table in tables:
+        result = verify_table(state, sink, table)
+        if repair and result["drifted"]:
+            from airflow_provider_dblog.steps.resnapshot import resnapshot
+
+            log.info("verify %s: repairing chunks %s", table, compress_ids(result["drifted"]))
+            resnapshot(state_dir, sink, table, chunk_ids=compress_ids(result["drifted"]), spark=spark)
+            again = verify_table(state, sink, table, result["drifted"])
+            result["repaired"] = [c for c in result["drifted"] if c not in again["drifted"]]
+            result["still_drifted"] = again["drifted"]
+        per_table[table] = result
+    one = len(tables) == 1
+
+    def ids(key):
+        return [c if one else f"{t}:{c}" for t, r in per_table.items() for c in r.get(key, [])]
+
+    drifted, repaired = ids("drifted"), ids("repaired")
+    unrepaired = ids("still_drifted") if repair else drifted
+    return {"tables": per_table, "chunks": sum(r["chunks"] for r in per_table.values()), "drifted": drifted,
+            "repaired": repaired, "equal": not unrepaired, "unrepaired": unrepaired,
+            "seconds": round(time.time() - started, 3)}
+
+
+def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int] | None = None) -> dict:
+    plan = state.table(table)
+    meta = state.meta_in_force(table)
+    offsets = state.offsets().get(table) if state.has_offsets() else None
+    if offsets is None:
+        raise DblogError(f"{table} has no offset map yet: run dblog report (or finish its snapshot) before verify")
+    chunks = [c for c in plan.chunks if chunk_ids is None or c.id in chunk_ids]
+    dialect = open_dialect(state.source(), state.options())
+    try:
+        lake = PinnedCurrent(sink, table)
+        missing = [c for c in meta.column_names if c not in lake.columns]
+        exact_at = _exact_positions(lake, [c.id for c in chunks])
+        source_sums, position = {}, None
+        pending = list(chunks)
+        for _ in range(SOURCE_ROUNDS):  # a chunk whose lake state is newer than the snapshot: a later one
+            position, sums = dialect.checksum_chunks(meta, pending)
+            source_sums.update({c: s for c, s in sums.items() if exact_at[c] is None or exact_at[c] <= position})
+            pending = [c for c in pending if c.id not in source_sums]
+            if not pending:
+                break
+        if pending:
+            raise DblogError(f"the lake's {table} chunks {compress_ids([c.id for c in pending])} kept moving past "
+                             f"the source's snapshot: verify again")
+        if missing:
+            drifted = sorted(source_sums)
+            log.error("verify %s: the lake lacks the source's columns %s: every chunk differs", table,
+                      ", ".join(missing))
+        else:
+            latest = _latest_changes(dialect, meta, offsets, exact_at, position)
+            drifted = [c.id for c in chunks if not _lake_checksum(lake, meta, c.id, exact_at[c.id],
+                                                                  latest.get(c.id, {})).matches(source_sums[c.id])]
+    finally:
+        dialect.close()
+    for chunk_id in drifted:
+        log.error("verify %s: chunk %d %s differs from the source at %s", table, chunk_id,
+                  plan.key_span([chunk_id]), position)
+    log.info("verify %s: %d chunks checked against the source at %s (lake version %d): %d differ", table,
+             len(chunks), position, lake.version, len(drifted))
+    return {"chunks": len(chunks), "drifted": drifted, "repaired": [], "position": str(position),
+            "lake_version": lake.version, "missing_columns": missing}
+
+
+def _exact_positions(lake: PinnedCurrent, chunk_ids: Sequence[int]) -> dict[int, BinlogPosition | None]:
+    """Per chunk, the position ``current`` holds it exactly at (None: never read, nothing to compare)."""
+    tail = lake.tail_position()
+    out = {}
+    for chunk_id in chunk_ids:
+        read = lake.chunk_position(chunk_id)
+        out[chunk_id] = None if read is None else max(read, tail) if tail is not None else read
+    return out
+
+
+def _latest_changes(dialect: DataSourceDialect, meta: TableMeta, offsets, exact_at: dict, position: BinlogPosition
+                    ) -> dict[int, dict[tuple, ChangeEvent]]:
+    """Per chunk, the last change of each key after the earliest exact position, up to ``position``."""
+    known = [p for p in exact_at.values() if p is not None]
+    if not known or min(known) >= position:
+        return {}
+    latest: dict[tuple, ChangeEvent] = {}
+    for item in dialect.read_changes(min(known), position, [meta]):
+        if not isinstance(item, ChangeEvent):
+            raise DblogError(f"{meta.qualified} changed its columns at {item.pos}, after the lake's position: let "
+                             f"the tail follow it (dblog tail), then verify")
+        latest[item.key] = item
+    if not latest:
+        return {}
+    keys = list(latest)
+    by_chunk: dict[int, dict[tuple, ChangeEvent]] = {}
+    for key, chunk in zip(keys, TableChangeReader(meta, offsets, dialect).chunks_of(keys)):
+        by_chunk.setdefault(chunk, {})[key] = latest[key]
+    return by_chunk
+
+
+def _lake_checksum(lake: PinnedCurrent, meta: TableMeta, chunk_id: int, exact_at: BinlogPosition | None,
+                   changes: dict[tuple, ChangeEvent]) -> ChunkChecksum:
+    """The chunk's checksum in ``current`` brought forward by ``changes`` (the last per key)."""
+    names, keys = list(meta.column_names), list(meta.key_columns)
+    rows = lake.chunk_rows(chunk_id, [*names, "_pos"])
+    if exact_at is not None and changes:
+        pos_of = {tuple(r[k] for k in keys): r["_pos"] for r in rows.select([*keys, "_pos"]).to_pylist()}
+        applied = {}
+        for key, event in changes.items():
+            if event.pos <= exact_at:
+                continue  # the chunk's state already includes it
+            have = pos_of.get(key)
+            if have is not None and BinlogPosition.decode(have) >= event.pos:
+                continue
+            applied[key] = event
+        if applied:
+            row_keys = rows.select(keys).to_pylist()
+            keep = pa.array([tuple(r[k] for k in keys) not in applied for r in row_keys], pa.bool_())
+            after = [e.after for e in applied.values() if e.after is not None]
+            rows = pa.concat_tables([rows.filter(keep).select(names),
+                                     pa.Table.from_pylist(after, schema=rows.select(names).schema)])
+    return table_checksum(rows.select(names), names)
