@@ -64,6 +64,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                 dialect.ensure_available(min(state.resume_position(name, offsets[name].min_hw, recorded)
                                              for name in names))
             create_unread_tables(state, sink, dialect, names)
+            bring_current_up_to_date(state, sink, dialect, names)
             settled: dict[str, BinlogPosition] = {}
             rows: dict[str, int] = {}
             skipped, in_driver = [], []
@@ -163,6 +164,24 @@ def create_unread_tables(state: StateDir, sink: str, dialect, names: list[str]) 
         if not plan.startup.snapshots:
             lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
             lake.changelog(), lake.current()
+
+
+def bring_current_up_to_date(state: StateDir, sink: str, dialect, names: list[str]) -> None:
+    """Apply to ``current`` what the changelog holds beyond it: a tail killed between a micro-batch's
+    changelog commit and its ``current`` update (or within a merge interval) left it behind, and a table
+    that sees no further change would otherwise stay stale. The changelog is the truth; ``current``
+    records the position it reflects and is rebuilt from it."""
+    for name in names:
+        plan = state.table(name)
+        lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
+        behind = lake.current_behind()
+        followed = lake.reread_position() if behind is not None and state.schema_changes(name) else None
+        if behind is not None and any((followed is None or c.pos > followed) and c.pos <= behind[1]
+                                      for c in state.schema_changes(name)):
+            continue  # a schema change to follow first: the stream's first commit does both (``follow_recorded``)
+        if behind is not None:
+            log.info("tail: %s: current reflects %s, its changelog %s: applying the difference", name, *behind)
+            lake.update_current(behind[1])
 
 
 @contextmanager

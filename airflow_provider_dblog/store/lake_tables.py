@@ -286,6 +286,15 @@ class LakeTables:
         """How far the tail's changes are in the changelog (None before its first batch)."""
         return _version_position(self.changelog().transaction_version(TAIL_APP))
 
+    def current_behind(self) -> tuple[BinlogPosition | None, BinlogPosition] | None:
+        """(``current``'s tail position, the changelog's) when the changelog holds changes ``current`` does
+        not reflect yet; None when it is up to date."""
+        logged = self.tail_position()
+        if logged is None:
+            return None
+        applied = _version_position(self.current().transaction_version(TAIL_APP))
+        return None if applied is not None and applied >= logged else (applied, logged)
+
     # ---- snapshot chunks ----
     def commit_chunk(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> bool:
         """Append the chunk's rows (changelog schema) and replace its chunk in ``current``; False when a

@@ -114,3 +114,26 @@ def test_statement_dml_of_another_table_does_not_stop_the_tail(mariadb, db, tmp_
     assert code == 0, err
     code, result = _verify_rows(state, sink, f"{db}.t")
     assert code == 0 and result["equal"], result
+
+
+def test_a_tail_killed_between_changelog_and_current_leaves_no_stale_current(mariadb, db, tmp_path, monkeypatch):
+    """Issue 25 class 6: the changelog commit lands, the process dies before ``current`` follows; the
+    table sees no further change. The next tail brings ``current`` up from the changelog."""
+    from airflow_provider_dblog.steps.tail import run_tail
+    from airflow_provider_dblog.store.lake_tables import LakeTables
+
+    state, sink = _capture(mariadb, db, tmp_path)
+    mariadb.sql(f"UPDATE {db}.t SET v = v + 100000 WHERE id <= 120", f"DELETE FROM {db}.t WHERE id > 180")
+
+    def killed(self, end=None):  # the process dies here, after the tail recorded its progress
+        pass
+
+    with monkeypatch.context() as patched:
+        patched.setattr(LakeTables, "update_current", killed)
+        run_tail(state, sink, available_now=True, driver_catch_up_bytes=64 << 20)
+    code, result = _verify_rows(state, sink, f"{db}.t")
+    assert code != 0  # current is stale now (the changelog has the changes)
+    code, _, err = _tail(state, sink)  # no new change of the table
+    assert code == 0, err
+    code, result = _verify_rows(state, sink, f"{db}.t")
+    assert code == 0 and result["equal"], result
