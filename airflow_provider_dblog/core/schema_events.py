@@ -150,6 +150,11 @@ _NO_ROW_CHANGE = re.compile(r"^(ADD|DROP)\s+(INDEX|KEY|UNIQUE|FULLTEXT|SPATIAL|F
 _DEFAULT = re.compile(r"\bDEFAULT\s+('(?:[^']|'')*'|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|NULL)(?=\s|,|$)", re.I)
 
 
+_COMPUTED = re.compile(r"\bGENERATED\b|\bAS\s*\(|\bAUTO_INCREMENT\b|\bSERIAL\b|\bVIRTUAL\b|\bPERSISTENT\b|"
+                       r"\bSTORED\b|\bINVISIBLE\b.*\bDEFAULT\s*\(", re.I | re.S)
+_NULLABLE = re.compile(r"(?<!NOT)\s+NULL\b", re.I)
+
+
 def _clauses(body: str) -> list[str]:
     """Top-level comma-separated clauses (commas inside parentheses or quotes belong to their clause)."""
     out, depth, quote, current = [], 0, "", ""
@@ -198,7 +203,12 @@ def alter_actions(statement: str) -> list[ColumnAction]:
         name, rest = _column_name(rest)
         if kind == "add":
             default = _DEFAULT.search(rest)
-            if default is not None:
+            bare = re.sub(r"'(?:[^']|'')*'", "''", rest)  # the definition without its string literals
+            if _COMPUTED.search(bare) or (re.match(r"\s*TIMESTAMP\b", bare, re.I) and not _NULLABLE.search(bare)):
+                # a generated or AUTO_INCREMENT column, or a TIMESTAMP that may take CURRENT_TIMESTAMP by
+                # itself: the value of the rows already there is the server's to say (a re-read)
+                value = ...
+            elif default is not None:
                 literal = default.group(1)
                 value = None if literal.upper() == "NULL" else (
                     literal[1:-1].replace("''", "'") if literal.startswith("'") else literal)

@@ -137,3 +137,24 @@ def test_a_tail_killed_between_changelog_and_current_leaves_no_stale_current(mar
     assert code == 0, err
     code, result = _verify_rows(state, sink, f"{db}.t")
     assert code == 0 and result["equal"], result
+
+
+@pytest.mark.parametrize("clause", [
+    "ADD COLUMN g INT AS (v * 2) STORED",
+    "ADD COLUMN vg INT GENERATED ALWAYS AS (v + 1) VIRTUAL",
+    "ADD COLUMN n BIGINT AUTO_INCREMENT UNIQUE",
+    "ADD COLUMN ts TIMESTAMP",
+    "ADD COLUMN z INT NOT NULL",
+    "ADD COLUMN d DATETIME(6) NOT NULL DEFAULT '2001-02-03 04:05:06'",
+])
+def test_an_added_column_whose_old_rows_the_statement_does_not_state_is_read(mariadb, db, tmp_path, clause):
+    """Issue 25 class 4: a generated, AUTO_INCREMENT or implicitly defaulted column is filled for the rows
+    already there by a re-read of the table's chunks, never with NULL; a literal DEFAULT in place."""
+    state, sink = _capture(mariadb, db, tmp_path)
+    mariadb.sql(f"ALTER TABLE {db}.t {clause}", f"UPDATE {db}.t SET v = v + 1 WHERE id % 5 = 0")
+    code, _, err = _tail(state, sink)
+    assert code == 0, err
+    code, result = _verify_rows(state, sink, f"{db}.t")
+    assert code == 0 and result["equal"], result
+    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", f"{db}.t")
+    assert code == 0 and json.loads(out)["drifted"] == [], err
