@@ -43,8 +43,10 @@ class ChunkRead:
 
 def read_chunk(dialect: DataSourceDialect, meta: TableMeta, chunk: ChunkRange, strategy: str) -> ChunkRead:
     """The chunk's exact rows at its high watermark (DBLog's watermark window + normalize), read with the
-    table's columns in force: if they changed since ``meta`` (a failed SELECT, a DDL statement inside the
-    window), the chunk is read again with the columns the source has now."""
+    table's columns in force: the source's columns now, not the plan's (a re-read after a schema change
+    the lake followed must not undo it); if they change while it reads (a failed SELECT, a DDL statement
+    inside the window), the chunk is read again with the columns the source has then."""
+    meta = live_columns(dialect, meta)
     for attempt in range(1, READ_ATTEMPTS + 1):
         try:
             return _read_once(dialect, meta, chunk, strategy)
@@ -56,6 +58,17 @@ def read_chunk(dialect: DataSourceDialect, meta: TableMeta, chunk: ChunkRange, s
                      ", ".join(live.column_names))
             meta = live
     raise AssertionError("unreachable")
+
+
+def live_columns(dialect: DataSourceDialect, meta: TableMeta) -> TableMeta:
+    """The table as the source has it now, keyed as ``meta`` (``DblogError`` if its key changed: the plan's
+    chunks no longer apply, and the tail plans the table again when it sees the statement)."""
+    live = dialect.describe_table(meta.qualified, meta.key_columns if meta.key_source == "chunk_key" else None)
+    if tuple(live.key_columns) != tuple(meta.key_columns):
+        raise DblogError(f"the key of {meta.qualified} changed ({', '.join(meta.key_columns)} -> "
+                         f"{', '.join(live.key_columns) or 'none'}): its planned chunks no longer apply; run the tail, "
+                         f"which plans the table again and reads its new chunks")
+    return live if live != meta else meta
 
 
 def _read_once(dialect: DataSourceDialect, meta: TableMeta, chunk: ChunkRange, strategy: str) -> ChunkRead:
