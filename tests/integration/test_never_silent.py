@@ -158,3 +158,18 @@ def test_an_added_column_whose_old_rows_the_statement_does_not_state_is_read(mar
     assert code == 0 and result["equal"], result
     code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", f"{db}.t")
     assert code == 0 and json.loads(out)["drifted"] == [], err
+
+
+def test_truncate_writes_delete_rows_so_the_changelog_replays_to_current(mariadb, db, tmp_path):
+    """Issue 25 class 5: after a TRUNCATE (followed by re-reading every chunk) the changelog holds a delete
+    for every key it removed; a consumer replaying it ends with ``current``, not 200 rows that no longer exist."""
+    from tests.support.lakecheck import assert_replay_equals_current
+
+    state, sink = _capture(mariadb, db, tmp_path)
+    mariadb.sql(f"UPDATE {db}.t SET v = 0 WHERE id < 10", f"TRUNCATE TABLE {db}.t",
+                f"INSERT INTO {db}.t VALUES (7, 7, 'back'), (500, 500, 'new')")
+    code, _, err = _tail(state, sink)
+    assert code == 0, err
+    code, result = _verify_rows(state, sink, f"{db}.t")
+    assert code == 0 and result["equal"] and result["source_rows"] == 2, result
+    assert assert_replay_equals_current(sink, f"{db}.t") == 2
