@@ -37,6 +37,8 @@ SETTINGS = {
                        "(keep the lake's columns); docs/schema-changes.md"),
     "startup": ("DBLOG_STARTUP", "initial", "string",
                 "startup mode: initial | snapshot-only | latest | position:FILE:POS | gtid:SET | timestamp:EPOCH_MS"),
+    "repair": ("DBLOG_VERIFY_REPAIR", "false", "boolean",
+               "verify: re-read the chunks whose checksum differs from the source (false: fail naming them)"),
     "max_stall_seconds": ("DBLOG_MAX_STALL_SECONDS", "1800", "integer",
                           "health check: fail when the source moved but the tail made no progress for this long"),
 }

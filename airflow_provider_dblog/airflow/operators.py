@@ -36,7 +36,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 import airflow_provider_dblog
 from airflow_provider_dblog.airflow.hooks import DblogHook, object_store_env, object_store_environment
-from airflow_provider_dblog.core.config import chunk_keys, positive_int, truthy
+from airflow_provider_dblog.core.config import chunk_keys, compress_ids, positive_int, truthy
 from airflow_provider_dblog.core.errors import DblogError
 
 # the spark-submit application (``cli/spark_app.py``), by path: spark-submit runs it as a file
@@ -332,6 +332,54 @@ class ResnapshotPlannerOperator(BaseOperator):
                 "name": f"dblog-resnapshot-{b['batch']}", "batch_label": b["label"]} for b in selection["batches"]]
         check_map_length(len(out), "re-snapshot batches")
         return out
+
+
+class DblogVerifyOperator(BaseOperator):
+    """Checksum verify of the lake against the live source (``dblog verify``: per chunk, computed inside the
+    database, while writers and the tail run). Drift fails the task naming the drifted chunks, unless
+    ``repair``: then it returns kwargs for a mapped ``DblogSparkSubmitOperator`` that re-reads exactly those
+    chunks (``snapshot --force --chunks ...``), and a second verify after it says whether that converged.
+    Returns [] when the lake equals the source."""
+
+    template_fields: Sequence[str] = ("dblog_conn_id", "state_dir", "sink", "tables", "repair", "aws_conn_id")
+    ui_color = "#e8f6f0"
+
+    def __init__(self, *, state_dir: str, sink: str, tables: str, dblog_conn_id: str = DEFAULT_CONN_ID,
+                 repair: bool | str = False, aws_conn_id: str | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.dblog_conn_id, self.aws_conn_id = dblog_conn_id, aws_conn_id
+        self.state_dir, self.sink, self.tables, self.repair = state_dir, sink, tables, repair
+
+    def execute(self, context) -> list[dict]:
+        from airflow_provider_dblog.steps.resnapshot import select_chunks
+        from airflow_provider_dblog.steps.verify import planned_tables, verify_tables
+        from airflow_provider_dblog.store.state import StateDir
+
+        try:
+            with object_store_environment(self.aws_conn_id):
+                source = DblogHook(self.dblog_conn_id).check_state_source(StateDir(self.state_dir).load_raw()["source"])
+                names = planned_tables(self.state_dir, patterns=self.tables or "*")
+                result = verify_tables(self.state_dir, self.sink, names, source=source)
+                if result["equal"]:
+                    self.log.info("verify: %d chunks of %d tables equal the source", result["chunks"], len(names))
+                    return []
+                drifted = {t: r["drifted"] for t, r in result["tables"].items() if r["drifted"]}
+                named = "; ".join(f"{t} chunks {compress_ids(c)}" for t, c in drifted.items())
+                if not truthy(self.repair):
+                    raise DblogError(f"the lake differs from the source: {named} (trigger with repair on, or run "
+                                     f"dblog verify --repair)")
+                self.log.info("verify: %s differ: re-reading them", named)
+                out = []
+                for table, chunks in drifted.items():
+                    for b in select_chunks(self.state_dir, table, chunk_ids=compress_ids(chunks), source=source)["batches"]:
+                        out.append({"application": SUBMIT_APPLICATION, "name": f"dblog-repair-{b['batch']}",
+                                    "application_args": snapshot_args(self.state_dir, self.sink, b["batch"], True,
+                                                                      b["chunks"], b["table"]),
+                                    "batch_label": "repair " + b["label"].removeprefix("re-snapshot ")})
+                check_map_length(len(out), "repair batches")
+                return out
+        except DblogError as exc:
+            raise _fail(exc) from None
 
 
 class DblogMaintainOperator(BaseOperator):

@@ -19,7 +19,7 @@ from typing import Sequence
 import pyarrow as pa
 
 from airflow_provider_dblog.core.checksums import ChunkChecksum, table_checksum
-from airflow_provider_dblog.core.config import compress_ids, match_tables, table_patterns
+from airflow_provider_dblog.core.config import SourceConfig, compress_ids, match_tables, table_patterns
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import BinlogPosition
@@ -50,20 +50,22 @@ def planned_tables(state_dir: str, table: str | None = None, patterns: str | Non
     return chosen
 
 
-def verify_tables(state_dir: str, sink: str, tables: Sequence[str], repair: bool = False, spark=None) -> dict:
+def verify_tables(state_dir: str, sink: str, tables: Sequence[str], repair: bool = False, spark=None,
+                  source: SourceConfig | None = None) -> dict:
     """Checksum verify (and repair) of ``tables``; the result names what was checked, what drifted and what
-    was repaired. Raises nothing for drift: the caller decides (``equal`` says it)."""
+    was repaired. Raises nothing for drift: the caller decides (``equal`` says it). ``source``: the
+    connection to use (default: the state's, with its stored password)."""
     check_sink(sink)
     state = StateDir(state_dir)
     per_table, started = {}, time.time()
     for table in tables:
-        result = verify_table(state, sink, table)
+        result = verify_table(state, sink, table, source=source)
         if repair and result["drifted"]:
             from airflow_provider_dblog.steps.resnapshot import resnapshot
 
             log.info("verify %s: repairing chunks %s", table, compress_ids(result["drifted"]))
             resnapshot(state_dir, sink, table, chunk_ids=compress_ids(result["drifted"]), spark=spark)
-            again = verify_table(state, sink, table, result["drifted"])
+            again = verify_table(state, sink, table, result["drifted"], source=source)
             result["repaired"] = [c for c in result["drifted"] if c not in again["drifted"]]
             result["still_drifted"] = again["drifted"]
         per_table[table] = result
@@ -79,14 +81,15 @@ def verify_tables(state_dir: str, sink: str, tables: Sequence[str], repair: bool
             "seconds": round(time.time() - started, 3)}
 
 
-def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int] | None = None) -> dict:
+def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int] | None = None,
+                 source: SourceConfig | None = None) -> dict:
     plan = state.table(table)
     meta = state.meta_in_force(table)
     offsets = state.offsets().get(table) if state.has_offsets() else None
     if offsets is None:
         raise DblogError(f"{table} has no offset map yet: run dblog report (or finish its snapshot) before verify")
     chunks = [c for c in plan.chunks if chunk_ids is None or c.id in chunk_ids]
-    dialect = open_dialect(state.source(), state.options())
+    dialect = open_dialect(source or state.source(), state.options())
     try:
         lake = PinnedCurrent(sink, table)
         missing = [c for c in meta.column_names if c not in lake.columns]

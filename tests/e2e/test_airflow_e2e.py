@@ -291,7 +291,7 @@ def test_dags_import_cleanly_and_the_form_rejects_an_injected_filter(airflow):
     assert "RESULT" in proc.stdout, proc.stderr[-3000:]
     out = json.loads(proc.stdout.split("RESULT", 1)[1])
     assert out["errors"] == {}
-    assert {"dblog_initial_load", "dblog_tail", "dblog_resnapshot"} <= set(out["dags"])
+    assert {"dblog_initial_load", "dblog_tail", "dblog_resnapshot", "dblog_verify"} <= set(out["dags"])
     assert out["injection"].startswith("Invalid input for param filter"), out["injection"]
     assert out["tail_max_active_runs"] == 1
     assert out["load_tasks"] == ["follow_binlog", "plan", "report", "snapshot", "tail"]
@@ -332,6 +332,22 @@ def test_initial_load_then_scheduled_tail_converge(airflow, initial_load, spark,
     proc = airflow.run("dags", "test", "dblog_tail", timeout=600)
     assert proc.returncode == 0 and airflow.metadata.run_state("dblog_tail") == "success", proc.stdout[-6000:]
     assert airflow.metadata.task_states("dblog_tail")[("health_check", -1)]["state"] == "success"
+    assert_mirror_equals_source(airflow, spark, tmp_path, monkeypatch)
+
+    # dblog_verify: equal; a change made behind the binlog's back fails it naming the chunk; repair converges
+    proc = airflow.run("dags", "test", "dblog_verify", timeout=600)
+    assert airflow.metadata.run_state("dblog_verify") == "success", proc.stdout[-6000:]
+    assert airflow.metadata.xcom("dblog_verify", "verify") == []
+    airflow.mariadb.sql("SET SESSION sql_log_bin = 0", f"UPDATE {airflow.table} SET note = 'drift' WHERE id = 2")
+    proc = airflow.run("dags", "test", "dblog_verify", timeout=600)
+    assert airflow.metadata.run_state("dblog_verify") == "failed", proc.stdout[-6000:]
+    assert f"the lake differs from the source: {airflow.table} chunks 0 " in proc.stdout + proc.stderr
+    proc = airflow.run("dags", "test", "dblog_verify", "-c", json.dumps({"repair": True}), timeout=600)
+    assert airflow.metadata.run_state("dblog_verify") == "success", proc.stdout[-6000:]
+    states = airflow.metadata.task_states("dblog_verify")
+    assert states[("repair", 0)]["state"] == "success" and states[("repair", 0)]["label"].startswith(
+        f"repair {airflow.table} chunks 0 "), states
+    assert states[("verify_after_repair", -1)]["state"] == "success", states
     assert_mirror_equals_source(airflow, spark, tmp_path, monkeypatch)
     assert_no_password_anywhere(airflow)
 

@@ -136,8 +136,8 @@ def scan_table_events(client: MySqlClient, start: BinlogPosition, end: BinlogPos
                 if match is None or match.group("name").lower() in wanted:
                     return RangeScan(False, seen, f"row events of {match.group('name') if match else '?'} "
                                                   f"at {event.file}:{event.pos}")
-            elif event.kind in ("Query", "Query_compressed") and _names_table(event.info, wanted):
-                return RangeScan(False, seen, f"a statement naming a captured table at {event.file}:{event.pos}")
+            elif event.kind in ("Query", "Query_compressed") and (what := _names_table(event.info, wanted)):
+                return RangeScan(False, seen, f"a {what} at {event.file}:{event.pos}")
             elif event.kind not in LISTED_WITHOUT_CHANGES:
                 return RangeScan(False, seen, f"a {event.kind} event at {event.file}:{event.pos}")
             if seen > max_events:
@@ -160,16 +160,16 @@ LISTED_WITHOUT_CHANGES = {"Query", "Query_compressed", "Table_map", "Xid", "Gtid
                           "Delete_rows_compressed"}
 
 
-def _names_table(info: str, wanted: set[str]) -> bool:
-    """Whether a listed Query event (``use `db`; STATEMENT``) is DDL or statement-logged DML naming a
-    ``wanted`` table."""
+def _names_table(info: str, wanted: set[str]) -> str:
+    """What a listed Query event (``use `db`; STATEMENT``) naming a ``wanted`` table is: "DDL statement",
+    "statement-logged DML", or "" when it names none."""
     match = _USE.match(info)
     default_db = match.group(1).strip("`") if match else ""
     statement = info[match.end():] if match else info
     if captured_ddl(statement, default_db, wanted)[1]:
-        return True
+        return "DDL statement"
     dml = dml_tables(statement, default_db)
-    return dml is not None and any(n.lower() in wanted for n in dml[1])
+    return "statement-logged DML" if dml is not None and any(n.lower() in wanted for n in dml[1]) else ""
 
 
 def captured_ddl(statement: str, default_db: str, tables) -> tuple[str, list[str]]:
