@@ -132,7 +132,7 @@ def cmd_tail(args) -> dict:
                     max_events=args.max_events, tables=[args.table] if args.table else None,
                     stop_event=_stop_on_signals(), spark=_session(args, "dblog-tail", short_lived=False),
                     driver_catch_up_bytes=catch_up, merge_interval=args.merge_interval,
-                    schema_changes=args.schema_changes, checkpoint=args.checkpoint)
+                    schema_changes=args.schema_changes, checkpoint=args.checkpoint, on_purge=args.on_purge)
 
 
 def cmd_mirror(args) -> dict:
@@ -262,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-events", type=int, default=0, help="binlog events per micro-batch (0: no limit)")
     p.add_argument("--trigger-seconds", type=float, default=1.0, help="micro-batch interval with --continuous")
     _schema_changes_option(p)
+    p.add_argument("--on-purge", choices=("resnapshot", "fail"), default="resnapshot",
+                   help="a table whose binlog the server purged before the tail read it: resnapshot (read its "
+                        "chunks again, alone, then stream it; the other tables go on) or fail (stop with one line)")
     p.add_argument("--merge-interval", type=float, default=0.0,
                    help="update the lake's current tables at most every this many seconds (default 0: every "
                         "micro-batch); the changelog commits every micro-batch either way")

@@ -15,6 +15,7 @@ from collections import deque
 from contextlib import contextmanager
 
 from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.spark.tail_queries import start_query, watch
@@ -31,7 +32,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
              stop_event: threading.Event | None = None, progress_seconds: float = 10.0,
              decode_parallelism: int = 0, driver_catch_up_bytes: int = 0, merge_interval: float = 0.0,
              checkpoint: str | None = None, schema_changes: str = "evolve",
-             table_scan_seconds: float = TABLE_SCAN_SECONDS) -> dict:
+             table_scan_seconds: float = TABLE_SCAN_SECONDS, on_purge: str = "resnapshot") -> dict:
     """Run the tail; ``checkpoint``: the directory of its Spark checkpoints (default STATE/checkpoints; required
     for an object-store state); ``driver_catch_up_bytes`` > 0 lets a cold available-now catch-up of at most that much
     binlog run in this process (local runs only: ``local.catch_up``); ``merge_interval``: update the
@@ -41,7 +42,8 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
     match the capture's patterns (``steps.new_tables``). A continuous one also follows tables that join the offset map
     while it runs (planned, snapshotted and reported later, e.g. a wider ``--tables`` pattern, or created
     at the source and matching the plan's patterns: ``steps.new_tables``, looked for every
-    ``table_scan_seconds``): its query reads them from their own floor in its next micro-batch."""
+    ``table_scan_seconds``): its query reads them from their own floor in its next micro-batch.
+    ``on_purge``: what a table whose binlog was purged past its floor does (``reread_purged``)."""
     state = StateDir(state_dir, checkpoint)
     check_sink(sink)
     with tail_lock(state):
@@ -58,11 +60,8 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
         dialect = open_dialect(state.source(), state.options())
         try:
             recorded = state.tail_positions()
-            # a clear error before Spark starts if the binlog to resume from is gone: the server purges its
-            # oldest files first, so the oldest position any table resumes from is the one to check
-            if names:
-                dialect.ensure_available(min(state.resume_position(name, offsets[name].min_hw, recorded)
-                                             for name in names))
+            if names and reread_purged(state, sink, dialect, names, offsets, recorded, on_purge, spark):
+                offsets, recorded = state.offsets(), state.tail_positions()
             create_unread_tables(state, sink, dialect, names)
             bring_current_up_to_date(state, sink, dialect, names)
             settled: dict[str, BinlogPosition] = {}
@@ -164,6 +163,47 @@ def create_unread_tables(state: StateDir, sink: str, dialect, names: list[str]) 
         if not plan.startup.snapshots:
             lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
             lake.changelog(), lake.current()
+
+
+ON_PURGE = ("resnapshot", "fail")
+
+
+def reread_purged(state: StateDir, sink: str, dialect, names: list[str], offsets: dict, recorded: dict,
+                  on_purge: str, spark=None) -> bool:
+    """Tables whose floor (where their read resumes) is in a binlog file the server purged can no longer be
+    caught up from the binlog. ``resnapshot`` (the default: the changes are gone, a re-read is the only way
+    to converge, and doing it for those tables alone keeps the others current): every chunk of each is
+    read again, and its offsets move to the new high watermarks; ``fail``: one line naming them, before
+    anything is read. True when a table was read again. The server purges oldest first, so one check of
+    the oldest floor clears them all in the common case."""
+    floors = {name: state.resume_position(name, offsets[name].min_hw, recorded) for name in names}
+    try:
+        dialect.ensure_available(min(floors.values()))
+        return False
+    except DblogError as exc:
+        first = str(exc)
+    purged = []
+    for name in names:
+        try:
+            dialect.ensure_available(floors[name])
+        except DblogError:
+            purged.append(name)
+    if on_purge == "fail" or not purged:
+        raise DblogError(f"{first} [tables: {', '.join(purged) or '?'}; --on-purge resnapshot reads them again "
+                         f"alone]")
+    from airflow_provider_dblog.steps.resnapshot import resnapshot
+
+    for name in purged:
+        plan = state.table(name)
+        log.warning("tail: the binlog %s needs from %s was purged: reading its %d chunks again (--on-purge "
+                    "resnapshot); the other tables resume after it", name, floors[name], len(plan.chunks))
+        resnapshot(str(state.path), sink, name, spark=spark)
+        reports = state.reports(name)
+        state.replace_table_offsets(name, TableOffsets.from_chunks(
+            name, plan.chunks, {c.id: BinlogPosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks}))
+        log.info("tail: %s read again; it streams from %s", name, min(
+            BinlogPosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks))
+    return True
 
 
 def bring_current_up_to_date(state: StateDir, sink: str, dialect, names: list[str]) -> None:

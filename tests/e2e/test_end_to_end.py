@@ -243,28 +243,45 @@ def test_forced_chunk_reruns_while_the_tail_runs(mariadb, db, spark, tmp_path):
     assert_each_change_once(sink, table)
 
 
-def test_purged_binlog_asks_for_a_resnapshot(tmp_path, spark):
+def test_a_purged_table_is_read_again_alone_while_the_others_stream(tmp_path):
+    """Issue 25 class 7: the binlog one table still needs is purged; another table's floor is past the
+    purge. ``--on-purge fail`` stops with one line naming the table; the default re-reads that table's
+    chunks alone and streams the other: both end equal to the source."""
     with LocalMariaDB(tmp_path / "db", server_id=4) as server:
-        server.sql("CREATE DATABASE p", "CREATE TABLE p.t (id INT PRIMARY KEY, v INT)")
-        server.sql("INSERT INTO p.t SELECT seq, seq FROM seq_1_to_1000", db="p")
+        server.sql("CREATE DATABASE p", "CREATE TABLE p.t (id INT PRIMARY KEY, v INT)",
+                   "CREATE TABLE p.u (id INT PRIMARY KEY, v INT)")
+        server.sql("INSERT INTO p.t SELECT seq, seq FROM seq_1_to_1000", "INSERT INTO p.u SELECT seq, seq FROM seq_1_to_500",
+                   db="p")
         state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
-        plan_table(SourceConfig.parse(server.uri()), "p.t", state, chunk_size=400)
-        for batch in StateDir(state).batches():
-            snapshot_batch(state, batch.index, sink, spark=spark)
-        build_offsets(state)
-        server.sql("UPDATE p.t SET v = v + 1")
+        ok = subprocess.run([DBLOG, "run", "--source", server.uri(), "--tables", "p.*", "--state", state, "--sink",
+                             sink, "--chunk-size", "400"], capture_output=True, text=True, timeout=300)
+        assert ok.returncode == 0, ok.stderr[-2000:]
+        server.sql("UPDATE p.t SET v = v + 1", "DELETE FROM p.t WHERE id > 900", "UPDATE p.u SET v = -v")
         first = server.sql("SHOW BINARY LOGS")[0][0]
+        server.sql("FLUSH BINARY LOGS")
+        kept = server.sql("SHOW MASTER STATUS")[0][0]
+        ok = subprocess.run([DBLOG, "tail", "--state", state, "--sink", sink, "--available-now", "--table", "p.u"],
+                            capture_output=True, text=True, timeout=300)  # p.u's floor moves into the new file
+        assert ok.returncode == 0, ok.stderr[-2000:]
         deadline = time.time() + 60  # MariaDB keeps a file until InnoDB's binlog checkpoint passes it
         while server.sql("SHOW BINARY LOGS")[0][0] == first and time.time() < deadline:
-            server.sql("FLUSH BINARY LOGS")
-            server.sql(f"PURGE BINARY LOGS TO '{server.sql('SHOW MASTER STATUS')[0][0]}'")
+            server.sql(f"PURGE BINARY LOGS TO '{kept}'")
             time.sleep(0.5)
-        assert server.sql("SHOW BINARY LOGS")[0][0] != first
-        result = subprocess.run([DBLOG, "tail", "--state", state, "--sink", sink, "--available-now"],
-                                capture_output=True, text=True, timeout=300)
+        assert server.sql("SHOW BINARY LOGS")[0][0] == kept
+        server.sql("UPDATE p.t SET v = 0 WHERE id < 10", "UPDATE p.u SET v = 7 WHERE id < 10")
+        result = subprocess.run([DBLOG, "tail", "--state", state, "--sink", sink, "--available-now", "--on-purge",
+                                 "fail"], capture_output=True, text=True, timeout=300)
         assert result.returncode != 0
         errors = [line for line in result.stderr.splitlines() if line.startswith("dblog: error:")]
-        assert len(errors) == 1 and "purged" in errors[0] and "re-snapshot" in errors[0], result.stderr[-2000:]
+        assert len(errors) == 1 and "purged" in errors[0] and "tables: p.t;" in errors[0], result.stderr[-2000:]
+        result = subprocess.run([DBLOG, "tail", "--state", state, "--sink", sink, "--available-now"],
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "p.t needs from" in result.stderr and "p.u needs from" not in result.stderr
+        for table in ("p.t", "p.u"):
+            check = subprocess.run([DBLOG, "verify", "--state", state, "--sink", sink, "--table", table, "--rows"],
+                                   capture_output=True, text=True, timeout=300)
+            assert check.returncode == 0 and json.loads(check.stdout)["equal"], check.stdout + check.stderr[-2000:]
 
 
 def test_case_insensitive_keys_are_located_in_database_order(mariadb, db, spark, tmp_path):
