@@ -308,9 +308,12 @@ class LakeTables:
         once = self._first_read_once(chunk_id, hw, rows)
         if once:
             return True
+        deletes = self._removals(chunk_id, hw, rows)
         if once is None:
             self._append_once(f"appending chunk {chunk_id} to {self.changelog_uri}",
-                              self._with_removals(chunk_id, hw, rows))
+                              rows if deletes is None else pa.concat_tables([conform(rows, deletes.schema), deletes]))
+        elif deletes is not None:  # the changelog took the read's rows already (a first read that lost the race)
+            self._append_once(f"appending chunk {chunk_id}'s removals to {self.changelog_uri}", deletes)
         return _retrying(f"replacing chunk {chunk_id} of {self.table}",
                          lambda: self._replace_chunk(chunk_id, hw, rows))
 
@@ -354,32 +357,35 @@ class LakeTables:
                 time.sleep(min(0.05 * attempt, 1.0))
         return False
 
-    def _with_removals(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> pa.Table:
-        """A re-read's changelog rows plus a delete row at its HW for every key ``current`` holds in the chunk
-        that the read does not (a TRUNCATE, rows removed behind the binlog's back): replaying the changelog
-        then gives what ``current`` holds. A key a later change brings back keeps that later change."""
-        held = self.current().to_pyarrow_dataset().to_table(
-            columns=list(self.source.names), filter=pc.field("_chunk") == chunk_id)
+    def _removals(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> pa.Table | None:
+        """A delete row (changelog schema) at a re-read's HW for every key ``current`` holds in the chunk that
+        the read does not (a TRUNCATE, rows removed behind the binlog's back), so that replaying the changelog
+        gives what ``current`` holds; None when there is none. A key a later change brings back keeps that
+        later change (its ``_pos`` is greater)."""
+        current = self.current()
+        if current.transaction_version(chunk_app(chunk_id)) is None and current.transaction_version(TAIL_APP) is None:
+            return None  # nothing of the chunk can be in ``current`` yet (a first read)
+        held = current.to_pyarrow_dataset().to_table(columns=list(self.source.names),
+                                                     filter=pc.field("_chunk") == chunk_id)
         if not held.num_rows:
-            return rows
+            return None
         held = conform(held, self.source)
         gone = held.join(conform(rows.select(list(self.keys)), pa.schema([self.source.field(k) for k in self.keys])),
                          list(self.keys), join_type="left anti")
         if not gone.num_rows:
-            return rows
+            return None
         n = gone.num_rows
         log.info("lake: chunk %d of %s: %d keys the read at %s no longer holds get a delete row in the changelog",
                  chunk_id, self.table, n, hw)
         gone = conform(gone, self.source)
         before = pa.StructArray.from_arrays([gone.column(f.name).combine_chunks() for f in self.source],
                                             fields=[pa.field(f.name, f.type) for f in self.source])
-        deletes = pa.Table.from_arrays(
+        return pa.Table.from_arrays(
             [gone.column(f.name) for f in self.source] + [
                 pa.array(["d"] * n, pa.string()), pa.array([hw.as_snapshot().encode()] * n, pa.string()),
                 pa.array([int(time.time() * 1000)] * n, pa.int64()), pa.array(["-D"] * n, pa.string()),
                 pa.array([chunk_id] * n, pa.int32()), before],
             schema=changelog_schema(self.source))
-        return pa.concat_tables([conform(rows, deletes.schema), deletes])
 
     @staticmethod
     def _takes_first_read(current, chunk_id: int, columns: pa.Schema) -> bool:
