@@ -70,6 +70,10 @@ class DataSourceDialect(Protocol):
         """Values whose Python order (and equality) is the database's order of ``keys``."""
 
     # ---- binlog ----
+    def server_identity(self) -> dict:
+        """What names the server whose binlog positions these are (a promoted replica or another server
+        answers with another identity: positions recorded on one mean nothing on the other)."""
+
     def current_position(self) -> BinlogPosition: ...
 
     def gtid_position(self) -> str | None: ...

@@ -15,7 +15,25 @@ from typing import Sequence
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.source import open_dialect
-from airflow_provider_dblog.store.state import StateDir
+from airflow_provider_dblog.store.state import StateDir, describe_server
+
+
+def check_same_server(state: StateDir, dialect, floors: Sequence[BinlogPosition] = ()) -> BinlogPosition:
+    """Refuse, in one line, a source that is not the server the state's positions belong to: another
+    ``server_id`` (a promoted replica, a restored copy), or a binlog behind a position the lake already
+    reached (``RESET MASTER``, a server rebuilt under the same id). Returns the source's position."""
+    recorded, live = state.server(), dialect.server_identity()
+    if recorded is not None and recorded != live:
+        raise DblogError(f"the state's binlog positions belong to server {describe_server(recorded)}; the source "
+                         f"now answers as {describe_server(live)} (a promoted replica or another server): its "
+                         f"binlog positions do not apply; capture it anew (a new --state and --sink)")
+    now = dialect.current_position()
+    ahead = [f for f in floors if f > now]
+    if ahead:
+        raise DblogError(f"the lake holds changes up to {max(ahead)}, but the source's binlog is only at {now} "
+                         f"(RESET MASTER, or a server rebuilt under the same id): its positions do not apply; "
+                         f"capture it anew (a new --state and --sink)")
+    return now
 
 
 def tail_progress(state_dir: str, table: str, checkpoint: str | None = None) -> tuple[BinlogPosition, float, str]:

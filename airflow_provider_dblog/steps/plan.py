@@ -73,6 +73,7 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
         dialect = open_dialect(source, options)
         try:
             dialect.check_source()
+            server = dialect.server_identity()
             metas = describe_tables(dialect, todo, chunk_keys)
             start_at = None if mode.snapshots else dialect.startup_position(mode)
             plans = [plan_one(dialect, meta, chunk_size, watermark, mode, start_at, number, len(metas))
@@ -82,7 +83,7 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
         weights = [w for p in plans if p.startup.snapshots
                    for w in chunk_weights(p.meta.qualified, [c.id for c in p.chunks], p.rows, chunk_size)]
         batches = pack_batches(weights, budget, first_index=len(state.batches()) if state.has_plan() else 0)
-        state.save_plans(source, plans, batches, options)
+        state.save_plans(source, plans, batches, options, server=server)
         log.info("plan: %d tables, %s rows, %d chunks to read in %d batches of at most %s estimated rows%s",
                  len(plans), f"{sum(p.rows for p in plans):,}", len(weights), len(batches), f"{budget:,}",
                  "" if mode.snapshots else f"; startup {mode}: no snapshot, the stream starts at {start_at}")

@@ -18,6 +18,7 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.source import open_dialect
+from airflow_provider_dblog.steps.health import check_same_server
 from airflow_provider_dblog.spark.tail_queries import start_query, watch
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.object_store import check_sink
@@ -60,6 +61,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
         dialect = open_dialect(state.source(), state.options())
         try:
             recorded = state.tail_positions()
+            check_same_server(state, dialect, [recorded[n][0] for n in names if n in recorded])
             if names and reread_purged(state, sink, dialect, names, offsets, recorded, on_purge, spark):
                 offsets, recorded = state.offsets(), state.tail_positions()
             create_unread_tables(state, sink, dialect, names)

@@ -27,6 +27,7 @@ from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.source.dialect import DataSourceDialect
+from airflow_provider_dblog.steps.health import check_same_server
 from airflow_provider_dblog.store.lake_tables import PinnedCurrent
 from airflow_provider_dblog.store.object_store import check_sink
 from airflow_provider_dblog.store.state import StateDir
@@ -91,6 +92,7 @@ def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int
     chunks = [c for c in plan.chunks if chunk_ids is None or c.id in chunk_ids]
     dialect = open_dialect(source or state.source(), state.options())
     try:
+        check_same_server(state, dialect)
         lake = PinnedCurrent(sink, table)
         missing = [c for c in meta.column_names if c not in lake.columns]
         exact_at = _exact_positions(lake, [c.id for c in chunks])

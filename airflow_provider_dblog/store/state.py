@@ -143,12 +143,18 @@ class StateDir:
         return batch.label(lambda table, ids: tables[table].key_span(ids))
 
     def save_plans(self, source: SourceConfig, plans: Sequence[TablePlan], batches: Sequence[Batch],
-                   options: dict) -> None:
+                   options: dict, server: dict | None = None) -> None:
         """Adds tables' plans and their batches (``batches`` indexed from ``len(self.batches())``);
-        tables and batches already planned keep theirs, so their indexes stay valid."""
+        tables and batches already planned keep theirs, so their indexes stay valid. ``server``: the
+        identity of the server the positions belong to (``DataSourceDialect.server_identity``)."""
         raw = self.files.read_json(self.PLAN) if self.has_plan() else {"version": 2, "tables": {}, "batches": []}
         if raw.get("source", source.public_uri) != source.public_uri:
             raise DblogError(f"{self.path} already holds a plan for {raw['source']}: use another --state directory")
+        if server and raw.get("server") not in (None, server):
+            raise DblogError(f"{self.path} holds positions of server {describe_server(raw['server'])}, the source now "
+                             f"answers as {describe_server(server)}: use another --state directory")
+        if server:
+            raw["server"] = server
         new = {p.meta.qualified for p in plans}
         if new & set(raw["tables"]):
             raise ValueError(f"already planned: {', '.join(sorted(new & set(raw['tables'])))}")
@@ -162,6 +168,11 @@ class StateDir:
         raw["batches"] += [b.to_dict() for b in batches]
         self.files.write_json(self.PLAN, raw)
         self._plan = (self.files.identity(self.PLAN), raw)  # an S3 mtime has whole seconds: no stale cache
+
+    def server(self) -> dict | None:
+        """The identity of the server whose binlog positions the state and the lake hold (None: a plan
+        made before dblog recorded it)."""
+        return self.load_raw().get("server")
 
     def replace_table_plan(self, plan: TablePlan) -> Batch:
         """The table planned again (its key changed): its new chunks in one new batch, its chunks gone from
@@ -360,3 +371,7 @@ class StateDir:
         position = max(min_hw, recorded[table][0]) if table in recorded else min_hw
         checked = self.caught_up(table, position)
         return checked[0] if checked else position
+
+
+def describe_server(identity: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(identity.items()) if v is not None)

@@ -173,3 +173,22 @@ def test_truncate_writes_delete_rows_so_the_changelog_replays_to_current(mariadb
     code, result = _verify_rows(state, sink, f"{db}.t")
     assert code == 0 and result["equal"] and result["source_rows"] == 2, result
     assert assert_replay_equals_current(sink, f"{db}.t") == 2
+
+
+def test_positions_know_their_server(tmp_path):
+    """Another server_id (a promoted replica answering at the same address) or a binlog reset under the
+    lake's positions (RESET MASTER) stops the tail in one line; nothing is read or written."""
+    from tests.support.local_mariadb import LocalMariaDB
+
+    with LocalMariaDB(tmp_path / "own", server_id=7) as server:
+        server.sql("CREATE DATABASE s")
+        state, sink = _capture(server, "s", tmp_path)
+        server.sql("UPDATE s.t SET v = 1")
+        code, _, err = _tail(state, sink)
+        assert code == 0, err
+        server.sql("SET GLOBAL server_id = 8")
+        code, _, err = _tail(state, sink)
+        assert code != 0 and "belong to server server_id 7" in one_error_line(err) and "server_id 8" in err
+        server.sql("SET GLOBAL server_id = 7", "RESET MASTER")
+        code, _, err = _tail(state, sink)
+        assert code != 0 and "RESET MASTER" in one_error_line(err)

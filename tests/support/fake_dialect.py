@@ -174,6 +174,9 @@ class InMemoryDialect:
     def sort_keys(self, meta: TableMeta, keys) -> list[tuple]:
         return [tuple(k) for k in keys]
 
+    def server_identity(self) -> dict:
+        return {"server_id": 1}
+
     def current_position(self) -> BinlogPosition:
         return self.server.position()
 

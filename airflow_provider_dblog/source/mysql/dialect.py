@@ -92,6 +92,13 @@ class MySqlDialect:
         return self.key_order.sort_keys(meta, keys)
 
     # ---- binlog ----
+    def server_identity(self) -> dict:
+        """``server_id``, and MySQL's ``server_uuid`` (MariaDB has none)."""
+        identity = {"server_id": int(self.client.scalar("SELECT @@server_id"))}
+        if not self.client.is_mariadb:
+            identity["server_uuid"] = str(self.client.scalar("SELECT @@server_uuid"))
+        return identity
+
     def current_position(self) -> BinlogPosition:
         return binlog.current_position(self.client)
 
