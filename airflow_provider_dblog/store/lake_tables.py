@@ -174,11 +174,35 @@ class LakeTables:
         if done is not None and done >= at.boundary():
             return  # another writer followed a later change meanwhile: its columns stay
         data = changed_columns(current.to_pyarrow_dataset().to_table(), source, at, renamed, defaults)
+        self._log_followed_rows(data, at)
         target = data.schema
         write_deltalake(current, data, mode="overwrite", schema_mode="overwrite", partition_by=["_chunk"],
                         storage_options=self.options, writer_properties=writer_properties(target),
                         commit_properties=CommitProperties(app_transactions=[
                             Transaction(SCHEMA_APP, at.boundary().to_version())]))
+
+    def _log_followed_rows(self, data: pa.Table, at: BinlogPosition) -> None:
+        """A schema change followed in place gives the rows already there new values (an added column's
+        DEFAULT, a renamed or retyped column) without a binlog event: each such row goes to the changelog
+        as a snapshot row at the statement's position, so replaying the changelog gives ``current``. Once per
+        statement (the changelog records it as ``dblog-schema``)."""
+        from deltalake import CommitProperties, Transaction
+
+        done = _version_position(self.changelog().transaction_version(SCHEMA_APP))
+        if done is not None and done >= at.boundary():
+            return
+        rows = data.filter(pc.less_equal(data["_pos"], at.as_snapshot().encode()))
+        source = source_columns(rows.schema)
+        schema = changelog_schema(source)
+        n = rows.num_rows
+        logged = pa.Table.from_arrays(
+            [rows.column(f.name) for f in source] + [
+                pa.array(["r"] * n, pa.string()), pa.array([at.as_snapshot().encode()] * n, pa.string()),
+                pa.array([int(time.time() * 1000)] * n, pa.int64()), pa.array(["+I"] * n, pa.string()),
+                rows.column("_chunk").cast(pa.int32()), pa.nulls(n, schema.field("_before").type)], schema=schema)
+        self._append(logged, CommitProperties(app_transactions=[Transaction(SCHEMA_APP, at.boundary().to_version())]))
+        log.info("lake: %s: %d rows as they are after the schema change at %s logged to the changelog", self.table,
+                 n, at)
 
     def _widen_changelog(self, source: pa.Schema) -> bool:
         """Rewrite the changelog with the wider of its and ``source``'s types; False if none is wider."""
@@ -218,6 +242,7 @@ class LakeTables:
             data = self._apply_here(current, data, applied, start)
             applied = start if applied is None or start > applied else applied
             data = changed_columns(data, source, at, renamed, defaults)
+            self._log_followed_rows(data, at)
         data = self._apply_here(current, data, applied, end)
         versions = [Transaction(app, pos.boundary().to_version()) for app, pos in
                     ((TAIL_APP, max(end, applied) if applied else end), (SCHEMA_APP, last), (REREAD_APP, last))]
@@ -688,7 +713,8 @@ def _plain(schema: pa.Schema) -> pa.Schema:
 
 def merge_schemas(old: pa.Schema, new: pa.Schema) -> pa.Schema:
     """Every column of both; a column whose type changed takes the new type if every old value fits it
-    (a widening), else text."""
+    (a widening), the old one if every new value fits it (rows decoded before a widening arrive after
+    it), else text."""
     fields = {f.name: f for f in old}
     for f in new:
         prior = fields.get(f.name)
@@ -698,7 +724,8 @@ def merge_schemas(old: pa.Schema, new: pa.Schema) -> pa.Schema:
             fields[f.name] = pa.field(f.name, pa.struct(list(merge_schemas(pa.schema(list(prior.type)),
                                                                           pa.schema(list(f.type))))))
         else:
-            fields[f.name] = pa.field(f.name, f.type if widens(prior.type, f.type) else pa.string())
+            fields[f.name] = pa.field(f.name, f.type if widens(prior.type, f.type) else
+                                      prior.type if widens(f.type, prior.type) else pa.string())
     return pa.schema([pa.field(f.name, f.type, True) for f in fields.values()])
 
 

@@ -192,3 +192,24 @@ def test_positions_know_their_server(tmp_path):
         server.sql("SET GLOBAL server_id = 7", "RESET MASTER")
         code, _, err = _tail(state, sink)
         assert code != 0 and "RESET MASTER" in one_error_line(err)
+
+
+def test_schema_changes_followed_in_place_are_in_the_changelog(mariadb, db, tmp_path):
+    """Issue 25 class 5: ADD COLUMN ... DEFAULT, RENAME COLUMN and a widening MODIFY change the rows
+    already there without a binlog event; the changelog gets them as rows at the statement's position,
+    so a consumer replaying it ends with ``current``."""
+    from tests.support.lakecheck import assert_replay_equals_current
+
+    state, sink = _capture(mariadb, db, tmp_path)
+    mariadb.sql(f"ALTER TABLE {db}.t ADD COLUMN extra VARCHAR(10) NOT NULL DEFAULT 'dflt'",
+                f"UPDATE {db}.t SET extra = 'set' WHERE id < 5",
+                f"ALTER TABLE {db}.t RENAME COLUMN note TO remark",
+                f"ALTER TABLE {db}.t MODIFY COLUMN v BIGINT", f"UPDATE {db}.t SET v = 5000000000 WHERE id = 9")
+    code, _, err = _tail(state, sink)
+    assert code == 0, err
+    code, result = _verify_rows(state, sink, f"{db}.t")
+    assert code == 0 and result["equal"], result
+    assert assert_replay_equals_current(sink, f"{db}.t") == 200
+    code, _, err = _tail(state, sink)  # again: nothing logged twice
+    assert code == 0, err
+    assert assert_replay_equals_current(sink, f"{db}.t") == 200
