@@ -383,15 +383,21 @@ class LakeTables:
         return False
 
     def _removals(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> pa.Table | None:
-        """A delete row (changelog schema) at a re-read's HW for every key ``current`` holds in the chunk that
-        the read does not (a TRUNCATE, rows removed behind the binlog's back), so that replaying the changelog
-        gives what ``current`` holds; None when there is none. A key a later change brings back keeps that
-        later change (its ``_pos`` is greater)."""
+        """A delete row (changelog schema) at a re-read's HW for every key that replaying the changelog up to
+        that HW leaves live in the chunk but the read does not hold (a TRUNCATE, rows removed behind the
+        binlog's back, a delete the tail never had to write because a chunk read covered it), so that
+        replaying the changelog gives what ``current`` holds; None when there is none. A key a later change
+        brings back keeps that later change (its ``_pos`` is greater)."""
         current = self.current()
         if current.transaction_version(chunk_app(chunk_id)) is None and current.transaction_version(TAIL_APP) is None:
-            return None  # nothing of the chunk can be in ``current`` yet (a first read)
-        held = current.to_pyarrow_dataset().to_table(columns=list(self.source.names),
-                                                     filter=pc.field("_chunk") == chunk_id)
+            return None  # nothing of the chunk can be in the lake yet (a first read)
+        changelog = self.changelog()
+        have = [n for n in self.source.names if n in _arrow_schema(changelog).names]
+        history = changelog.to_pyarrow_dataset().to_table(
+            columns=[*have, "_pos", "_op"],
+            filter=(pc.field("_chunk") == chunk_id) & (pc.field("_pos") <= hw.as_snapshot().encode()))
+        latest = latest_per_key(history, self.keys)
+        held = latest.filter(pc.not_equal(latest["_op"], "d")).select(have)
         if not held.num_rows:
             return None
         held = conform(held, self.source)
