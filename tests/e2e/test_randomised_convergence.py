@@ -37,7 +37,8 @@ DDL = [
 class Walk:
     def __init__(self, mariadb, table: str, rnd: random.Random):
         self.mariadb, self.table, self.rnd = mariadb, table, rnd
-        self.conn = pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root", autocommit=True)
+        self.conn = pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root", autocommit=True,
+                                    sql_mode="")  # not strict: a NOT NULL column without DEFAULT takes its implicit one
         self.added: list[str] = []
         self.n = 0
         self.log: list[str] = []
