@@ -26,6 +26,19 @@ class WriterAvoiding(Writer):
         return key + 2 if key in PLANTED or key - 1 in PLANTED else key
 
 
+def _wait_caught_up(mariadb, state, table, tail, timeout: float = 180) -> None:
+    from airflow_provider_dblog.core.positions import BinlogPosition
+    from airflow_provider_dblog.steps.health import tail_progress
+
+    file, pos = mariadb.sql("SHOW MASTER STATUS")[0][:2]
+    target = BinlogPosition.at(file, int(pos))
+    deadline = time.time() + timeout
+    while tail_progress(state, table)[0] < target:
+        assert tail.poll() is None, tail.stderr.read().decode()[-2000:]
+        assert time.time() < deadline, f"the continuous tail did not reach {target} in {timeout} s"
+        time.sleep(0.5)
+
+
 def _verify(state, sink, table, *extra):
     code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", table, *extra)
     return code, json.loads(out) if out.strip() else None, err
@@ -69,8 +82,7 @@ def test_checksum_verify_finds_exactly_the_planted_drift_and_repairs_it(mariadb,
     finally:
         counts = writer.stop()
     assert sum(counts.values()) > 1_000, counts
-    time.sleep(2)  # the tail catches up with the writer's last changes
-    assert tail.poll() is None, tail.stderr.read().decode()[-2000:]
+    _wait_caught_up(mariadb, state, table, tail)  # the writer's last changes
     stop_group(tail)
     code, result, err = _verify(state, sink, table, "--rows")  # the row-by-row compare agrees
     assert code == 0 and result["equal"], (result, err)
