@@ -143,7 +143,8 @@ def _latest_changes(dialect: DataSourceDialect, meta: TableMeta, offsets, exact_
     if not known or min(known) >= position:
         return {}
     latest: dict[tuple, ChangeEvent] = {}
-    for item in dialect.read_changes(min(known), position, [meta]):
+    # the lake records positions as numbers: the binlog file is named as the server names it
+    for item in dialect.read_changes(min(known).in_file_of(position), position, [meta]):
         if not isinstance(item, ChangeEvent):
             raise DblogError(f"{meta.qualified} changed its columns at {item.pos}, after the lake's position: let "
                              f"the tail follow it (dblog tail), then verify")

@@ -53,6 +53,7 @@ def test_checksum_verify_finds_exactly_the_planted_drift_and_repairs_it(mariadb,
     code, _, err = dblog("run", "--source", mariadb.uri(), "--table", table, "--state", state, "--sink", sink,
                          "--chunk-size", str(CHUNK))
     assert code == 0, err
+    mariadb.sql("FLUSH BINARY LOGS")  # positions the lake records name no file: verify must name it right
     writer = WriterAvoiding(mariadb.port, table, ROWS + 2_000, typed_row, typed_mutation, seed=3, pause=0.002)
     tail = subprocess.Popen([DBLOG, "tail", "--state", state, "--sink", sink, "--continuous", "--trigger-seconds",
                              "0.5"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
