@@ -11,6 +11,7 @@ the greatest ``_pos`` that is not a delete, with ``_op``, ``_pos``, ``_ts_ms`` a
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -68,6 +69,23 @@ def snapshot_rows(rows: pa.Table, pos: str, chunk_id: int, ts_ms: int, source: p
         constant_column(ts_ms, pa.int64(), n), constant_column("+I", pa.string(), n),
         constant_column(chunk_id, pa.int32(), n), pa.nulls(n, schema.field("_before").type)]
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def position_rows(rows: pa.Table, source: pa.Schema, op: str, pos: str, chunks: pa.Array | pa.ChunkedArray,
+                  before: bool = False) -> pa.Table:
+    """Changelog rows a read writes at one position ``pos`` for rows of ``source``'s columns: ``op`` "r" (the
+    row as it is: ``_kind`` +I) or "d" (the key is gone: ``_kind`` -D; ``before`` puts the row in
+    ``_before`` as well); ``chunks``: each row's chunk."""
+    n = rows.num_rows
+    schema = changelog_schema(source)
+    image = schema.field("_before").type
+    columns = [rows.column(f.name) for f in source]
+    return pa.Table.from_arrays(columns + [
+        constant_column(op, pa.string(), n), constant_column(pos, pa.string(), n),
+        constant_column(int(time.time() * 1000), pa.int64(), n), constant_column("-D" if op == "d" else "+I", pa.string(), n),
+        chunks.cast(pa.int32()),
+        pa.StructArray.from_arrays([c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns],
+                                   fields=list(image)) if before else pa.nulls(n, image)], schema=schema)
 
 
 def event_rows(events: Sequence[ChangeEvent], chunks: Sequence[int], source: pa.Schema) -> pa.Table:

@@ -35,7 +35,9 @@ import pyarrow.compute as pc
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.store.atomic import dictionary_columns
-from airflow_provider_dblog.store.lake import changelog_schema, changelog_uri, current_schema, current_uri
+from airflow_provider_dblog.store.lake import (
+    changelog_schema, changelog_uri, current_schema, current_uri, position_rows,
+)
 
 log = logging.getLogger("dblog")
 TAIL_APP = "dblog-tail"
@@ -192,17 +194,10 @@ class LakeTables:
         if done is not None and done >= at.boundary():
             return
         rows = data.filter(pc.less_equal(data["_pos"], at.as_snapshot().encode()))
-        source = source_columns(rows.schema)
-        schema = changelog_schema(source)
-        n = rows.num_rows
-        logged = pa.Table.from_arrays(
-            [rows.column(f.name) for f in source] + [
-                pa.array(["r"] * n, pa.string()), pa.array([at.as_snapshot().encode()] * n, pa.string()),
-                pa.array([int(time.time() * 1000)] * n, pa.int64()), pa.array(["+I"] * n, pa.string()),
-                rows.column("_chunk").cast(pa.int32()), pa.nulls(n, schema.field("_before").type)], schema=schema)
+        logged = position_rows(rows, source_columns(rows.schema), "r", at.as_snapshot().encode(), rows["_chunk"])
         self._append(logged, CommitProperties(app_transactions=[Transaction(SCHEMA_APP, at.boundary().to_version())]))
         log.info("lake: %s: %d rows as they are after the schema change at %s logged to the changelog", self.table,
-                 n, at)
+                 rows.num_rows, at)
 
     def _widen_changelog(self, source: pa.Schema) -> bool:
         """Rewrite the changelog with the wider of its and ``source``'s types; False if none is wider."""
@@ -405,18 +400,11 @@ class LakeTables:
                          list(self.keys), join_type="left anti")
         if not gone.num_rows:
             return None
-        n = gone.num_rows
         log.info("lake: chunk %d of %s: %d keys the read at %s no longer holds get a delete row in the changelog",
-                 chunk_id, self.table, n, hw)
+                 chunk_id, self.table, gone.num_rows, hw)
         gone = conform(gone, self.source)
-        before = pa.StructArray.from_arrays([gone.column(f.name).combine_chunks() for f in self.source],
-                                            fields=[pa.field(f.name, f.type) for f in self.source])
-        return pa.Table.from_arrays(
-            [gone.column(f.name) for f in self.source] + [
-                pa.array(["d"] * n, pa.string()), pa.array([hw.as_snapshot().encode()] * n, pa.string()),
-                pa.array([int(time.time() * 1000)] * n, pa.int64()), pa.array(["-D"] * n, pa.string()),
-                pa.array([chunk_id] * n, pa.int32()), before],
-            schema=changelog_schema(self.source))
+        return position_rows(gone, self.source, "d", hw.as_snapshot().encode(),
+                             pa.array([chunk_id] * gone.num_rows, pa.int32()), before=True)
 
     @staticmethod
     def _takes_first_read(current, chunk_id: int, columns: pa.Schema) -> bool:

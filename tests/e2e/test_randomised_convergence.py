@@ -16,7 +16,7 @@ import time
 import pymysql
 import pytest
 
-from tests.support.cli import DBLOG, dblog
+from tests.support.cli import DBLOG, captured, dblog
 from tests.support.lakecheck import assert_replay_equals_current
 
 SEED = int(os.environ.get("DBLOG_RANDOM_SEED", "2025"))
@@ -101,10 +101,7 @@ def test_a_random_walk_of_dml_ddl_truncate_rereads_and_kills_converges(mariadb, 
     table = f"{db}.w"
     mariadb.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT, note VARCHAR(40))",
                 f"INSERT INTO {table} SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_{ROWS}", db=db)
-    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
-    code, _, err = dblog("run", "--source", mariadb.uri(), "--table", table, "--state", state, "--sink", sink,
-                         "--chunk-size", "250")
-    assert code == 0, err
+    state, sink = captured(mariadb.uri(), table, tmp_path, 250)
     walk = Walk(mariadb, table, rnd)
     counts: dict[str, int] = {}
     for step in range(STEPS):

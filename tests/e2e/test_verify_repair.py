@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.support.cli import DBLOG, dblog, one_error_line
+from tests.support.cli import DBLOG, captured, dblog, one_error_line
 from tests.support.lakecheck import SEED_SQL, TYPES_DDL, assert_replay_equals_current, typed_mutation, typed_row
 from tests.support.processes import stop_group
 from tests.support.workload import Writer
@@ -49,10 +49,7 @@ def test_checksum_verify_finds_exactly_the_planted_drift_and_repairs_it(mariadb,
     table = f"{db}.v"
     mariadb.sql(f"CREATE TABLE {table} {TYPES_DDL}")
     mariadb.sql(f"INSERT INTO {table} {SEED_SQL.format(n=ROWS)}", db=db)
-    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
-    code, _, err = dblog("run", "--source", mariadb.uri(), "--table", table, "--state", state, "--sink", sink,
-                         "--chunk-size", str(CHUNK))
-    assert code == 0, err
+    state, sink = captured(mariadb.uri(), table, tmp_path, CHUNK)
     mariadb.sql("FLUSH BINARY LOGS")  # positions the lake records name no file: verify must name it right
     writer = WriterAvoiding(mariadb.port, table, ROWS + 2_000, typed_row, typed_mutation, seed=3, pause=0.002)
     tail = subprocess.Popen([DBLOG, "tail", "--state", state, "--sink", sink, "--continuous", "--trigger-seconds",
@@ -102,10 +99,7 @@ def test_a_reread_after_a_schema_change_followed_in_place_keeps_it(mariadb, db, 
     table = f"{db}.r"
     mariadb.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
                 f"INSERT INTO {table} SELECT seq, seq, 'n' FROM seq_1_to_400", db=db)
-    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
-    code, _, err = dblog("run", "--source", mariadb.uri(), "--table", table, "--state", state, "--sink", sink,
-                         "--chunk-size", "100")
-    assert code == 0, err
+    state, sink = captured(mariadb.uri(), table, tmp_path, 100)
     mariadb.sql(f"ALTER TABLE {table} {ddl}", f"UPDATE {table} SET v = 3000000000 WHERE id = 5"
                 if "BIGINT" in ddl else f"UPDATE {table} SET extra = 'set' WHERE id = 5")
     code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")

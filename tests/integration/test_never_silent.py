@@ -10,17 +10,13 @@ import pytest
 
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.store.state import StateDir
-from tests.support.cli import dblog, one_error_line
+from tests.support.cli import captured, dblog, one_error_line
 
 
 def _capture(mariadb, db, tmp_path, rows=200, ddl="(id INT PRIMARY KEY, v INT, note TEXT)"):
     mariadb.sql(f"CREATE TABLE {db}.t {ddl}",
                 f"INSERT INTO {db}.t SELECT seq, seq, CONCAT('note ', seq) FROM seq_1_to_{rows}", db=db)
-    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
-    code, _, err = dblog("run", "--source", mariadb.uri(), "--table", f"{db}.t", "--state", state, "--sink", sink,
-                         "--chunk-size", "50")
-    assert code == 0, err
-    return state, sink
+    return captured(mariadb.uri(), f"{db}.t", tmp_path, 50)
 
 
 def _tail(state, sink):

@@ -21,3 +21,13 @@ def one_error_line(stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.startswith("dblog: error:")]
     assert len(lines) == 1, stderr
     return lines[0]
+
+
+def captured(source_uri: str, table: str, tmp_path, chunk_size: int) -> tuple[str, str]:
+    """``dblog run`` of ``table`` into ``tmp_path/state`` and ``tmp_path/lake`` (the test fails on an error);
+    returns (state, sink)."""
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, _, err = dblog("run", "--source", source_uri, "--table", table, "--state", state, "--sink", sink,
+                         "--chunk-size", str(chunk_size))
+    assert code == 0, err
+    return state, sink
