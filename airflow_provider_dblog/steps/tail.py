@@ -62,8 +62,10 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
         try:
             recorded = state.tail_positions()
             check_same_server(state, dialect, [recorded[n][0] for n in names if n in recorded])
+            if names and finish_replans(state, sink, dialect, names, offsets, spark):
+                offsets = state.offsets()
             if names and reread_purged(state, sink, dialect, names, offsets, recorded, on_purge, spark):
-                offsets, recorded = state.offsets(), state.tail_positions()
+                offsets = state.offsets()
             create_unread_tables(state, sink, dialect, names)
             bring_current_up_to_date(state, sink, dialect, names)
             settled: dict[str, BinlogPosition] = {}
@@ -193,19 +195,44 @@ def reread_purged(state: StateDir, sink: str, dialect, names: list[str], offsets
     if on_purge == "fail" or not purged:
         raise DblogError(f"{first} [tables: {', '.join(purged) or '?'}; --on-purge resnapshot reads them again "
                          f"alone]")
+    for name in purged:
+        log.warning("tail: the binlog %s needs from %s was purged: reading its %d chunks again (--on-purge "
+                    "resnapshot); the other tables resume after it", name, floors[name], len(state.table(name).chunks))
+        read_table_again(state, sink, name, spark)
+    return True
+
+
+def finish_replans(state: StateDir, sink: str, dialect, names: list[str], offsets: dict, spark=None) -> bool:
+    """A table planned again (a new key) whose offsets still describe its old chunks: the tail was killed
+    between saving the new plan and its new offsets. Its ``current`` starts again with the new key and every
+    new chunk is read again, then it gets its offsets; streaming it with the old ones would put keys in the
+    wrong chunks. True when a table was finished."""
+    done = False
+    for name in names:
+        plan = state.table(name)
+        ordered = sorted(plan.chunks, key=lambda c: c.id)
+        if [c.hi for c in ordered[:-1]] == list(offsets[name].boundaries):
+            continue
+        log.warning("tail: %s was planned again (key %s) but its offsets are the old plan's: a re-plan was "
+                    "interrupted; reading its %d new chunks", name, ", ".join(plan.meta.key_columns), len(ordered))
+        LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns).restart_current(
+            dialect.arrow_schema(plan.meta), plan.meta.key_columns, plan.planned_at)
+        read_table_again(state, sink, name, spark)
+        done = True
+    return done
+
+
+def read_table_again(state: StateDir, sink: str, name: str, spark=None) -> None:
+    """Every chunk of ``name`` read again (each replaces its range at its new HW), and its offsets moved to
+    the new high watermarks: its stream starts from there."""
     from airflow_provider_dblog.steps.resnapshot import resnapshot
 
-    for name in purged:
-        plan = state.table(name)
-        log.warning("tail: the binlog %s needs from %s was purged: reading its %d chunks again (--on-purge "
-                    "resnapshot); the other tables resume after it", name, floors[name], len(plan.chunks))
-        resnapshot(str(state.path), sink, name, spark=spark)
-        reports = state.reports(name)
-        state.replace_table_offsets(name, TableOffsets.from_chunks(
-            name, plan.chunks, {c.id: BinlogPosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks}))
-        log.info("tail: %s read again; it streams from %s", name, min(
-            BinlogPosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks))
-    return True
+    plan = state.table(name)
+    resnapshot(str(state.path), sink, name, spark=spark)
+    reports = state.reports(name)
+    hws = {c.id: BinlogPosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks}
+    state.replace_table_offsets(name, TableOffsets.from_chunks(name, plan.chunks, hws))
+    log.info("tail: %s read again; it streams from %s", name, min(hws.values()))
 
 
 def bring_current_up_to_date(state: StateDir, sink: str, dialect, names: list[str]) -> None:

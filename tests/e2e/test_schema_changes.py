@@ -219,6 +219,30 @@ def test_a_new_primary_key_plans_the_table_again(mariadb, db, spark, tmp_path):
     assert_lake_equals_source(mariadb, state, sink, table)
 
 
+@pytest.mark.parametrize("path", ["stream", "driver"])
+def test_a_tail_killed_inside_a_replan_finishes_it(mariadb, db, spark, tmp_path, monkeypatch, path):
+    """Issue 25 class 8: a new primary key, the tail killed after the new plan was saved and before the
+    table's new offsets were: the next tail sees offsets of the old chunks, reads the new chunks again and
+    streams with new offsets (not old offsets paired with new chunks)."""
+    table, state, sink = start_capture(mariadb, db, spark, tmp_path)
+    mariadb.sql(f"ALTER TABLE {table} DROP PRIMARY KEY, ADD PRIMARY KEY (b)",
+                f"UPDATE {table} SET a = 0 WHERE id % 4 = 0", f"DELETE FROM {table} WHERE id % 9 = 0")
+
+    def killed(self, table, offsets):  # the process dies here (an error: Spark's callback thread must return)
+        raise RuntimeError("killed inside the re-plan")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(StateDir, "replace_table_offsets", killed)
+        with pytest.raises(Exception, match="killed inside the re-plan"):
+            tail(state, sink, spark, path)
+    assert StateDir(state).table(table).meta.key_columns == ("b",)
+    mariadb.sql(f"UPDATE {table} SET c = 2 WHERE id % 5 = 0", f"INSERT INTO {table} VALUES (9000, 1, 'new', 2)")
+    tail(state, sink, spark, path)
+    assert_lake_equals_source(mariadb, state, sink, table)
+    offsets = StateDir(state).offsets()[table]
+    assert len(offsets.high_watermarks) == len(StateDir(state).table(table).chunks)
+
+
 def test_a_tail_killed_right_after_a_ddl_event_converges(mariadb, db, spark, tmp_path):
     """SIGKILL of a continuous `dblog tail` the moment it has recorded a DDL statement (before or while it
     follows it), then a restart: the lake equals the source, each change once."""
