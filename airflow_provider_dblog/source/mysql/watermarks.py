@@ -1,6 +1,7 @@
 """The three watermark strategies (docs/semantics): the window around one chunk's SELECT."""
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -14,6 +15,7 @@ from airflow_provider_dblog.source.mysql.binlog import BinlogStream, current_pos
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.types import quote_ident
 
+log = logging.getLogger("dblog")
 WATERMARK_TABLE = "_dblog_watermark"
 HIGH_MARK_TIMEOUT_SECONDS = 120
 
@@ -49,7 +51,10 @@ def resolve_strategy(client: MySqlClient, strategy: str, table_name: str) -> str
         try:
             ensure_watermark_table(client, table_name)
             return "watermark_table"
-        except DblogError:
+        except DblogError as exc:
+            log.warning("watermark strategy auto: %s; falling back to position, whose known race can leave a "
+                        "transaction out of a chunk until its key changes again or the chunk is re-read "
+                        "(dblog verify finds it; --watermark position says you accept it)", exc)
             return "position"
     if strategy == "watermark_table":
         ensure_watermark_table(client, table_name)
