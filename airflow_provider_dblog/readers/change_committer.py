@@ -113,9 +113,7 @@ class ChangeCommitter:
 
     def pending(self, end: BinlogPosition) -> list[SchemaChange]:
         """Recorded schema changes before ``end`` the lake has not followed yet."""
-        done = self.lake.reread_position()
-        return [c for c in self.state.schema_changes(self.lake.table)
-                if (done is None or c.pos > done) and c.pos <= end]
+        return unfollowed_schema_changes(self.state, self.lake, end)
 
     def _stop_at(self, rows: pa.Table, change: SchemaChange) -> None:
         cut = change.start
@@ -233,6 +231,15 @@ class ChangeCommitter:
             if (change.table, change.pos) not in self._ignored:
                 self._ignored.add((change.table, change.pos))
                 log.warning("schema change ignored (--schema-changes freeze): %s", change.describe())
+
+
+def unfollowed_schema_changes(state: StateDir, lake: LakeTables, end: BinlogPosition) -> list[SchemaChange]:
+    """The table's recorded schema changes up to ``end`` that its lake has not followed yet."""
+    changes = state.schema_changes(lake.table)
+    if not changes:
+        return []
+    done = lake.reread_position()
+    return [c for c in changes if (done is None or c.pos > done) and c.pos <= end]
 
 
 def statement_groups(changes: Sequence[SchemaChange], parts: Sequence[pa.Table | pa.RecordBatch]

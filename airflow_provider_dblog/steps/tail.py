@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.readers.change_committer import unfollowed_schema_changes
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.steps.health import check_same_server
 from airflow_provider_dblog.spark.tail_queries import start_query, watch
@@ -169,9 +170,6 @@ def create_unread_tables(state: StateDir, sink: str, dialect, names: list[str]) 
             lake.changelog(), lake.current()
 
 
-ON_PURGE = ("resnapshot", "fail")
-
-
 def reread_purged(state: StateDir, sink: str, dialect, names: list[str], offsets: dict, recorded: dict,
                   on_purge: str, spark=None) -> bool:
     """Tables whose floor (where their read resumes) is in a binlog file the server purged can no longer be
@@ -244,13 +242,10 @@ def bring_current_up_to_date(state: StateDir, sink: str, dialect, names: list[st
         plan = state.table(name)
         lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
         behind = lake.current_behind()
-        followed = lake.reread_position() if behind is not None and state.schema_changes(name) else None
-        if behind is not None and any((followed is None or c.pos > followed) and c.pos <= behind[1]
-                                      for c in state.schema_changes(name)):
-            continue  # a schema change to follow first: the stream's first commit does both (``follow_recorded``)
-        if behind is not None:
-            log.info("tail: %s: current reflects %s, its changelog %s: applying the difference", name, *behind)
-            lake.update_current(behind[1])
+        if behind is None or unfollowed_schema_changes(state, lake, behind[1]):
+            continue  # up to date, or a schema change to follow first: the stream's first commit does both
+        log.info("tail: %s: current reflects %s, its changelog %s: applying the difference", name, *behind)
+        lake.update_current(behind[1])
 
 
 @contextmanager

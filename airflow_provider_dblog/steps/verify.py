@@ -164,7 +164,8 @@ def _lake_checksum(lake: PinnedCurrent, meta: TableMeta, chunk_id: int, exact_at
     names, keys = list(meta.column_names), list(meta.key_columns)
     rows = lake.chunk_rows(chunk_id, [*names, "_pos"])
     if exact_at is not None and changes:
-        pos_of = {tuple(r[k] for k in keys): r["_pos"] for r in rows.select([*keys, "_pos"]).to_pylist()}
+        row_keys = [tuple(r[k] for k in keys) for r in rows.select(keys).to_pylist()]
+        pos_of = dict(zip(row_keys, rows["_pos"].to_pylist()))
         applied = {}
         for key, event in changes.items():
             if event.pos <= exact_at:
@@ -174,8 +175,7 @@ def _lake_checksum(lake: PinnedCurrent, meta: TableMeta, chunk_id: int, exact_at
                 continue
             applied[key] = event
         if applied:
-            row_keys = rows.select(keys).to_pylist()
-            keep = pa.array([tuple(r[k] for k in keys) not in applied for r in row_keys], pa.bool_())
+            keep = pa.array([k not in applied for k in row_keys], pa.bool_())
             after = [e.after for e in applied.values() if e.after is not None]
             rows = pa.concat_tables([rows.filter(keep).select(names),
                                      pa.Table.from_pylist(after, schema=rows.select(names).schema)])
