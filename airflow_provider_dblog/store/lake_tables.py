@@ -402,7 +402,6 @@ class LakeTables:
             return None
         log.info("lake: chunk %d of %s: %d keys the read at %s no longer holds get a delete row in the changelog",
                  chunk_id, self.table, gone.num_rows, hw)
-        gone = conform(gone, self.source)
         return position_rows(gone, self.source, "d", hw.as_snapshot().encode(),
                              pa.array([chunk_id] * gone.num_rows, pa.int32()), before=True)
 
