@@ -132,7 +132,8 @@ def cmd_tail(args) -> dict:
                     max_events=args.max_events, tables=[args.table] if args.table else None,
                     stop_event=_stop_on_signals(), spark=_session(args, "dblog-tail", short_lived=False),
                     driver_catch_up_bytes=catch_up, merge_interval=args.merge_interval,
-                    schema_changes=args.schema_changes, checkpoint=args.checkpoint, on_purge=args.on_purge)
+                    schema_changes=args.schema_changes, checkpoint=args.checkpoint, on_purge=args.on_purge,
+                    batch_memory_bytes=int(args.batch_memory_mb * 2**20))
 
 
 def cmd_mirror(args) -> dict:
@@ -268,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge-interval", type=float, default=0.0,
                    help="update the lake's current tables at most every this many seconds (default 0: every "
                         "micro-batch); the changelog commits every micro-batch either way")
+    p.add_argument("--batch-memory-mb", type=float, default=256,
+                   help="changes of a micro-batch held in the driver's memory (default 256): more (one huge "
+                        "transaction) are staged as files by the readers and applied to current chunk by chunk")
     checkpoint(p)
     p.add_argument("--driver-catch-up-mb", type=float, default=None,
                    help="--available-now without a checkpoint: read at most this much binlog in this process "

@@ -35,6 +35,7 @@ from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.chunk_reader import persist_reports, run_chunk
 from airflow_provider_dblog.source.dialect import DataSourceDialect
 from airflow_provider_dblog.store.lake_tables import LakeTables, conform, same_columns, source_columns, widens
+from airflow_provider_dblog.store.staged import StagedFile, discard, read_staged
 from airflow_provider_dblog.store.state import StateDir, TablePlan
 
 log = logging.getLogger("dblog")
@@ -71,9 +72,18 @@ class ChangeCommitter:
             raise DblogError(f"{self.lake.table}: {REPLANNED}")
 
     def commit(self, parts: Sequence[pa.Table | pa.RecordBatch], changes: Sequence[SchemaChange],
-               end: BinlogPosition, update_current: bool = True) -> str:
-        """Commit the changelog rows ``parts`` and schema ``changes`` of ``[start, end)``; returns what
-        ``LakeTables.commit_stream`` says ("committed" or "replayed")."""
+               end: BinlogPosition, update_current: bool = True, staged: Sequence[StagedFile] = ()) -> str:
+        """Commit the changelog rows ``parts`` (and the ``staged`` files of more of them: ``readers.staging``)
+        and schema ``changes`` of ``[start, end)``; returns what ``LakeTables.commit_stream`` says
+        ("committed" or "replayed")."""
+        if staged and not self._adds_staged(parts, changes, staged, end):
+            log.warning("%s: %d staged files of changes come with a schema change: their rows are committed from "
+                        "memory", self.lake.table, len(staged))
+            parts = [*parts, *read_staged(self.lake.changelog_uri, staged)]
+            discard(self.lake.changelog_uri, staged)
+            staged = ()
+        if staged:
+            return self.lake.commit_stream(_rows(parts, self.lake.changelog_schema), end, update_current, staged)
         rows = _rows(parts, self.lake.changelog_schema)
         if self.behaviour == "evolve" and not changes:
             changes = self._unannounced(parts, end)
@@ -93,6 +103,16 @@ class ChangeCommitter:
             else:
                 self.lake.update_current(end)
         return outcome
+
+    def _adds_staged(self, parts, changes: Sequence[SchemaChange], staged: Sequence[StagedFile],
+                     end: BinlogPosition) -> bool:
+        """Whether the staged files can be added as they are: no schema change to follow in the range, and
+        every row in the changelog's columns (a schema change rewrites rows in memory: rare beside a
+        transaction too large for it)."""
+        schemas = [p.schema for p in parts if p.num_rows] + [f.schema for f in staged]
+        return (self.behaviour == "evolve" and not changes and not self.pending(end)
+                and all(same_columns(source_columns(s), self.lake.source) for s in schemas)
+                and self.lake.takes_staged(schemas))
 
     def _unannounced(self, parts: Sequence[pa.Table | pa.RecordBatch], end: BinlogPosition) -> list[SchemaChange]:
         """Rows decoded with other columns than the lake's, newer than its last schema change, and no DDL

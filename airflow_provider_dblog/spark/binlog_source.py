@@ -34,19 +34,24 @@ import json
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream
+from airflow_provider_dblog.readers.staging import INLINE_BYTES, ChangeStager
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.lake_tables import LakeTables
+from airflow_provider_dblog.store.staged import StagedFile
 from airflow_provider_dblog.store.state import StateDir
 
 SOURCE_NAME = "dblog_binlog"
 ALL_TABLES = "*"
-END_MARKER, ROWS, DDL = "m", "b", "s"
+END_MARKER, ROWS, DDL, STAGED = "m", "b", "s", "f"
 PAYLOAD_SCHEMA = pa.schema([pa.field("_op", pa.string()), pa.field("_table", pa.string()),
                             pa.field("_pos", pa.string()), pa.field("_payload", pa.binary())])
 
 
-def envelope(table: str, item: pa.RecordBatch | SchemaChange) -> pa.RecordBatch:
-    """One stream row for a batch of a table's changelog rows or a DDL statement naming it."""
+def envelope(table: str, item: pa.RecordBatch | SchemaChange | StagedFile) -> pa.RecordBatch:
+    """One stream row for a batch of a table's changelog rows, a staged file of more of them, or a DDL
+    statement naming it."""
+    if isinstance(item, StagedFile):
+        return _row(STAGED, table, "", json.dumps(item.to_dict()).encode())
     if isinstance(item, SchemaChange):
         payload = json.dumps({"table": item.table, "kind": item.kind, "statement": item.statement,
                               "start": item.start.to_dict(), "pos": item.pos.to_dict()}).encode()
@@ -65,11 +70,12 @@ def _row(op: str, table: str, pos: str, payload: bytes) -> pa.RecordBatch:
 
 @dataclass
 class MicroBatch:
-    """What a micro-batch brought: per table its row batches and DDL statements, the tables read up to
-    its end (every table whose floor was before it, changes or not), and its end (None without an end
-    marker: nothing was read)."""
+    """What a micro-batch brought: per table its row batches, staged files and DDL statements, the tables
+    read up to its end (every table whose floor was before it, changes or not), and its end (None without
+    an end marker: nothing was read)."""
 
     parts: dict[str, list[pa.Table]] = field(default_factory=dict)
+    staged: dict[str, list[StagedFile]] = field(default_factory=dict)
     changes: dict[str, list[SchemaChange]] = field(default_factory=dict)
     read: set[str] = field(default_factory=set)
     end: BinlogPosition | None = None
@@ -81,6 +87,8 @@ def open_envelopes(data: pa.Table) -> MicroBatch:
                                        data["_pos"].to_pylist(), data["_payload"].to_pylist()):
         if op == ROWS:
             batch.parts.setdefault(table, []).append(pa.ipc.open_stream(payload).read_all())
+        elif op == STAGED:
+            batch.staged.setdefault(table, []).append(StagedFile.from_dict(json.loads(payload)))
         elif op == DDL:
             d = json.loads(payload)
             batch.changes.setdefault(table, []).append(
@@ -112,7 +120,8 @@ class BinlogRange(InputPartition):
 class BinlogDataSource(DataSource):
     """Options: ``state`` (state directory), ``sink`` (the lake), ``tables`` (comma-separated DB.TABLE
     names, or ``*``: every table of the offset map, joining ones included), ``maxEventsPerTrigger``,
-    ``decodeParallelism`` (Spark tasks that share the decoding of each micro-batch)."""
+    ``decodeParallelism`` (Spark tasks that share the decoding of each micro-batch), ``inlineBytes``
+    (changes a task hands to the driver in memory; more are staged as files: ``readers.staging``)."""
 
     @classmethod
     def name(cls) -> str:
@@ -125,15 +134,18 @@ class BinlogDataSource(DataSource):
         state = StateDir(self.options["state"])
         return BinlogStreamReader(state, self.options["sink"], self.options["tables"],
                                   int(self.options.get("maxEventsPerTrigger", 0)),
-                                  int(self.options.get("decodeParallelism", 1)))
+                                  int(self.options.get("decodeParallelism", 1)),
+                                  int(self.options.get("inlineBytes", INLINE_BYTES)))
 
 
 class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, state: StateDir, sink: str, tables: str, max_events: int, parallelism: int = 1):
+    def __init__(self, state: StateDir, sink: str, tables: str, max_events: int, parallelism: int = 1,
+                 inline_bytes: int = INLINE_BYTES):
         self.state, self.sink, self.spec = state, sink, tables
         self.dialect = open_dialect(state.source(), state.options())
         self.max_events = max_events
         self.parallelism = max(1, parallelism)
+        self.inline_bytes = inline_bytes
         self.target: dict | None = None
         self._first_floors: dict[str, BinlogPosition] = {}
 
@@ -202,7 +214,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ---- executor side ----
     def read(self, partition: BinlogRange) -> Iterator[pa.RecordBatch]:
         end = BinlogPosition.from_dict(partition.end)
-        for table, item in ChangeReader(partition.tables, self.dialect).batches(end, (partition.part, partition.parts)):
+        read = ChangeReader(partition.tables, self.dialect).batches(end, (partition.part, partition.parts))
+        for table, item in ChangeStager(self.sink, self.inline_bytes).items(read):
             yield envelope(table, item)
         read = sorted(name for name, t in partition.tables.items() if t.floor < end)
         yield _row(END_MARKER, "", end.encode(), json.dumps({"end": partition.end, "read": read}).encode())

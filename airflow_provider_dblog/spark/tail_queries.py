@@ -29,9 +29,10 @@ class LakeSink:
     on storage more than it computes."""
 
     def __init__(self, state: StateDir, sink: str, dialect, spark, merge_interval: float = 0.0,
-                 schema_changes: str = "evolve", commit_threads: int = 4):
+                 schema_changes: str = "evolve", commit_threads: int = 4, batch_memory_bytes: int = 256 * 2**20):
         self.state, self.sink, self.dialect, self.spark = state, sink, dialect, spark
         self.merge_interval, self.schema_changes, self.commit_threads = merge_interval, schema_changes, commit_threads
+        self.batch_memory_bytes = batch_memory_bytes
         self.committers: dict[str, ChangeCommitter] = {}
         self.rows: dict[str, int] = {}
         self.positions: dict[str, BinlogPosition] = {}  # per table, the end of the last batch that read it
@@ -43,6 +44,7 @@ class LakeSink:
         if name not in self.committers:
             meta = self.state.table(name).meta
             lake = LakeTables(self.sink, name, self.dialect.arrow_schema(meta), meta.key_columns)
+            lake.memory_bytes = self.batch_memory_bytes
             self.committers[name] = ChangeCommitter(self.state, lake, self.dialect, self.schema_changes,
                                                     reread_on_spark(self.state, self.sink, self.dialect, self.spark))
         return self.committers[name]
@@ -73,7 +75,7 @@ class LakeSink:
         if batch.end is None:
             return
         read = time.monotonic()
-        touched = sorted(set(batch.parts) | set(batch.changes))
+        touched = sorted(set(batch.parts) | set(batch.changes) | set(batch.staged))
         self._each(lambda name: self._commit(name, batch), touched)
         self.state.record_tail_positions({name: batch.end for name in batch.read})
         self.positions.update({name: batch.end for name in batch.read})
@@ -85,10 +87,10 @@ class LakeSink:
                  committed - read, time.monotonic() - committed)
 
     def _commit(self, name: str, batch) -> None:
-        parts = batch.parts.get(name, [])
-        if self.committer(name).commit(parts, batch.changes.get(name, []), batch.end,
-                                       update_current=False) == "committed":
-            self.rows[name] = self.rows.get(name, 0) + sum(p.num_rows for p in parts)
+        parts, staged = batch.parts.get(name, []), batch.staged.get(name, [])
+        if self.committer(name).commit(parts, batch.changes.get(name, []), batch.end, update_current=False,
+                                       staged=staged) == "committed":
+            self.rows[name] = self.rows.get(name, 0) + sum(p.num_rows for p in parts) + sum(f.rows for f in staged)
         self._pending[name] = batch.end
 
     def _each(self, work: Callable[[str], None], names: list[str]) -> None:
@@ -131,20 +133,25 @@ def reread_on_spark(state: StateDir, sink: str, dialect, spark) -> Callable:
 
 def start_query(state: StateDir, sink: str, tables: list[str] | None, available_now: bool, trigger_seconds: float,
                 max_events: int, decode_parallelism: int = 0, spark=None, merge_interval: float = 0.0,
-                schema_changes: str = "evolve") -> tuple[object, LakeSink]:
+                schema_changes: str = "evolve", batch_memory_bytes: int = 256 * 2**20) -> tuple[object, LakeSink]:
     """Start the tail's one query over ``tables`` (None: every table of the offset map, tables that join
-    it while the query runs included); returns the query and its lake sink."""
+    it while the query runs included); returns the query and its lake sink. ``batch_memory_bytes``: half
+    of it for the rows the decoding tasks hand to the driver in memory (more are staged as files), all of
+    it for the changes one MERGE applies to ``current`` (more go chunk by chunk)."""
     from airflow_provider_dblog.source import open_dialect
     from airflow_provider_dblog.spark.binlog_source import ALL_TABLES, SOURCE_NAME, BinlogDataSource
 
     spark = spark_session("dblog-tail", spark)
     spark.dataSource.register(BinlogDataSource)
     dialect = open_dialect(state.source(), state.options())
-    lake_sink = LakeSink(state, sink, dialect, spark, merge_interval, schema_changes)
+    lake_sink = LakeSink(state, sink, dialect, spark, merge_interval, schema_changes,
+                         batch_memory_bytes=batch_memory_bytes)
+    parallelism = decode_parallelism or spark.sparkContext.defaultParallelism
     lake_sink.follow_recorded(sorted(state.offsets()) if tables is None else tables)
     reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("sink", str(sink))
               .option("tables", ALL_TABLES if tables is None else ",".join(tables))
-              .option("decodeParallelism", str(decode_parallelism or spark.sparkContext.defaultParallelism)))
+              .option("decodeParallelism", str(parallelism))
+              .option("inlineBytes", str(max(1, batch_memory_bytes // (2 * parallelism)))))
     if max_events:
         reader = reader.option("maxEventsPerTrigger", str(max_events))
     writer = (reader.load().writeStream.foreachBatch(lake_sink).queryName("dblog_tail")

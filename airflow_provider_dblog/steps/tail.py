@@ -27,6 +27,7 @@ from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
 TABLE_SCAN_SECONDS = 10.0  # how often a continuous tail looks for tables reported since it started
+BATCH_MEMORY_BYTES = 256 * 1024 * 1024  # a micro-batch's changes in the driver's memory; more are staged
 
 
 def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seconds: float = 1.0,
@@ -34,7 +35,8 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
              stop_event: threading.Event | None = None, progress_seconds: float = 10.0,
              decode_parallelism: int = 0, driver_catch_up_bytes: int = 0, merge_interval: float = 0.0,
              checkpoint: str | None = None, schema_changes: str = "evolve",
-             table_scan_seconds: float = TABLE_SCAN_SECONDS, on_purge: str = "resnapshot") -> dict:
+             table_scan_seconds: float = TABLE_SCAN_SECONDS, on_purge: str = "resnapshot",
+             batch_memory_bytes: int = BATCH_MEMORY_BYTES) -> dict:
     """Run the tail; ``checkpoint``: the directory of its Spark checkpoints (default STATE/checkpoints; required
     for an object-store state); ``driver_catch_up_bytes`` > 0 lets a cold available-now catch-up of at most that much
     binlog run in this process (local runs only: ``local.catch_up``); ``merge_interval``: update the
@@ -45,7 +47,8 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
     while it runs (planned, snapshotted and reported later, e.g. a wider ``--tables`` pattern, or created
     at the source and matching the plan's patterns: ``steps.new_tables``, looked for every
     ``table_scan_seconds``): its query reads them from their own floor in its next micro-batch.
-    ``on_purge``: what a table whose binlog was purged past its floor does (``reread_purged``)."""
+    ``on_purge``: what a table whose binlog was purged past its floor does (``reread_purged``).
+    ``batch_memory_bytes``: the changes of a micro-batch the driver holds in memory (``readers.staging``)."""
     state = StateDir(state_dir, checkpoint)
     check_sink(sink)
     with tail_lock(state):
@@ -68,7 +71,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             if names and reread_purged(state, sink, dialect, names, offsets, recorded, on_purge, spark):
                 offsets = state.offsets()
             create_unread_tables(state, sink, dialect, names)
-            bring_current_up_to_date(state, sink, dialect, names)
+            bring_current_up_to_date(state, sink, dialect, names, batch_memory_bytes)
             settled: dict[str, BinlogPosition] = {}
             rows: dict[str, int] = {}
             skipped, in_driver = [], []
@@ -97,7 +100,8 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
 
                 def start():
                     return start_query(state, sink, None if follow_all else todo, available_now, trigger_seconds,
-                                       max_events, decode_parallelism, spark, merge_interval, schema_changes)
+                                       max_events, decode_parallelism, spark, merge_interval, schema_changes,
+                                       batch_memory_bytes)
 
                 query, lake_sink = start()
                 sinks = [lake_sink]  # the query's sink, and those of the queries it replaced
@@ -233,7 +237,8 @@ def read_table_again(state: StateDir, sink: str, name: str, spark=None) -> None:
     log.info("tail: %s read again; it streams from %s", name, min(hws.values()))
 
 
-def bring_current_up_to_date(state: StateDir, sink: str, dialect, names: list[str]) -> None:
+def bring_current_up_to_date(state: StateDir, sink: str, dialect, names: list[str],
+                             memory_bytes: int = BATCH_MEMORY_BYTES) -> None:
     """Apply to ``current`` what the changelog holds beyond it: a tail killed between a micro-batch's
     changelog commit and its ``current`` update (or within a merge interval) left it behind, and a table
     that sees no further change would otherwise stay stale. The changelog is the truth; ``current``
@@ -241,6 +246,7 @@ def bring_current_up_to_date(state: StateDir, sink: str, dialect, names: list[st
     for name in names:
         plan = state.table(name)
         lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
+        lake.memory_bytes = memory_bytes
         behind = lake.current_behind()
         if behind is None or unfollowed_schema_changes(state, lake, behind[1]):
             continue  # up to date, or a schema change to follow first: the stream's first commit does both

@@ -60,6 +60,10 @@ class Files:
     def _path(self, name: str) -> str:
         return f"{self.base}/{name}"
 
+    def path_of(self, name: str) -> str:
+        """``name``'s path on ``self.fs`` (to read or write it with pyarrow)."""
+        return self._path(name)
+
     def _info(self, name: str):
         import pyarrow.fs as pafs
 

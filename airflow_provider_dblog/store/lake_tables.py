@@ -22,6 +22,7 @@ resumes from here.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
@@ -38,6 +39,7 @@ from airflow_provider_dblog.store.atomic import dictionary_columns
 from airflow_provider_dblog.store.lake import (
     changelog_schema, changelog_uri, current_schema, current_uri, position_rows,
 )
+from airflow_provider_dblog.store.staged import StagedFile, add_actions, discard, read_staged, stage
 
 log = logging.getLogger("dblog")
 TAIL_APP = "dblog-tail"
@@ -46,6 +48,7 @@ REREAD_APP = "dblog-reread"  # every chunk was read again after the schema chang
 METADATA = ("_op", "_pos", "_ts_ms", "_chunk")
 _OPENED = threading.local()  # DeltaTable objects of this thread, by URI
 MAX_ATTEMPTS = 30
+MEMORY_BYTES = 256 * 1024 * 1024  # changes applied to ``current`` in one MERGE; more go chunk by chunk
 
 
 def chunk_app(chunk_id: int) -> str:
@@ -89,6 +92,8 @@ def _retrying(what: str, attempt_fn):
 
 class LakeTables:
     """``changelog`` and ``current`` of one captured table."""
+
+    memory_bytes = MEMORY_BYTES  # more changes than this are applied to ``current`` chunk by chunk
 
     def __init__(self, sink: str, table: str, source: pa.Schema, key_columns: Sequence[str],
                  storage_options: dict | None = None):
@@ -256,17 +261,9 @@ class LakeTables:
         changes = latest_per_key(self._changes(*window, schema=data.schema), self.keys)
         if changes.num_rows == 0:
             return data
-        probe = changes.select(list(self.keys)).append_column("_i", pa.array(range(changes.num_rows), pa.int64()))
-        present = data.select(list(self.keys)).append_column("_in", pa.nulls(data.num_rows, pa.bool_()).fill_null(True))
-        joined = probe.join(present, list(self.keys), join_type="left outer")
-        matched = pc.fill_null(pc.take(joined["_in"], pc.sort_indices(joined["_i"])), False)
         hws = {c: _version_position(current.transaction_version(chunk_app(c)))
                for c in pc.unique(changes["_chunk"]).to_pylist()}
-        chunk_hw = pa.array([(hws[c].as_snapshot().encode() if hws[c] else "") for c in changes["_chunk"].to_pylist()],
-                            pa.string())
-        keep = pc.or_(matched, pc.greater(changes["_pos"], chunk_hw))
-        merged = latest_per_key(pa.concat_tables([data, changes.filter(keep)]), self.keys)
-        return merged.filter(pc.not_equal(merged["_op"], "d"))
+        return merge_changes(data, changes, self.keys, hws)
 
     def restart_current(self, source: pa.Schema, key_columns: Sequence[str], at: BinlogPosition) -> None:
         """An empty ``current`` with the source's columns and a new key (the table was planned again): its
@@ -504,15 +501,29 @@ class LakeTables:
         return True
 
     # ---- tail micro-batches ----
-    def commit_stream(self, rows: pa.Table, end: BinlogPosition, update_current: bool = True) -> str:
-        """Commit a micro-batch ending at ``end`` (changes in changelog schema). Only changes after the
-        position the changelog records are appended, so a replayed batch, or one another tail committed
-        first, adds nothing twice. Returns "committed", or "replayed" when the lake already had it all.
-        ``update_current`` False leaves ``current`` to a later ``update_current()`` (a merge interval)."""
-        outcome = _retrying(f"appending changes to {self.changelog_uri}", lambda: self._append_changes(rows, end))
+    def commit_stream(self, rows: pa.Table, end: BinlogPosition, update_current: bool = True,
+                      staged: Sequence[StagedFile] = ()) -> str:
+        """Commit a micro-batch ending at ``end`` (changes in changelog schema, and ``staged`` files of more
+        of them, ``store.staged``: all in one commit). Only changes after the position the changelog records
+        are appended, so a replayed batch, or one another tail committed first, adds nothing twice. Returns
+        "committed", or "replayed" when the lake already had it all. ``update_current`` False leaves
+        ``current`` to a later ``update_current()`` (a merge interval)."""
+        staged = list(staged)
+        if staged and rows.num_rows:  # the rows in memory join the staged ones: one commit adds them all
+            staged.append(stage(self.changelog_uri, rows))
+            rows = rows.slice(0, 0)
+        outcome = _retrying(f"appending changes to {self.changelog_uri}",
+                            lambda: self._append_changes(rows, end, staged))
         if update_current:
             self.update_current(end)
         return outcome
+
+    def takes_staged(self, schemas: Sequence[pa.Schema]) -> bool:
+        """Whether files of these columns can be added to the changelog as they are: each column is one the
+        changelog has, of its type (a column it has and a file lacks reads as null)."""
+        have = _arrow_schema(self.changelog())
+        return all(f.name in have.names and _plain(pa.schema([f])).field(0).type == have.field(f.name).type
+                   for schema in schemas for f in schema)
 
     def update_current(self, end: BinlogPosition | None = None) -> None:
         """Apply the changelog's changes up to ``end`` (default: as far as the changelog goes) to ``current``."""
@@ -520,19 +531,31 @@ class LakeTables:
         if end is not None:
             _retrying(f"updating the current state of {self.table}", lambda: self._apply_changes(end))
 
-    def _append_changes(self, rows: pa.Table, end: BinlogPosition) -> str:
+    def _append_changes(self, rows: pa.Table, end: BinlogPosition, staged: list[StagedFile]) -> str:
         from deltalake import CommitProperties, Transaction
 
         changelog = self.changelog()
         recorded = _version_position(changelog.transaction_version(TAIL_APP))
         if recorded is not None and recorded >= end.boundary():
+            discard(self.changelog_uri, staged)
             return "replayed"
+        commit = CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())])
+        if staged and recorded is not None and recorded.as_snapshot().encode() >= min(_lowest_pos(f) for f in staged):
+            # another tail committed part of this range meanwhile (rare): the staged rows are filtered in memory
+            rows = pa.concat_tables([conform(t, self.changelog_schema) for t in read_staged(self.changelog_uri, staged)])
+            discard(self.changelog_uri, staged)
+            staged.clear()
+        if staged:
+            # added from the version whose position was read: a batch another tail committed since then
+            # conflicts on ``dblog-tail`` (Delta's check of app transactions) and this one is retried
+            changelog.create_write_transaction(add_actions(staged), "append", changelog.schema(),
+                                               commit_properties=commit)
+            return "committed"
         if recorded is not None:
             rows = rows.filter(pc.greater(rows["_pos"], recorded.as_snapshot().encode()))
         # appended from the version whose position was read: a batch another tail committed since then
         # conflicts on ``dblog-tail`` and this one is retried from a fresh read
-        self._append(rows, CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())]),
-                     checked=changelog)
+        self._append(rows, commit, checked=changelog)
         return "committed"
 
     def _apply_changes(self, end: BinlogPosition) -> None:
@@ -546,6 +569,9 @@ class LakeTables:
         window = [pc.field("_pos") <= end.as_snapshot().encode()]
         if applied is not None:
             window.append(pc.field("_pos") > applied.as_snapshot().encode())
+        if self._window_bytes(window) > self.memory_bytes:
+            self._apply_by_chunk(current, window, end)
+            return
         changes = latest_per_key(self._changes(*window), self.keys)
         commit = CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())])
         if changes.num_rows == 0:  # nothing to change: record the position alone
@@ -563,6 +589,68 @@ class LakeTables:
          .when_matched_update(columns, "s._op <> 'd' AND s._pos > t._pos")
          .when_not_matched_insert(columns, "s._op <> 'd' AND s._pos > s._chunk_hw")
          .execute())
+
+    def _window_bytes(self, window: list) -> int:
+        """About how much memory the changes in ``window`` take in ``current``'s columns (a count of rows,
+        which reads only ``_op`` and ``_pos``)."""
+        expression = pc.field("_op") != "r"
+        for f in window:
+            expression = expression & f
+        return self.changelog().to_pyarrow_dataset().count_rows(filter=expression) * row_bytes(self.current_schema)
+
+    def _apply_by_chunk(self, current, window: list, end: BinlogPosition) -> None:
+        """``_apply_changes`` for more changes than ``memory_bytes``: the changes are sorted into a file per
+        chunk on local disk in one pass over the changelog, then each touched chunk of ``current`` is
+        rewritten as one new file (its rows and its changes: ``merge_changes``), and one commit removes the
+        chunks' old files and adds the new ones, so a reader sees all the changes or none. Memory holds one
+        chunk and its changes at a time. The commit carries each touched chunk's HW again: a chunk read
+        committed meanwhile conflicts with it (Delta's check of app transactions) and this is retried."""
+        import tempfile
+
+        from deltalake import CommitProperties, Transaction
+        from deltalake.transaction import RemoveAction
+
+        expression = pc.field("_op") != "r"
+        for f in window:
+            expression = expression & f
+        changelog = self.changelog()
+        have = _names(changelog)
+        names = [n for n in self.current_schema.names if n in have]
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="dblog-apply-") as spill:
+            writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
+            try:
+                for batch in changelog.to_pyarrow_dataset().to_batches(columns=names, filter=expression):
+                    part = conform(pa.Table.from_batches([batch]), self.current_schema)
+                    for chunk_id in pc.unique(part["_chunk"]).to_pylist():
+                        if chunk_id not in writers:
+                            writers[chunk_id] = pa.ipc.new_file(f"{spill}/{chunk_id}.arrow", self.current_schema)
+                        writers[chunk_id].write_table(part.filter(pc.equal(part["_chunk"], chunk_id)))
+            finally:
+                for writer in writers.values():
+                    writer.close()
+            files = pa.table(current.get_add_actions(flatten=True)).to_pydict()
+            removes, adds, versions = [], [], [Transaction(TAIL_APP, end.boundary().to_version())]
+            now = int(time.time() * 1000)
+            for chunk_id in sorted(writers):
+                with pa.memory_map(f"{spill}/{chunk_id}.arrow") as source:
+                    changes = latest_per_key(pa.ipc.open_file(source).read_all(), self.keys)
+                data = conform(current.to_pyarrow_dataset().to_table(filter=pc.field("_chunk") == chunk_id),
+                               self.current_schema)
+                hw = _version_position(current.transaction_version(chunk_app(chunk_id)))
+                merged = merge_changes(data, changes, self.keys, {chunk_id: hw})
+                if merged.num_rows:
+                    adds.append(stage(self.current_uri, merged, {"_chunk": str(chunk_id)}))
+                removes += [RemoveAction(path, True, now, size, {"_chunk": str(chunk_id)})
+                            for path, size, c in zip(files["path"], files["size_bytes"], files["partition._chunk"])
+                            if c == chunk_id]
+                if hw is not None:
+                    versions.append(Transaction(chunk_app(chunk_id), hw.boundary().to_version()))
+        current.create_write_transaction([*add_actions(adds), *removes], "append", current.schema(),
+                                         partition_by=["_chunk"],
+                                         commit_properties=CommitProperties(app_transactions=versions))
+        log.info("lake: %s: current brought to %s chunk by chunk (%d chunks rewritten in %.1fs)", self.table, end,
+                 len(writers), time.monotonic() - started)
 
     def _changes(self, *filters, schema: pa.Schema | None = None) -> pa.Table:
         """Changelog rows that are changes (not snapshot rows), in current-state columns (or ``schema``),
@@ -639,6 +727,40 @@ def chunk_commits(sink: str, table: str, chunk_ids: Sequence[int],
     except TableNotFoundError:
         return dict.fromkeys(chunk_ids)
     return {c: _version_position(current.transaction_version(chunk_app(c))) for c in chunk_ids}
+
+
+def merge_changes(data: pa.Table, changes: pa.Table, keys: Sequence[str],
+                  hws: dict[int, BinlogPosition | None]) -> pa.Table:
+    """``current``'s rows ``data`` with ``changes`` (one per key, ``latest_per_key``) applied as the tail's
+    MERGE does: per key the greatest ``_pos`` wins, deletes drop the key, and a key ``data`` lacks is
+    inserted only after its chunk's HW (``hws``: chunk -> HW; before it, the chunk's read has it)."""
+    if changes.num_rows == 0:
+        return data
+    probe = changes.select(list(keys)).append_column("_i", pa.array(range(changes.num_rows), pa.int64()))
+    present = data.select(list(keys)).append_column("_in", pa.nulls(data.num_rows, pa.bool_()).fill_null(True))
+    joined = probe.join(present, list(keys), join_type="left outer")
+    matched = pc.fill_null(pc.take(joined["_in"], pc.sort_indices(joined["_i"])), False)
+    chunk_hw = pa.array([(hws[c].as_snapshot().encode() if hws.get(c) else "") for c in changes["_chunk"].to_pylist()],
+                        pa.string())
+    keep = pc.or_(matched, pc.greater(changes["_pos"], chunk_hw))
+    merged = latest_per_key(pa.concat_tables([data, changes.filter(keep).select(data.column_names)]), keys)
+    return merged.filter(pc.not_equal(merged["_op"], "d"))
+
+
+def row_bytes(schema: pa.Schema) -> int:
+    """About how many bytes one row of ``schema`` takes in Arrow (variable-width values counted at 32)."""
+    def width(t: pa.DataType) -> int:
+        if pa.types.is_struct(t):
+            return sum(width(f.type) for f in t)
+        try:
+            return max(1, t.bit_width // 8)
+        except ValueError:
+            return 32
+    return sum(width(f.type) for f in schema) + 1
+
+
+def _lowest_pos(file: StagedFile) -> str:
+    return json.loads(file.stats).get("minValues", {}).get("_pos", "")
 
 
 def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:

@@ -434,3 +434,41 @@ def test_two_tables_tail_in_one_application(mariadb, db, spark, tmp_path):
     for table in tables:
         assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path, name=f"mirror-{table}")
         assert_each_change_once(sink, table)
+
+
+def test_one_transaction_larger_than_the_batch_memory_is_committed_whole_once(mariadb, db, spark, tmp_path, caplog):
+    """One transaction (an UPDATE of every row, deletes and inserts) far larger than ``--batch-memory-mb``:
+    the decoding tasks stage it as files, the changelog adds them in one commit, ``current`` is brought up
+    chunk by chunk. A tail SIGKILLed after staging and a rerun leave each change once, the lake row-equal
+    to the source and the changelog's replay equal to ``current``."""
+    from deltalake import DeltaTable
+
+    from tests.support.lakecheck import assert_replay_equals_current
+
+    table, state, sink = _prepared(mariadb, db, spark, tmp_path, rows=8_000, chunk_size=2_000)
+    mariadb.sql(f"UPDATE {table} SET txt_v = 'before' WHERE id <= 10")  # a small batch first
+    run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    mariadb.sql("START TRANSACTION", f"UPDATE {table} SET txt_v = CONCAT('huge ', id), n_v = COALESCE(n_v, 0) + 1",
+                f"DELETE FROM {table} WHERE id % 97 = 0",
+                f"INSERT INTO {table} (id, txt_v) SELECT seq, 'new' FROM seq_8001_to_9000", "COMMIT", db=db)
+    changelog = Path(sink) / table / "changelog"
+    version = DeltaTable(str(changelog)).version()
+    tail = subprocess.Popen([DBLOG, "tail", "--state", state, "--sink", sink, "--available-now",
+                             "--driver-catch-up-mb", "0", "--batch-memory-mb", "0.05"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 180
+    while not list(changelog.glob("part-dblog-*")) and time.time() < deadline and tail.poll() is None:
+        time.sleep(0.05)
+    assert list(changelog.glob("part-dblog-*")), tail.stderr.read().decode()[-2000:] if tail.poll() else "no file staged"
+    os.killpg(tail.pid, signal.SIGKILL)  # files staged, the commit not made yet (or just made)
+    tail.wait()
+    caplog.set_level("INFO", logger="dblog")
+    run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0, batch_memory_bytes=50 * 1024)
+
+    log = DeltaTable(str(changelog)).history()
+    added = [v["version"] for v in log if v["version"] > version and v.get("operation") == "WRITE"]
+    assert len(added) == 1, f"the transaction took {len(added)} changelog commits"
+    assert any("chunk by chunk" in r.getMessage() for r in caplog.records), "current was not updated chunk by chunk"
+    assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
+    assert_unique_stream_positions(spark, sink, table)
+    assert_replay_equals_current(sink, table)
