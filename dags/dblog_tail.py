@@ -7,6 +7,8 @@
 * ``health_check`` fails the run when the source moved but no tail micro-batch committed for
   ``max_stall_seconds`` (default 30 min; keep it a few schedule intervals long). It runs beside the
   tail and judges the progress made up to now, so a tail that keeps failing or hangs is reported.
+  It also logs a warning for a table whose binlog file the server may soon purge
+  (``purge_warning_seconds`` / ``purge_warning_bytes``; docs/airflow.md), without failing.
 
 With a detached ``--continuous`` tail instead (lower latency, see docs/airflow.md) set
 ``$DBLOG_TAIL_MODE=continuous`` for the DAG processor: this DAG then keeps only ``health_check``,
@@ -31,7 +33,8 @@ with DAG(
     max_active_runs=1,
     tags=["dblog", "cdc"],
     doc_md=__doc__,
-    params=params("conn_id", "aws_conn_id", "state", "sink", "checkpoint", "schema_changes", "max_stall_seconds"),
+    params=params("conn_id", "aws_conn_id", "state", "sink", "checkpoint", "schema_changes", "max_stall_seconds",
+                  "purge_warning_seconds", "purge_warning_bytes"),
 ) as dag:
     maintain = DblogMaintainOperator(task_id="maintain", state_dir=template("state"), sink=template("sink"),
                                      aws_conn_id=template("aws_conn_id"))
@@ -54,6 +57,8 @@ with DAG(
         state_dir=template("state"),
         checkpoint=template("checkpoint"),
         max_stall_seconds=template("max_stall_seconds"),
+        purge_warning_seconds=template("purge_warning_seconds"),
+        purge_warning_bytes=template("purge_warning_bytes"),
         poke_interval=30,
         timeout=600,
     )

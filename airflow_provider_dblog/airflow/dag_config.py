@@ -41,6 +41,12 @@ SETTINGS = {
                "verify: re-read the chunks whose checksum differs from the source (false: fail naming them)"),
     "max_stall_seconds": ("DBLOG_MAX_STALL_SECONDS", "1800", "integer",
                           "health check: fail when the source moved but the tail made no progress for this long"),
+    "purge_warning_seconds": ("DBLOG_PURGE_WARNING_SECONDS", "", "integer",
+                              "health check: warn when the binlog file a table still needs may be purged by age "
+                              "within this many seconds (empty: 20% of the server's expiry period)"),
+    "purge_warning_bytes": ("DBLOG_PURGE_WARNING_BYTES", "", "integer",
+                            "health check: warn when it would be purged by max_binlog_total_size after this many "
+                            "more binlog bytes (empty: 20% of the limit)"),
 }
 SPARK_CONN_ID = os.environ.get("DBLOG_SPARK_CONN_ID", "spark_default")
 

@@ -162,6 +162,26 @@ def cmd_verify(args) -> dict:
     return result
 
 
+def cmd_health(args) -> dict:
+    from airflow_provider_dblog.steps.health import check_health, purge_messages
+    from airflow_provider_dblog.steps.verify import planned_tables
+    from airflow_provider_dblog.store.state import StateDir
+
+    _redact(StateDir(args.state, args.checkpoint).source().password)
+    tables = planned_tables(args.state, args.table, args.tables) if args.table or args.tables else None
+    report = check_health(args.state, args.max_stall_seconds, tables, checkpoint=args.checkpoint,
+                          purge_warning_seconds=args.purge_warning_seconds,
+                          purge_warning_bytes=args.purge_warning_bytes)
+    if report is None:
+        raise DblogError(f"no offset map in {args.state} yet: the initial load has not reported (dblog report)")
+    purged, close = purge_messages(report)
+    for line in purged:
+        log.error("binlog purged: %s", line)
+    for line in close:
+        log.warning("binlog purge horizon: %s", line)
+    return {"tables": report, "binlog_purged": len(purged), "purge_warnings": len(close)}
+
+
 def cmd_maintain(args) -> dict:
     from airflow_provider_dblog.steps.maintain import maintain
 
@@ -308,6 +328,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="chunks read in this process at once (default 2); a local Spark starts only if it runs "
                         "more tasks at once ($DBLOG_SPARK_MASTER, default local[2]); 0: Spark reads every chunk")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("health", help="DBLog's health check: fails when the source moved but the tail made no "
+                                      "progress for --max-stall-seconds; warns when a table's binlog is close "
+                                      "to being purged")
+    p.add_argument("--state", required=True)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--table", help="DB.TABLE (default: every captured table)")
+    which.add_argument("--tables", help="captured tables: comma-separated names or globs, e.g. 'shop.*'")
+    p.add_argument("--max-stall-seconds", type=float, default=1800.0,
+                   help="fail when the source moved and the tail committed nothing for this long (default 1800)")
+    p.add_argument("--purge-warning-seconds", type=float, default=None,
+                   help="warn when the binlog file a table still needs may be purged by age within this many "
+                        "seconds (default: 20%% of binlog_expire_logs_seconds / expire_logs_days)")
+    p.add_argument("--purge-warning-bytes", type=int, default=None,
+                   help="warn when it would be purged by max_binlog_total_size after this many more binlog bytes "
+                        "(default: 20%% of the limit)")
+    checkpoint(p)
+    p.set_defaults(func=cmd_health)
 
     p = sub.add_parser("maintain", help="compact, checkpoint and vacuum the lake's Delta tables")
     p.add_argument("--state", required=True)

@@ -14,6 +14,7 @@ from airflow_provider_dblog.core.chunks import ChunkRange, Key
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.retention import BinlogRetention
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 
@@ -80,6 +81,10 @@ class DataSourceDialect(Protocol):
 
     def ensure_available(self, position: BinlogPosition) -> None:
         """Raise if the binlog needed to read from ``position`` was purged."""
+
+    def binlog_retention(self, needed: Sequence[BinlogPosition] = ()) -> BinlogRetention:
+        """The server's binlog files (oldest first, sizes), its purge limits and clock, and what dates the
+        files holding ``needed`` positions (``core/retention.py`` decides how close each is to its purge)."""
 
     def startup_position(self, mode: StartupMode) -> BinlogPosition:
         """Where a startup mode without a snapshot starts: a transaction boundary the server still has

@@ -6,6 +6,9 @@ that advance with every binlog write (events of other tables included), so "caug
 position >= the source's current position. Before the first micro-batch the offset map (``offsets.json``:
 smallest HW, build time) stands in for it. An available-now catch-up that found no row event of the table
 since that position (``STATE/caught_up/DB.TABLE.json``) moves it to where the check ended.
+
+The purge horizon: per table, the binlog file its tail resumes in (its floor) and how long until the server
+may delete it (``core/retention.py``); a table within the warning margin is reported, not failed.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from typing import Sequence
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.retention import PurgeRisk, purge_risks
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.state import StateDir, describe_server
 
@@ -75,16 +79,49 @@ def check_tail_health(state_dir: str, source_position: BinlogPosition, max_stall
     return report
 
 
+def purge_horizon(state_dir: str, dialect, tables: Sequence[str] | None = None, warn_seconds: float | None = None,
+                  warn_bytes: int | None = None, checkpoint: str | None = None) -> dict[str, PurgeRisk]:
+    """Per table, how close the server is to purging the binlog file its tail resumes in (``core/retention.py``;
+    the margins default to a share of the server's limits)."""
+    state = StateDir(state_dir, checkpoint)
+    offsets, recorded = state.offsets(), state.tail_positions()
+    needed = {name: state.resume_position(name, offsets[name].min_hw, recorded)
+              for name in (tables or sorted(offsets)) if name in offsets}
+    retention = dialect.binlog_retention(list(needed.values()))
+    return purge_risks(needed, retention, retention.checked_at, warn_seconds, warn_bytes)
+
+
+def purge_messages(report: dict) -> tuple[list[str], list[str]]:
+    """(tables whose binlog is already purged, tables close to it): one line each, from a health report."""
+    purged = [info["purge_warning"] for info in report.values() if info.get("binlog_purged")]
+    close = [info["purge_warning"] for info in report.values()
+             if info.get("purge_warning") and not info.get("binlog_purged")]
+    return purged, close
+
+
 def check_health(state_dir: str, max_stall_seconds: float, tables: Sequence[str] | None = None,
-                 source=None, checkpoint: str | None = None) -> dict | None:
+                 source=None, checkpoint: str | None = None, purge_warning_seconds: float | None = None,
+                 purge_warning_bytes: int | None = None) -> dict | None:
     """The health check against the live source; None while the initial load has no offset map yet.
-    ``source``: the ``SourceConfig`` to use (default: the state's, with its stored password)."""
+    ``source``: the ``SourceConfig`` to use (default: the state's, with its stored password). Each table's
+    entry also says how close its binlog is to being purged (``purge_horizon``): that never fails the
+    check, but a stall's error names those tables too."""
     state = StateDir(state_dir, checkpoint)
     if not state.has_offsets():
         return None
     dialect = open_dialect(source or state.source(), state.options())
     try:
         position = dialect.current_position()
+        horizon = purge_horizon(state_dir, dialect, tables, purge_warning_seconds, purge_warning_bytes, checkpoint)
     finally:
         dialect.close()
-    return check_tail_health(state_dir, position, max_stall_seconds, tables, checkpoint=checkpoint)
+    try:
+        report = check_tail_health(state_dir, position, max_stall_seconds, tables, checkpoint=checkpoint)
+    except DblogError as exc:
+        risky = [risk.message() for risk in horizon.values() if risk.message()]
+        if risky:
+            raise DblogError(f"{exc} Binlog purge horizon: {'; '.join(risky)}") from None
+        raise
+    for name, risk in horizon.items():
+        report[name].update(risk.fields())
+    return report

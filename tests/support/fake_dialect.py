@@ -17,6 +17,7 @@ from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.retention import BinlogFile, BinlogRetention
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source import register_dialect
 from airflow_provider_dblog.source.dialect import RangeScan
@@ -46,6 +47,7 @@ class InMemoryServer:
     binlog: list[Transaction] = field(default_factory=list)
     on_low: list[Callable[[], None]] = field(default_factory=list)      # writes after a low watermark
     on_select: list[Callable[[], None]] = field(default_factory=list)   # writes after a chunk's SELECT
+    retention: BinlogRetention | None = None  # what binlog_retention answers (None: one file, no purge)
 
     def __post_init__(self):
         SERVERS[self.name] = self
@@ -185,6 +187,10 @@ class InMemoryDialect:
 
     def ensure_available(self, position: BinlogPosition) -> None:
         pass
+
+    def binlog_retention(self, needed=()) -> BinlogRetention:
+        return self.server.retention or BinlogRetention(
+            (BinlogFile(BINLOG, self.server.position().offset),), None, None, 0.0)
 
     def startup_position(self, mode) -> BinlogPosition:
         """latest and position:FILE:POS (a commit position of this binlog); other modes are not supported."""

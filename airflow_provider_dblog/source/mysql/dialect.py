@@ -14,10 +14,11 @@ from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.retention import BinlogRetention
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
-from airflow_provider_dblog.source.mysql import binlog, checksum, schema, splitter, startup, watermarks
+from airflow_provider_dblog.source.mysql import binlog, checksum, retention, schema, splitter, startup, watermarks
 from airflow_provider_dblog.source.mysql.collation import KeyOrder
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.sql import at_most, range_condition, snapshot_sql, table_sql
@@ -111,6 +112,9 @@ class MySqlDialect:
 
     def ensure_available(self, position: BinlogPosition) -> None:
         binlog.ensure_available(self.client, position)
+
+    def binlog_retention(self, needed: Sequence[BinlogPosition] = ()) -> BinlogRetention:
+        return retention.binlog_retention(self.client, self.stream.server_id_range, needed)
 
     def startup_position(self, mode: StartupMode) -> BinlogPosition:
         return startup.startup_position(self.client, self.stream.server_id_range, mode)

@@ -123,7 +123,7 @@ def _stream(client: MySqlClient, server_ids: tuple[int, int], file: str, only_ev
         only_events=only_events, enable_logging=False)
 
 
-def _file_started(client: MySqlClient, server_ids: tuple[int, int], file: str) -> int:
+def file_started(client: MySqlClient, server_ids: tuple[int, int], file: str) -> int:
     """When ``file`` was created (its format description event), epoch seconds."""
     stream = _stream(client, server_ids, file, [FormatDescriptionEvent])
     try:
@@ -142,7 +142,7 @@ def timestamp_position(client: MySqlClient, server_ids: tuple[int, int], timesta
     second = timestamp_ms // 1000
     now = current_position(client)
     files = _files(client, f"timestamp:{timestamp_ms}")
-    started = lambda f: _file_started(client, server_ids, f)  # noqa: E731
+    started = lambda f: file_started(client, server_ids, f)  # noqa: E731
     if started(files[0]) > second:
         raise DblogError(f"startup timestamp {timestamp_ms} is before the oldest binlog {files[0]} on "
                          f"{client.config.address}: changes since then were purged; choose a later time or "
