@@ -182,6 +182,21 @@ def cmd_health(args) -> dict:
     return {"tables": report, "binlog_purged": len(purged), "purge_warnings": len(close)}
 
 
+def cmd_status(args) -> dict | None:
+    from airflow_provider_dblog.core.status import render
+    from airflow_provider_dblog.steps.status import capture_status
+    from airflow_provider_dblog.steps.verify import planned_tables
+    from airflow_provider_dblog.store.state import StateDir
+
+    _redact(StateDir(args.state).source().password)
+    tables = planned_tables(args.state, args.table, args.tables) if args.table or args.tables else None
+    report = capture_status(args.state, args.sink, tables, args.max_stall_seconds)
+    if args.json:
+        return report
+    print(render(report))
+    return None
+
+
 def cmd_maintain(args) -> dict:
     from airflow_provider_dblog.steps.maintain import maintain
 
@@ -346,6 +361,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: 20%% of the limit)")
     checkpoint(p)
     p.set_defaults(func=cmd_health)
+
+    p = sub.add_parser("status", help="per captured table: phase, chunks read, the lake's position, lag, last "
+                                      "commit, the binlog still needed and rows in current (a text table; --json)")
+    p.add_argument("--state", required=True)
+    p.add_argument("--sink", required=True)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--table", help="DB.TABLE (default: every captured table)")
+    which.add_argument("--tables", help="captured tables: comma-separated names or globs, e.g. 'shop.*'")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON (for scripts)")
+    p.add_argument("--max-stall-seconds", type=float, default=1800.0,
+                   help="a streaming table whose tail made no progress for this long while the source moved is "
+                        "'stopped' (default 1800, as dblog health)")
+    p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("maintain", help="compact, checkpoint and vacuum the lake's Delta tables")
     p.add_argument("--state", required=True)
