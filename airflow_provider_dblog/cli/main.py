@@ -136,6 +136,12 @@ def cmd_tail(args) -> dict:
                     batch_memory_bytes=int(args.batch_memory_mb * 2**20))
 
 
+def cmd_failover(args) -> dict:
+    from airflow_provider_dblog.steps.failover import move_source
+
+    return move_source(args.state, _source(args.source))
+
+
 def cmd_mirror(args) -> dict:
     from airflow_provider_dblog.steps.mirror import mirror
 
@@ -312,6 +318,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--available-now without a checkpoint: read at most this much binlog in this process "
                         "instead of starting a streaming query (default 64; 0: always Spark)")
     p.set_defaults(func=cmd_tail)
+
+    p = sub.add_parser("failover", help="read the capture from a promoted replica (MariaDB GTIDs): the next tail "
+                                        "resumes each table there by the GTID of its last committed position")
+    p.add_argument("--state", required=True)
+    p.add_argument("--source", required=True, help="the promoted server: mysql://USER[:PASSWORD]@HOST:PORT")
+    p.set_defaults(func=cmd_failover)
 
     p = sub.add_parser("mirror", help="write the table's current state as Parquet")
     p.add_argument("--state", required=True)

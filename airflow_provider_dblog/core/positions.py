@@ -8,6 +8,11 @@ next position) plus the row's index inside the event, so that
 * a snapshot row carries its chunk's high watermark with ``row = SNAPSHOT_ROW``, which sorts after
   every event that the snapshot includes and before every event after it.
 
+After a failover to a promoted replica (``steps.failover``) positions come from another server's binlog,
+whose file numbers may be lower than those the lake holds. Each server a capture follows is an *epoch*:
+a position's sequence is ``epoch * EPOCH_SPAN + the file's number``, so every position of a later server
+sorts after every position of an earlier one, and ``file`` keeps the server's own file name.
+
 The one codec of positions: ``to_dict``/``from_dict`` (state files, streaming offsets), ``encode``/
 ``decode`` (the lake's ``_pos``), ``to_version``/``from_version`` (Delta app transactions).
 ``encode()`` gives a fixed-width string whose lexicographic order is the position order: that
@@ -19,6 +24,8 @@ import re
 from dataclasses import dataclass, field
 
 SNAPSHOT_ROW = 99_999_999
+EPOCH_SPAN = 1_000_000  # binlog file numbers have six digits
+MAX_EPOCH = 7  # (7 + 1) * EPOCH_SPAN << OFFSET_BITS still fits a Delta app transaction version (63 bits)
 OFFSET_BITS = 40  # a binlog file is at most 1 GiB (max_binlog_size): offsets fit in 40 bits
 _FILE_RE = re.compile(r"^(?P<base>.+)\.(?P<seq>\d+)$")
 _ENCODED_RE = re.compile(r"^(\d{8})\.(\d{12})\.(\d{8})$")
@@ -41,8 +48,13 @@ class BinlogPosition:
     file: str = field(default="", compare=False)
 
     @classmethod
-    def at(cls, file: str, offset: int, row: int = 0) -> "BinlogPosition":
-        return cls(file_sequence(file), int(offset), int(row), file)
+    def at(cls, file: str, offset: int, row: int = 0, epoch: int = 0) -> "BinlogPosition":
+        """The position ``offset`` of the server's binlog ``file``, on the capture's ``epoch``-th server."""
+        return cls(epoch * EPOCH_SPAN + file_sequence(file), int(offset), int(row), file)
+
+    @property
+    def epoch(self) -> int:
+        return self.seq // EPOCH_SPAN
 
     def encode(self) -> str:
         return f"{self.seq:08d}.{self.offset:012d}.{self.row:08d}"
@@ -53,7 +65,7 @@ class BinlogPosition:
         if not match:
             raise ValueError(f"not an encoded position: {text!r}")
         seq, offset, row = (int(g) for g in match.groups())
-        return cls(seq, offset, row, f"{base}.{seq:06d}" if base else "")
+        return cls(seq, offset, row, _file_name(base, seq))
 
     def boundary(self) -> "BinlogPosition":
         """The transaction boundary this position's event ends at (row index dropped)."""
@@ -71,19 +83,33 @@ class BinlogPosition:
     @classmethod
     def from_version(cls, version: int, base: str = "") -> "BinlogPosition":
         seq, offset = version >> OFFSET_BITS, version & ((1 << OFFSET_BITS) - 1)
-        return cls(seq, offset, 0, f"{base}.{seq:06d}" if base else "")
+        return cls(seq, offset, 0, _file_name(base, seq))
 
     def in_file_of(self, other: "BinlogPosition") -> "BinlogPosition":
         """This position with the binlog file name it has in ``other``'s naming (same base name)."""
         base = other.file.rsplit(".", 1)[0] if other.file else ""
-        return BinlogPosition(self.seq, self.offset, self.row, f"{base}.{self.seq:06d}" if base else self.file)
+        return BinlogPosition(self.seq, self.offset, self.row, _file_name(base, self.seq) if base else self.file)
 
     def to_dict(self) -> dict:
-        return {"file": self.file, "pos": self.offset}
+        return {"file": self.file, "pos": self.offset, **({"epoch": self.epoch} if self.epoch else {})}
 
     @classmethod
     def from_dict(cls, data: dict) -> "BinlogPosition":
-        return cls.at(data["file"], data["pos"])
+        return cls.at(data["file"], data["pos"], epoch=int(data.get("epoch", 0)))
 
     def __str__(self) -> str:
         return f"{self.file or self.seq}:{self.offset}" + (f"#{self.row}" if self.row else "")
+
+
+def _file_name(base: str, seq: int) -> str:
+    """The server's name of the binlog file of sequence ``seq`` ("" without a base name)."""
+    return f"{base}.{seq % EPOCH_SPAN:06d}" if base else ""
+
+
+def merge_gtids(state: str, passed) -> str:
+    """A GTID state (``D-S-N`` per domain, comma-separated) moved on by the GTIDs ``passed`` after it (the
+    last one per domain wins)."""
+    domains = {g.split("-")[0]: g for g in (x.strip() for x in state.split(",")) if g}
+    for gtid in passed:
+        domains[gtid.split("-")[0]] = gtid
+    return ",".join(domains[d] for d in sorted(domains, key=int))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
 import pyarrow as pa
 
@@ -28,9 +29,9 @@ DRIVER_CATCH_UP_BYTES = 64 * 1024 * 1024
 
 def catch_up_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, table: str, offsets: TableOffsets,
                        now: BinlogPosition, limit_bytes: int = DRIVER_CATCH_UP_BYTES,
-                       schema_changes: str = "evolve") -> int | None:
+                       schema_changes: str = "evolve", gtid: Callable[[], str | None] = lambda: None) -> int | None:
     """Read ``[resume position, now)`` of ``table`` here if it is at most ``limit_bytes`` of binlog; returns
-    the rows written, or None (the range is Spark's)."""
+    the rows written, or None (the range is Spark's). ``gtid()``: the server's GTID state at ``now``."""
     if limit_bytes <= 0:
         return None
     start = state.resume_position(table, offsets.min_hw)
@@ -46,8 +47,8 @@ def catch_up_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, t
     lake = LakeTables(sink, table, schema, meta.key_columns)
     ChangeCommitter(state, lake, dialect, schema_changes, sink=sink).commit(parts, ddl, now)
     rows = sum(p.num_rows for p in parts)
-    state.write_caught_up(table, start, now)
-    state.record_tail_positions({table: now})
+    state.write_caught_up(table, start, now, gtid())
+    state.record_tail_positions({table: now}, gtid())
     log.info("tail: %s caught up in the driver: %d rows from %s bytes of binlog [%s, %s) in %.1fs "
              "(a streaming tail continues from there)", table, rows, f"{size:,}", start, now, time.time() - started)
     return rows

@@ -22,6 +22,8 @@ from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersio
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import DataSourceDialect
 from airflow_provider_dblog.store.lake import event_rows
+from airflow_provider_dblog.store.lake_tables import LakeTables
+from airflow_provider_dblog.store.state import StateDir
 
 LOOKUP_BATCH = 2000  # events located among chunk boundaries per sort_keys call
 
@@ -34,6 +36,16 @@ class TableStream:
     meta: TableMeta
     offsets: TableOffsets
     floor: BinlogPosition
+
+
+def table_floor(state: StateDir, sink: str, dialect, name: str, min_hw: BinlogPosition,
+                recorded: dict | None = None) -> BinlogPosition:
+    """Where the lake holds every change of ``name`` up to: the state's record (``resume_position``) or
+    the lake's own, whichever is further (another host's tail may have committed past the state)."""
+    floor = state.resume_position(name, min_hw, recorded)
+    meta = state.table(name).meta
+    lake = LakeTables(sink, name, dialect.arrow_schema(meta), meta.key_columns).tail_position()
+    return floor if lake is None else max(floor, lake.in_file_of(floor))
 
 
 class TableChangeReader:

@@ -19,14 +19,16 @@ def _mysql(config: SourceConfig, options: dict):
     from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
 
     extra = {"server_id_range": tuple(options["server_id_range"])} if options.get("server_id_range") else {}
-    return MySqlDialect(config, watermark_table=options.get("watermark_table"), **extra)
+    return MySqlDialect(config, watermark_table=options.get("watermark_table"), epoch=int(options.get("epoch", 0)),
+                        **extra)
 
 
 _FACTORIES["mysql"] = _mysql
 
 
 def open_dialect(config: SourceConfig, options: dict | None = None):
-    """The dialect for ``config`` with the state's options (watermark table, server id range)."""
+    """The dialect for ``config`` with the state's options (watermark table, server id range, the epoch of
+    its positions after failovers: ``steps.failover``)."""
     factory = _FACTORIES.get(config.scheme)
     if factory is None:
         raise DblogError(f"no dialect for {config.scheme}:// sources: use mysql://USER@HOST:PORT")

@@ -79,6 +79,17 @@ class DataSourceDialect(Protocol):
 
     def gtid_position(self) -> str | None: ...
 
+    def gtid_at(self, position: BinlogPosition) -> str | None:
+        """The server's GTID state at a transaction boundary of its binlog (None: no GTIDs here)."""
+
+    def gtids_read(self) -> dict[int, str]:
+        """Per GTID domain the last GTID the last ``read_changes`` passed (with the state at its start, the
+        state at its end: what a failover resumes from)."""
+
+    def position_after_gtid(self, gtid: str) -> BinlogPosition:
+        """The boundary right after the transaction ``gtid`` in this server's binlog (a promoted replica's
+        own positions for what another server's binlog held); ``DblogError`` when it lacks it."""
+
     def ensure_available(self, position: BinlogPosition) -> None:
         """Raise if the binlog needed to read from ``position`` was purged."""
 

@@ -33,10 +33,9 @@ import json
 
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
-from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream
+from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream, table_floor
 from airflow_provider_dblog.readers.staging import INLINE_BYTES, ChangeStager
 from airflow_provider_dblog.source import open_dialect
-from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.staged import StagedFile
 from airflow_provider_dblog.store.state import StateDir
 
@@ -79,6 +78,8 @@ class MicroBatch:
     changes: dict[str, list[SchemaChange]] = field(default_factory=dict)
     read: set[str] = field(default_factory=set)
     end: BinlogPosition | None = None
+    start: BinlogPosition | None = None  # where the read began (the smallest floor)
+    gtids: dict[str, str] = field(default_factory=dict)  # per GTID domain the last GTID read (MariaDB)
 
 
 def open_envelopes(data: pa.Table) -> MicroBatch:
@@ -99,6 +100,9 @@ def open_envelopes(data: pa.Table) -> MicroBatch:
             marker = BinlogPosition.from_dict(d["end"])
             batch.end = marker if batch.end is None or marker > batch.end else batch.end
             batch.read.update(d["read"])
+            if d.get("start"):
+                batch.start = BinlogPosition.from_dict(d["start"])
+            batch.gtids.update(d.get("gtids") or {})
     return batch
 
 
@@ -161,10 +165,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for name in names:
             meta, min_hw = self.state.table(name).meta, offsets[name].min_hw
             if name not in self._first_floors:
-                floor = self.state.resume_position(name, min_hw, recorded)
-                lake = LakeTables(self.sink, name, self.dialect.arrow_schema(meta), meta.key_columns).tail_position()
-                # the lake may be further than the state says (another host's tail committed there)
-                self._first_floors[name] = floor if lake is None else max(floor, lake.in_file_of(floor))
+                self._first_floors[name] = table_floor(self.state, self.sink, self.dialect, name, min_hw, recorded)
             floors = [min_hw, self._first_floors[name]] + ([recorded[name][0]] if name in recorded else [])
             out[name] = TableStream(meta, offsets[name], max(floors))
         return out
@@ -218,4 +219,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for table, item in ChangeStager(self.sink, self.inline_bytes).items(read):
             yield envelope(table, item)
         read = sorted(name for name, t in partition.tables.items() if t.floor < end)
-        yield _row(END_MARKER, "", end.encode(), json.dumps({"end": partition.end, "read": read}).encode())
+        start = min((t.floor for t in partition.tables.values() if t.floor < end), default=None)
+        yield _row(END_MARKER, "", end.encode(), json.dumps({
+            "end": partition.end, "read": read, "start": start.to_dict() if start else None,
+            "gtids": {str(k): v for k, v in self.dialect.gtids_read().items()}}).encode())

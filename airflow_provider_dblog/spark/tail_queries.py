@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
 from airflow_provider_dblog.core.errors import DblogError, root_cause
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import BinlogPosition, merge_gtids
 from airflow_provider_dblog.readers.change_committer import REPLANNED, ChangeCommitter
 from airflow_provider_dblog.spark.session import spark_session
 from airflow_provider_dblog.store.lake_tables import LakeTables
@@ -38,6 +38,7 @@ class LakeSink:
         self.positions: dict[str, BinlogPosition] = {}  # per table, the end of the last batch that read it
         self._merged_at = 0.0
         self._pending: dict[str, BinlogPosition] = {}  # tables whose current lags their changelog
+        self._gtid: tuple[BinlogPosition, str] | None | bool = None  # (position, GTID state there); False: none
         self._threads: list[ThreadPoolExecutor] = []
 
     def committer(self, name: str) -> ChangeCommitter:
@@ -77,7 +78,7 @@ class LakeSink:
         read = time.monotonic()
         touched = sorted(set(batch.parts) | set(batch.changes) | set(batch.staged))
         self._each(lambda name: self._commit(name, batch), touched)
-        self.state.record_tail_positions({name: batch.end for name in batch.read})
+        self.state.record_tail_positions({name: batch.end for name in batch.read}, self._gtid_at_end(batch))
         self.positions.update({name: batch.end for name in batch.read})
         committed = time.monotonic()
         if committed - self._merged_at >= self.merge_interval:
@@ -85,6 +86,21 @@ class LakeSink:
         log.info("tail: micro-batch %d to %s: %d of %d tables changed; read %.1fs, changelog commits %.1fs, "
                  "current %.1fs", batch_id, batch.end, len(touched), len(batch.read), read - started,
                  committed - read, time.monotonic() - committed)
+
+    def _gtid_at_end(self, batch) -> str | None:
+        """The server's GTID state at the batch's end: the state at its start (the previous batch's end, or
+        asked of the server once) with the GTIDs the read passed. None without GTIDs (MySQL here)."""
+        if self._gtid is False or batch.start is None:
+            return None
+        if self._gtid is None or self._gtid[0] != batch.start:
+            base = self.dialect.gtid_at(batch.start)
+            if base is None:
+                self._gtid = False
+                return None
+            self._gtid = (batch.start, base)
+        state = merge_gtids(self._gtid[1], batch.gtids.values())
+        self._gtid = (batch.end, state)
+        return state
 
     def _commit(self, name: str, batch) -> None:
         parts, staged = batch.parts.get(name, []), batch.staged.get(name, [])

@@ -8,17 +8,20 @@ Before Spark starts, an available-now tail skips tables whose binlog range prova
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import threading
 import time
 from collections import deque
 from contextlib import contextmanager
+from typing import Callable
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.readers.change_committer import unfollowed_schema_changes
 from airflow_provider_dblog.source import open_dialect
+from airflow_provider_dblog.steps.failover import follow_promoted_server
 from airflow_provider_dblog.steps.health import check_same_server
 from airflow_provider_dblog.spark.tail_queries import start_query, watch
 from airflow_provider_dblog.store.lake_tables import LakeTables
@@ -65,7 +68,13 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
         dialect = open_dialect(state.source(), state.options())
         try:
             recorded = state.tail_positions()
+            dialect, again = follow_promoted_server(state, sink, dialect, sorted(offsets), offsets, recorded)
+            recorded = state.tail_positions()
             check_same_server(state, dialect, [recorded[n][0] for n in names if n in recorded])
+            for name in again:
+                read_table_again(state, sink, name, spark)
+            if again:
+                offsets, recorded = state.offsets(), state.tail_positions()
             if names and finish_replans(state, sink, dialect, names, offsets, spark):
                 offsets = state.offsets()
             if names and reread_purged(state, sink, dialect, names, offsets, recorded, on_purge, spark):
@@ -77,14 +86,15 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             skipped, in_driver = [], []
             if available_now:  # before Spark: nothing to read, or little enough to read here
                 now = dialect.current_position()
+                now_gtid = functools.cache(lambda: dialect.gtid_at(now))  # asked once, if a table needs it
                 for name in names:
-                    if skip_catch_up(state, dialect, name, offsets[name].min_hw, now, recorded):
+                    if skip_catch_up(state, dialect, name, offsets[name].min_hw, now, recorded, now_gtid):
                         skipped.append(name)
                     elif driver_catch_up_bytes > 0:
                         from airflow_provider_dblog.local.catch_up import catch_up_in_driver
 
                         read = catch_up_in_driver(state, sink, dialect, name, offsets[name], now,
-                                                  driver_catch_up_bytes, schema_changes)
+                                                  driver_catch_up_bytes, schema_changes, now_gtid)
                         if read is None:
                             continue
                         in_driver.append(name)
@@ -273,7 +283,7 @@ def tail_lock(state: StateDir):
 
 
 def skip_catch_up(state: StateDir, dialect, table: str, min_hw: BinlogPosition, now: BinlogPosition,
-                  recorded: dict | None = None) -> bool:
+                  recorded: dict | None = None, gtid: Callable[[], str | None] = lambda: None) -> bool:
     """An available-now catch-up of ``table`` can be skipped when the binlog from the table's floor (where
     the lake holds every change of it) to ``now`` holds no row event or DDL statement of it; then record
     ``[floor, now)`` as checked (``state.caught_up``: the next read of the table starts at ``now``, so an
@@ -286,7 +296,7 @@ def skip_catch_up(state: StateDir, dialect, table: str, min_hw: BinlogPosition, 
         log.info("tail: %s may have changes in [%s, %s) (%s): running the catch-up", table, position, now,
                  scan.reason)
         return False
-    state.write_caught_up(table, position, now)
+    state.write_caught_up(table, position, now, gtid())
     log.info("tail: %s has no changes in [%s, %s): skipped (%d binlog events checked)", table, position, now,
              scan.events if scan else 0)
     return True

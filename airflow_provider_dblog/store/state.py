@@ -285,18 +285,58 @@ class StateDir:
         return {name: (BinlogPosition.from_dict(d["pos"]), float(d["at"]))
                 for name, d in self.files.read_json(self.TAIL_POSITIONS)["tables"].items()}
 
-    def record_tail_positions(self, positions: dict[str, BinlogPosition]) -> None:
+    def record_tail_positions(self, positions: dict[str, BinlogPosition], gtid: str | None = None) -> None:
         """After the lake took every change of these tables up to their positions (a position never
-        moves back: a late writer of an older one keeps the newer)."""
+        moves back: a late writer of an older one keeps the newer). ``gtid``: the server's GTID state at
+        these positions (one position for all then), what a failover resumes from (``steps.failover``)."""
         if not positions:
             return
         now = time.time()
-        recorded = {name: {"pos": pos.to_dict(), "at": at} for name, (pos, at) in self.tail_positions().items()}
+        raw = self.files.read_json(self.TAIL_POSITIONS)["tables"] if self.files.exists(self.TAIL_POSITIONS) else {}
         for name, pos in positions.items():
-            old = recorded.get(name)
+            old = raw.get(name)
             if old is None or BinlogPosition.from_dict(old["pos"]) <= pos:
-                recorded[name] = {"pos": pos.to_dict(), "at": now}
-        self.files.write_json(self.TAIL_POSITIONS, {"tables": recorded})
+                raw[name] = {"pos": pos.to_dict(), "at": now, **({"gtid": gtid} if gtid else {})}
+        self.files.write_json(self.TAIL_POSITIONS, {"tables": raw})
+
+    def gtid_of(self, table: str, position: BinlogPosition) -> str | None:
+        """The GTID state recorded with ``position`` as the table's tail position or catch-up end (None:
+        not recorded there)."""
+        if self.files.exists(self.TAIL_POSITIONS):
+            entry = self.files.read_json(self.TAIL_POSITIONS)["tables"].get(table)
+            if entry and entry.get("gtid") and BinlogPosition.from_dict(entry["pos"]) == position:
+                return entry["gtid"]
+        name = self.caught_up_file(table)
+        if self.files.exists(name):
+            data = self.files.read_json(name)
+            if data.get("to_gtid") and BinlogPosition.from_dict(data["to"]) == position:
+                return data["to_gtid"]
+        return None
+
+    def move_source(self, source: SourceConfig) -> None:
+        """Read the capture from ``source`` from now on (a promoted replica at another address); the tail
+        checks that it continues the captured server's history (``steps.failover``)."""
+        raw = self.files.read_json(self.PLAN)
+        raw["source"] = source.public_uri
+        self.files.write_json(self.PLAN, raw)
+        self._plan = (self.files.identity(self.PLAN), raw)
+
+    def follow_server(self, identity: dict, epoch: int, positions: dict[str, BinlogPosition]) -> None:
+        """The capture now reads the server ``identity`` (a promoted replica) whose positions are of ``epoch``;
+        ``positions``: each table's floor on it (the translation of its floor by GTID). The server it
+        replaces is kept in ``servers``."""
+        raw = self.files.read_json(self.PLAN)
+        raw.setdefault("servers", []).append({"server": raw.get("server"), "epoch": raw.get("options", {}).get("epoch", 0),
+                                              "until": time.time()})
+        raw["server"] = identity
+        raw.setdefault("options", {})["epoch"] = epoch
+        self.files.write_json(self.PLAN, raw)
+        self._plan = (self.files.identity(self.PLAN), raw)
+        now = time.time()
+        tables = self.files.read_json(self.TAIL_POSITIONS)["tables"] if self.files.exists(self.TAIL_POSITIONS) else {}
+        for name, pos in positions.items():
+            tables[name] = {"pos": pos.to_dict(), "at": now}
+        self.files.write_json(self.TAIL_POSITIONS, {"tables": tables})
 
     # ---- schema history ----
     def schema_file(self, table: str) -> str:
@@ -338,17 +378,18 @@ class StateDir:
     def caught_up_file(self, table: str) -> str:
         return f"caught_up/{table}.json"
 
-    def write_caught_up(self, table: str, start: BinlogPosition, end: BinlogPosition) -> None:
+    def write_caught_up(self, table: str, start: BinlogPosition, end: BinlogPosition, gtid: str | None = None) -> None:
         """Record that the lake holds every row change of ``table`` in the binlog range ``[start, end)``
         (none there, or read by a catch-up; write this only after checking or writing it): a tail whose
-        position is in that range may move to ``end``. A range that continues the recorded one extends it."""
+        position is in that range may move to ``end``. A range that continues the recorded one extends it.
+        ``gtid``: the server's GTID state at ``end``."""
         name = self.caught_up_file(table)
         if self.files.exists(name):
             data = self.files.read_json(name)
             if BinlogPosition.from_dict(data["from"]) <= start <= BinlogPosition.from_dict(data["to"]):
                 start = BinlogPosition.from_dict(data["from"])
         self.files.write_json(name, {"table": table, "from": start.to_dict(), "to": end.to_dict(),
-                                     "checked_at": time.time()})
+                                     "checked_at": time.time(), **({"to_gtid": gtid} if gtid else {})})
 
     def caught_up(self, table: str, position: BinlogPosition) -> tuple[BinlogPosition, float] | None:
         """(``to``, when it was recorded) if the recorded range covers ``position`` (``from <= position <= to``):

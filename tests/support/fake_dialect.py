@@ -185,6 +185,15 @@ class InMemoryDialect:
     def gtid_position(self) -> str | None:
         return None
 
+    def gtid_at(self, position: BinlogPosition) -> str | None:
+        return None  # no GTIDs: a failover is refused (steps.failover)
+
+    def gtids_read(self) -> dict[int, str]:
+        return {}
+
+    def position_after_gtid(self, gtid: str) -> BinlogPosition:
+        raise DblogError(f"the in-memory server has no GTIDs ({gtid})")
+
     def ensure_available(self, position: BinlogPosition) -> None:
         pass
 

@@ -163,3 +163,32 @@ def test_rows_with_keys_is_exact_tuple_membership(data, kinds, chunks):
     step = max(1, len(rows) // chunks)
     table = pa.concat_tables([table.slice(i, step) for i in range(0, len(rows), step)] or [table])
     assert pa.chunked_array(rows_with_keys(table, columns, keys)).to_pylist() == [r in keys for r in rows]
+
+
+_positions = st.builds(lambda epoch, seq, offset, row: BinlogPosition.at(f"mysql-bin.{seq:06d}", offset, row, epoch),
+                       st.integers(0, 7), st.integers(1, 999_999), st.integers(4, 2**36), st.integers(0, SNAPSHOT_ROW))
+
+
+@given(_positions, _positions)
+def test_positions_of_a_later_server_sort_after_and_every_codec_keeps_the_epoch(a, b):
+    """After failovers (``steps.failover``) positions of the capture's later servers sort after every
+    position of an earlier one, whatever the file numbers; each codec round-trips the epoch and the
+    server's own file name."""
+    if a.epoch != b.epoch:
+        assert (a < b) == (a.epoch < b.epoch)
+        assert (a.encode() < b.encode()) == (a.epoch < b.epoch)
+    for p in (a, b):
+        assert BinlogPosition.from_dict(p.to_dict()) == p.boundary() and BinlogPosition.from_dict(p.to_dict()).file == p.file
+        assert BinlogPosition.decode(p.encode(), "mysql-bin").file == p.file
+        assert BinlogPosition.from_version(p.boundary().to_version(), "mysql-bin") == p.boundary()
+        assert p.boundary().to_version() < 2**63
+        assert BinlogPosition.decode(p.encode()).in_file_of(p).file == p.file
+
+
+def test_a_gtid_state_moves_on_by_the_gtids_passed_per_domain():
+    from airflow_provider_dblog.core.positions import merge_gtids
+
+    assert merge_gtids("0-1-5", ["0-1-6", "0-2-7"]) == "0-2-7"
+    assert merge_gtids("0-1-5,1-3-9", ["1-3-10"]) == "0-1-5,1-3-10"
+    assert merge_gtids("", ["2-1-1", "0-1-4"]) == "0-1-4,2-1-1"
+    assert merge_gtids("0-1-5", []) == "0-1-5"

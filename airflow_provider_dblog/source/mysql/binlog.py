@@ -11,7 +11,9 @@ import pymysql
 # imported here, not where used: two reader threads importing the package at once can see one of
 # its modules half initialised (a circular import inside python-mysql-replication)
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import ExecuteLoadQueryEvent, NotImplementedEvent, QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.event import (
+    ExecuteLoadQueryEvent, MariadbGtidEvent, NotImplementedEvent, QueryEvent, RotateEvent, XidEvent,
+)
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_dblog.core.errors import DblogError
@@ -36,7 +38,7 @@ def current_position(client: MySqlClient) -> BinlogPosition:
     rows = client.query(binlog_status_sql(client.version))
     if not rows:
         raise DblogError(f"binary logging is off on {client.config.address}: {SERVER_CONFIG_FIX}")
-    return BinlogPosition.at(rows[0][0], rows[0][1])
+    return client.position(rows[0][0], rows[0][1])
 
 
 def binlog_sizes(client: MySqlClient) -> dict[str, int]:
@@ -108,7 +110,7 @@ def commit_after(client: MySqlClient, start: BinlogPosition, max_events: int) ->
     for event in listed_events(client, start, files, page=max(min(max_events, SCAN_PAGE), 1)):
         seen += 1
         if event.is_commit:
-            last = BinlogPosition.at(event.file, event.end_pos)
+            last = client.position(event.file, event.end_pos)
         if last is not None and seen >= max_events:
             return last
     return last
@@ -204,6 +206,7 @@ class BinlogStream:
     def __init__(self, client: MySqlClient, server_id_range: tuple[int, int]):
         self.client = client
         self.server_id_range = server_id_range
+        self.gtids: dict[int, str] = {}  # per domain the last GTID the last read passed (MariaDB)
 
     def _stream(self, start: BinlogPosition, schemas: Sequence[str], tables: Sequence[str]):
         config = self.client.config
@@ -215,7 +218,7 @@ class BinlogStream:
             log_file=start.file, log_pos=start.offset, is_mariadb=False,
             # every event the library does not decode comes as NotImplementedEvent: decoded here or refused
             only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
-                         NotImplementedEvent, ExecuteLoadQueryEvent],
+                         NotImplementedEvent, ExecuteLoadQueryEvent, MariadbGtidEvent],
             filter_non_implemented_events=False,
             only_schemas=list(set(schemas)), only_tables=list(set(tables)), enable_logging=False,
         )
@@ -240,18 +243,22 @@ class BinlogStream:
         wanted = set(metas) | set(extra_tables)
         images = RowImages(metas, row_converter)
         boundary = start  # the last transaction end seen: where a DDL statement starts
+        self.gtids = {}
         stream = self._stream(start, [t.split(".")[0] for t in wanted], [t.split(".", 1)[1] for t in wanted])
         try:
             for event in stream:
                 log_pos = event.packet.log_pos
                 if not log_pos or isinstance(event, RotateEvent):
                     continue  # a rotate's log_pos belongs to the file it closes, log_file is already the next
-                pos = BinlogPosition.at(stream.log_file, log_pos)
+                pos = self.client.position(stream.log_file, log_pos)
                 if end is not None and pos > end.as_snapshot():
                     return
                 if pos <= start.as_snapshot():
                     continue
                 statement = None
+                if isinstance(event, MariadbGtidEvent):
+                    self.gtids[event.domain_id] = event.gtid
+                    continue
                 if isinstance(event, NotImplementedEvent):
                     if event.event_type == compressed.QUERY_COMPRESSED:
                         statement = compressed.query(event)

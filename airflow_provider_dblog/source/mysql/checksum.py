@@ -60,7 +60,7 @@ def checksum_chunks(client: MySqlClient, meta: TableMeta, chunks: Sequence[Chunk
                 raise DblogError(f"checksum verify needs the exact binlog position of a consistent snapshot "
                                  f"(MariaDB or Percona Server); {client.config.address} runs {client.version}: "
                                  f"compare row by row with dblog verify --rows")
-            position = BinlogPosition.at(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
+            position = client.position(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
             for chunk in chunks:
                 cur.execute(checksum_sql(meta, chunk))
                 row = cur.fetchone()

@@ -9,6 +9,7 @@ import pymysql
 
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.positions import BinlogPosition
 
 
 class SharedTlsConnection(pymysql.connections.Connection):
@@ -40,10 +41,15 @@ def binlog_status_sql(version: str) -> str:
 class MySqlClient:
     """One lazily opened control connection (autocommit, UTC session) and the queries on it."""
 
-    def __init__(self, config: SourceConfig):
+    def __init__(self, config: SourceConfig, epoch: int = 0):
         self.config = config
+        self.epoch = epoch  # the capture's how-many-th server this is (``core.positions``: after failovers)
         self._conn: pymysql.connections.Connection | None = None
         self._version: str | None = None
+
+    def position(self, file: str, offset: int, row: int = 0) -> BinlogPosition:
+        """A position this server reports (its binlog ``file`` and ``offset``) in the capture's order."""
+        return BinlogPosition.at(file, offset, row, self.epoch)
 
     def connect(self, database: str | None = None) -> pymysql.connections.Connection:
         try:

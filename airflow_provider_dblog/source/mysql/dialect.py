@@ -29,10 +29,10 @@ DEFAULT_SERVER_IDS = (1_000_000, 2_000_000_000)
 
 class MySqlDialect:
     def __init__(self, config: SourceConfig, watermark_table: str | None = None,
-                 server_id_range: tuple[int, int] = DEFAULT_SERVER_IDS):
+                 server_id_range: tuple[int, int] = DEFAULT_SERVER_IDS, epoch: int = 0):
         self.config = config
         self.watermark_table = watermark_table
-        self.client = MySqlClient(config)
+        self.client = MySqlClient(config, epoch)
         self.stream = binlog.BinlogStream(self.client, tuple(server_id_range))
         self.key_order = KeyOrder(self.client)
 
@@ -109,6 +109,15 @@ class MySqlDialect:
             return self.client.scalar(f"SELECT {var}")
         except pymysql.MySQLError:
             return None
+
+    def gtid_at(self, position: BinlogPosition) -> str | None:
+        return startup.gtid_at(self.client, position)
+
+    def gtids_read(self) -> dict[int, str]:
+        return dict(self.stream.gtids)
+
+    def position_after_gtid(self, gtid: str) -> BinlogPosition:
+        return startup.gtid_position(self.client, gtid)
 
     def ensure_available(self, position: BinlogPosition) -> None:
         binlog.ensure_available(self.client, position)

@@ -50,7 +50,7 @@ def checked_position(client: MySqlClient, position: BinlogPosition) -> BinlogPos
     files = list(sizes)
     if position.file not in sizes:
         oldest = files[0] if files else "none"
-        if files and position.seq < BinlogPosition.at(oldest, 4).seq:
+        if files and position.seq < client.position(oldest, 4).seq:
             raise DblogError(f"startup position {position} was purged from {client.config.address} (oldest binlog is "
                              f"{oldest}): choose a later position, or snapshot the table (--startup initial)")
         raise DblogError(f"startup position {position}: {client.config.address} has no binlog {position.file} "
@@ -96,16 +96,29 @@ def gtid_position(client: MySqlClient, gtid_set: str) -> BinlogPosition:
     if first is None:
         raise DblogError(f"startup GTID {text} was purged from {client.config.address} (the oldest binlog "
                          f"{files[0]} starts after it): choose a later GTID or --startup initial")
-    for event in listed_events(client, BinlogPosition.at(files[first], 4), files[first:]):
+    for event in listed_events(client, client.position(files[first], 4), files[first:]):
         found = _GTID.search(event.info) if event.kind == "Gtid" else None
         if found and int(found.group(1)) == domain and int(found.group(3)) > seq:
-            return BinlogPosition.at(event.file, event.pos)
+            return client.position(event.file, event.pos)
     return current_position(client)
+
+
+def gtid_at(client: MySqlClient, position: BinlogPosition) -> str | None:
+    """MariaDB's GTID state at a boundary of this server's binlog (``BINLOG_GTID_POS``, which reads the
+    file up to it: asked once per tail start, not per batch); None on MySQL, for another server's position
+    or without GTIDs."""
+    if not client.is_mariadb or position.epoch != client.epoch:
+        return None
+    try:
+        value = client.scalar("SELECT BINLOG_GTID_POS(%s, %s)", (position.file, position.offset))
+    except pymysql.MySQLError:
+        return None
+    return value or None
 
 
 def _gtid_list(client: MySqlClient, file: str) -> dict[int, int]:
     """The last sequence per domain before ``file`` (its ``Gtid_list`` event, among its first events)."""
-    for event in islice(listed_events(client, BinlogPosition.at(file, 4), [file], page=8), 8):
+    for event in islice(listed_events(client, client.position(file, 4), [file], page=8), 8):
         if event.kind == "Gtid_list":
             last: dict[int, int] = {}
             for domain, _, seq in _GTID.findall(event.info):
@@ -152,13 +165,13 @@ def timestamp_position(client: MySqlClient, server_ids: tuple[int, int], timesta
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if started(files[mid]) < second else (lo, mid - 1)
     stream = _stream(client, server_ids, files[lo], [GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent])
-    boundary = BinlogPosition.at(files[lo], 4)
+    boundary = client.position(files[lo], 4)
     try:
         for event in stream:
             log_pos = event.packet.log_pos
             if not log_pos:
                 continue
-            pos = BinlogPosition.at(stream.log_file, log_pos)
+            pos = client.position(stream.log_file, log_pos)
             if pos > now:
                 break
             query = event.query.strip().upper() if isinstance(event, QueryEvent) else ""

@@ -110,7 +110,7 @@ class ConsistentSnapshotWatermark(PositionWatermark):
                 status = {k.lower(): v for k, v in cur.fetchall()}
             finally:
                 cur.execute("COMMIT")
-        self.lw = BinlogPosition.at(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
+        self.lw = self.client.position(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
 
 
 class TableWatermark:
