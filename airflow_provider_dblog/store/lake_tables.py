@@ -49,6 +49,7 @@ METADATA = ("_op", "_pos", "_ts_ms", "_chunk")
 _OPENED = threading.local()  # DeltaTable objects of this thread, by URI
 MAX_ATTEMPTS = 30
 MEMORY_BYTES = 256 * 1024 * 1024  # changes applied to ``current`` in one MERGE; more go chunk by chunk
+SCAN_BATCH_ROWS = 65_536
 
 
 def chunk_app(chunk_id: int) -> str:
@@ -620,7 +621,11 @@ class LakeTables:
         with tempfile.TemporaryDirectory(prefix="dblog-apply-") as spill:
             writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
             try:
-                for batch in changelog.to_pyarrow_dataset().to_batches(columns=names, filter=expression):
+                # one file at a time, small batches: the scan's read-ahead would otherwise hold several
+                # whole row groups of a huge transaction's files
+                for batch in changelog.to_pyarrow_dataset().to_batches(columns=names, filter=expression,
+                                                                        batch_size=SCAN_BATCH_ROWS, batch_readahead=1,
+                                                                        fragment_readahead=1):
                     part = conform(pa.Table.from_batches([batch]), self.current_schema)
                     for chunk_id in pc.unique(part["_chunk"]).to_pylist():
                         if chunk_id not in writers:

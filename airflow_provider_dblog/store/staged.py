@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from airflow_provider_dblog.store.atomic import dictionary_columns
 from airflow_provider_dblog.store.files import Files
 
+ROW_GROUP_ROWS = 131_072  # a reader streams a staged file a row group at a time
 STATS_COLUMNS = ("_op", "_pos", "_ts_ms", "_chunk")  # the metadata readers filter on: Delta stats for each file
 
 
@@ -65,7 +66,8 @@ def stage(table_uri: str, rows: pa.Table, partition: dict[str, str] | None = Non
     if files.local is not None:
         files.local.joinpath(folder).mkdir(parents=True, exist_ok=True)
     with files.fs.open_output_stream(path) as out:
-        pq.write_table(rows, out, compression="snappy", use_dictionary=dictionary_columns(rows.schema) or False)
+        pq.write_table(rows, out, compression="snappy", use_dictionary=dictionary_columns(rows.schema) or False,
+                       row_group_size=ROW_GROUP_ROWS)
     size = files.fs.get_file_info(path).size
     return StagedFile(name, size, rows.num_rows, file_stats(rows), base64.b64encode(
         rows.schema.serialize().to_pybytes()).decode(), partition)

@@ -172,8 +172,11 @@ def test_truncate_writes_delete_rows_so_the_changelog_replays_to_current(mariadb
 
 
 def test_positions_know_their_server(tmp_path):
-    """Another server_id (a promoted replica answering at the same address) or a binlog reset under the
-    lake's positions (RESET MASTER) stops the tail in one line; nothing is read or written."""
+    """Another server_id whose binlog continues the lake's GTIDs (a promoted replica answering at the same
+    address) is followed by GTID; without a GTID recorded to prove it, or after a binlog reset under the
+    lake's positions (RESET MASTER), the tail stops in one line and nothing is read or written."""
+    import json
+
     from tests.support.local_mariadb import LocalMariaDB
 
     with LocalMariaDB(tmp_path / "own", server_id=7) as server:
@@ -182,10 +185,24 @@ def test_positions_know_their_server(tmp_path):
         server.sql("UPDATE s.t SET v = 1")
         code, _, err = _tail(state, sink)
         assert code == 0, err
-        server.sql("SET GLOBAL server_id = 8")
+        server.sql("SET GLOBAL server_id = 8", "UPDATE s.t SET v = 2 WHERE id < 50")
         code, _, err = _tail(state, sink)
-        assert code != 0 and "belong to server server_id 7" in one_error_line(err) and "server_id 8" in err
-        server.sql("SET GLOBAL server_id = 7", "RESET MASTER")
+        assert code == 0 and "promoted server server_id 8" in err, err[-2000:]
+        code, result = _verify_rows(state, sink, "s.t")
+        assert code == 0 and result["equal"], result
+
+        positions = tmp_path / "state" / "tail_positions.json"  # a capture whose positions carry no GTID
+        recorded = json.loads(positions.read_text())
+        positions.write_text(json.dumps({"tables": {t: {k: v for k, v in e.items() if k != "gtid"}
+                                                    for t, e in recorded["tables"].items()}}))
+        for caught_up in (tmp_path / "state" / "caught_up").glob("*.json"):
+            caught_up.unlink()
+        server.sql("SET GLOBAL server_id = 9")
+        code, _, err = _tail(state, sink)
+        assert code != 0 and "no GTID was recorded" in one_error_line(err), err[-2000:]
+        positions.write_text(json.dumps(recorded))
+
+        server.sql("SET GLOBAL server_id = 8", "RESET MASTER")
         code, _, err = _tail(state, sink)
         assert code != 0 and "RESET MASTER" in one_error_line(err)
 
