@@ -30,25 +30,40 @@ DRIVER_CATCH_UP_BYTES = 64 * 1024 * 1024
 def catch_up_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, table: str, offsets: TableOffsets,
                        now: BinlogPosition, limit_bytes: int = DRIVER_CATCH_UP_BYTES,
                        schema_changes: str = "evolve", gtid: Callable[[], str | None] = lambda: None) -> int | None:
-    """Read ``[resume position, now)`` of ``table`` here if it is at most ``limit_bytes`` of binlog; returns
-    the rows written, or None (the range is Spark's). ``gtid()``: the server's GTID state at ``now``."""
-    if limit_bytes <= 0:
+    """``catch_up_tables_in_driver`` of one table: the rows written, or None (the range is Spark's)."""
+    read = catch_up_tables_in_driver(state, sink, dialect, {table: offsets}, now, limit_bytes, schema_changes, gtid)
+    return None if read is None else read[table]
+
+
+def catch_up_tables_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, tables: dict[str, TableOffsets],
+                              now: BinlogPosition, limit_bytes: int = DRIVER_CATCH_UP_BYTES,
+                              schema_changes: str = "evolve", gtid: Callable[[], str | None] = lambda: None
+                              ) -> dict[str, int] | None:
+    """Read each table's ``[resume position, now)`` here, in one read of the binlog from the smallest of them,
+    if that is at most ``limit_bytes`` of binlog; returns the rows written per table, or None (the range is
+    Spark's). ``gtid()``: the server's GTID state at ``now``."""
+    if limit_bytes <= 0 or not tables:
         return None
-    start = state.resume_position(table, offsets.min_hw)
+    floors = {name: state.resume_position(name, offsets.min_hw) for name, offsets in tables.items()}
+    start = min(floors.values())
     size = dialect.range_bytes(start, now)
     if size is None or size > limit_bytes or now <= start:
         return None
     started = time.time()
-    meta = state.table(table).meta
-    schema = dialect.arrow_schema(meta)
-    items = [item for _, item in ChangeReader({table: TableStream(meta, offsets, start)}, dialect).batches(now)]
-    parts = [i for i in items if isinstance(i, pa.RecordBatch)]
-    ddl = [i for i in items if isinstance(i, SchemaChange)]
-    lake = LakeTables(sink, table, schema, meta.key_columns)
-    ChangeCommitter(state, lake, dialect, schema_changes, sink=sink).commit(parts, ddl, now)
-    rows = sum(p.num_rows for p in parts)
-    state.write_caught_up(table, start, now, gtid())
-    state.record_tail_positions({table: now}, gtid())
-    log.info("tail: %s caught up in the driver: %d rows from %s bytes of binlog [%s, %s) in %.1fs "
-             "(a streaming tail continues from there)", table, rows, f"{size:,}", start, now, time.time() - started)
+    metas = {name: state.table(name).meta for name in tables}
+    streams = {name: TableStream(metas[name], tables[name], floors[name]) for name in tables}
+    parts: dict[str, list[pa.RecordBatch]] = {name: [] for name in tables}
+    ddl: dict[str, list[SchemaChange]] = {name: [] for name in tables}
+    for name, item in ChangeReader(streams, dialect).batches(now):
+        (ddl if isinstance(item, SchemaChange) else parts)[name].append(item)
+    rows = {}
+    for name in tables:
+        lake = LakeTables(sink, name, dialect.arrow_schema(metas[name]), metas[name].key_columns)
+        ChangeCommitter(state, lake, dialect, schema_changes, sink=sink).commit(parts[name], ddl[name], now)
+        rows[name] = sum(p.num_rows for p in parts[name])
+        state.write_caught_up(name, floors[name], now, gtid())
+    state.record_tail_positions(dict.fromkeys(tables, now), gtid())
+    log.info("tail: %d tables caught up in the driver: %d rows from %s bytes of binlog [%s, %s) in %.1fs "
+             "(a streaming tail continues from there)", len(tables), sum(rows.values()), f"{size:,}", start, now,
+             time.time() - started)
     return rows

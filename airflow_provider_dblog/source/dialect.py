@@ -5,7 +5,7 @@ in-memory one for tests of the algorithm."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Protocol, Sequence
+from typing import Iterator, Mapping, Protocol, Sequence
 
 import pyarrow as pa
 
@@ -111,6 +111,9 @@ class DataSourceDialect(Protocol):
 
     def scan_changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[str]) -> RangeScan:
         """A cheap proof that ``[start, end)`` holds no row change of ``tables``."""
+
+    def scan_each(self, floors: Mapping[str, BinlogPosition], end: BinlogPosition) -> dict[str, RangeScan]:
+        """Per table the proof for ``[its floor, end)``, from one pass over the range whatever the tables."""
 
     def range_bytes(self, start: BinlogPosition, end: BinlogPosition) -> int | None:
         """Binlog bytes in ``[start, end)``; None when unknown."""

@@ -87,21 +87,16 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             if available_now:  # before Spark: nothing to read, or little enough to read here
                 now = dialect.current_position()
                 now_gtid = functools.cache(lambda: dialect.gtid_at(now))  # asked once, if a table needs it
-                for name in names:
-                    if skip_catch_up(state, dialect, name, offsets[name].min_hw, now, recorded, now_gtid):
-                        skipped.append(name)
-                    elif driver_catch_up_bytes > 0:
-                        from airflow_provider_dblog.local.catch_up import catch_up_in_driver
+                skipped = skip_catch_ups(state, dialect, {n: offsets[n].min_hw for n in names}, now, recorded,
+                                         now_gtid)
+                changed = [n for n in names if n not in skipped]
+                if changed and driver_catch_up_bytes > 0:
+                    from airflow_provider_dblog.local.catch_up import catch_up_tables_in_driver
 
-                        read = catch_up_in_driver(state, sink, dialect, name, offsets[name], now,
-                                                  driver_catch_up_bytes, schema_changes, now_gtid)
-                        if read is None:
-                            continue
-                        in_driver.append(name)
-                        rows[name] = read
-                    else:
-                        continue
-                    settled[name] = now
+                    read = catch_up_tables_in_driver(state, sink, dialect, {n: offsets[n] for n in changed}, now,
+                                                     driver_catch_up_bytes, schema_changes, now_gtid)
+                    in_driver, rows = sorted(read or {}), dict(read or {})
+                settled.update(dict.fromkeys([*skipped, *in_driver], now))
             todo = [name for name in names if name not in settled]
             started, restarts = time.time(), 0
             tracker = LagTracker(dialect)
@@ -284,22 +279,31 @@ def tail_lock(state: StateDir):
 
 def skip_catch_up(state: StateDir, dialect, table: str, min_hw: BinlogPosition, now: BinlogPosition,
                   recorded: dict | None = None, gtid: Callable[[], str | None] = lambda: None) -> bool:
-    """An available-now catch-up of ``table`` can be skipped when the binlog from the table's floor (where
-    the lake holds every change of it) to ``now`` holds no row event or DDL statement of it; then record
-    ``[floor, now)`` as checked (``state.caught_up``: the next read of the table starts at ``now``, so an
-    idle table pins no old binlog file) and return True."""
-    position = state.resume_position(table, min_hw, recorded)
-    if now < position:
-        return False
-    scan = dialect.scan_changes(position, now, [table]) if position < now else None
-    if scan is not None and not scan.clean:
-        log.info("tail: %s may have changes in [%s, %s) (%s): running the catch-up", table, position, now,
-                 scan.reason)
-        return False
-    state.write_caught_up(table, position, now, gtid())
-    log.info("tail: %s has no changes in [%s, %s): skipped (%d binlog events checked)", table, position, now,
-             scan.events if scan else 0)
-    return True
+    """``skip_catch_ups`` of one table: True if it was skipped."""
+    return bool(skip_catch_ups(state, dialect, {table: min_hw}, now, recorded, gtid))
+
+
+def skip_catch_ups(state: StateDir, dialect, min_hws: dict[str, BinlogPosition], now: BinlogPosition,
+                   recorded: dict | None = None, gtid: Callable[[], str | None] = lambda: None) -> list[str]:
+    """The tables whose available-now catch-up can be skipped: the binlog from the table's floor (where the
+    lake holds every change of it) to ``now`` holds no row event or DDL statement of it, as one pass over
+    the binlog proves for all of them (``DataSourceDialect.scan_each``). For each, ``[floor, now)`` is
+    recorded as checked (``state.caught_up``: the next read of the table starts at ``now``, so an idle
+    table pins no old binlog file)."""
+    floors = {t: state.resume_position(t, min_hw, recorded) for t, min_hw in min_hws.items()}
+    floors = {t: floor for t, floor in floors.items() if floor <= now}
+    scans = dialect.scan_each({t: floor for t, floor in floors.items() if floor < now}, now) if floors else {}
+    skipped = []
+    for table, floor in floors.items():
+        scan = scans.get(table)
+        if scan is not None and not scan.clean:
+            log.info("tail: %s may have changes in [%s, %s) (%s): running the catch-up", table, floor, now, scan.reason)
+            continue
+        state.write_caught_up(table, floor, now, gtid())
+        log.info("tail: %s has no changes in [%s, %s): skipped (%d binlog events checked)", table, floor, now,
+                 scan.events if scan else 0)
+        skipped.append(table)
+    return skipped
 
 
 class LagTracker:

@@ -230,6 +230,9 @@ class InMemoryDialect:
         found = any(start < tx.commit <= end and any(t in tables for t, _, _ in tx.rows) for tx in self.server.binlog)
         return RangeScan(not found, len(self.server.binlog), "changes found" if found else "")
 
+    def scan_each(self, floors, end) -> dict:
+        return {table: self.scan_changes(floor, end, [table]) for table, floor in floors.items()}
+
     def range_bytes(self, start, end) -> int | None:
         return max(0, end.offset - start.offset)
 

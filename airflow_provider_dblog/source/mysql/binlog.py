@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import pymysql
 # imported here, not where used: two reader threads importing the package at once can see one of
@@ -118,35 +118,72 @@ def commit_after(client: MySqlClient, start: BinlogPosition, max_events: int) ->
 
 def scan_table_events(client: MySqlClient, start: BinlogPosition, end: BinlogPosition, tables: Iterable[str],
                       max_events: int = MAX_SCAN_EVENTS, page: int = SCAN_PAGE) -> RangeScan:
-    """Whether ``[start, end)`` holds no row event of ``tables``. Every rows event follows a ``Table_map``
-    naming its table, so a range without one of them holds no change of it. Names compare case-
-    insensitively: a false match only costs the caller the normal read, a missed one would lose changes."""
-    wanted = {t.lower() for t in tables}
-    if end <= start:
-        return RangeScan(True, 0)
+    """Whether ``[start, end)`` holds no row event of ``tables`` (the first change found says why not)."""
+    scans = scan_each_table(client, dict.fromkeys(tables, start), end, max_events, page, first_only=True)
+    dirty = [scan for scan in scans.values() if not scan.clean]
+    return min(dirty, key=lambda scan: scan.events) if dirty else RangeScan(True, max(
+        (scan.events for scan in scans.values()), default=0))
+
+
+def scan_each_table(client: MySqlClient, floors: Mapping[str, BinlogPosition], end: BinlogPosition,
+                    max_events: int = MAX_SCAN_EVENTS, page: int = SCAN_PAGE, first_only: bool = False
+                    ) -> dict[str, RangeScan]:
+    """Per table, whether ``[its floor, end)`` holds no row event or DDL statement of it: one pass over the
+    binlog from the smallest floor, whatever the number of tables (stops when every table has a change, or
+    at the first with ``first_only``, leaving out the tables not scanned to the end). Every rows event follows a ``Table_map`` naming its table, so a range
+    without one of them holds no change of it. Names compare case-insensitively: a false match only costs
+    the caller the normal read, a missed one would lose changes."""
+    names = {t.lower(): t for t in floors}
+    out: dict[str, RangeScan] = {t: RangeScan(True, 0) for t, floor in floors.items() if end <= floor}
+    todo = {t.lower(): floor for t, floor in floors.items() if t not in out}
+    if not todo:
+        return out
+    start = min(todo.values())
+    found = []
+
+    def dirty(tables, seen: int, reason: str) -> None:
+        for lower in tables:
+            if lower in todo:
+                out[names[lower]] = RangeScan(False, seen, reason)
+                del todo[lower]
+                found.append(lower)
+
     try:
         files = list(binlog_sizes(client))
         if start.file not in files or end.file not in files:
-            return RangeScan(False, 0, f"binlog {start.file if start.file not in files else end.file} is not listed")
+            missing = start.file if start.file not in files else end.file
+            dirty(list(todo), 0, f"binlog {missing} is not listed")
+            return out
         seen = 0
         for event in listed_events(client, start, files[:files.index(end.file) + 1], page):
             if event.file == end.file and event.pos >= end.offset:
                 break
             seen += 1
+            at = client.position(event.file, event.pos)
+            after = [lower for lower, floor in todo.items() if at >= floor]
             if event.kind == "Table_map":
                 match = _TABLE_MAP.search(event.info)
-                if match is None or match.group("name").lower() in wanted:
-                    return RangeScan(False, seen, f"row events of {match.group('name') if match else '?'} "
-                                                  f"at {event.file}:{event.pos}")
-            elif event.kind in ("Query", "Query_compressed") and (what := _names_table(event.info, wanted)):
-                return RangeScan(False, seen, f"a {what} at {event.file}:{event.pos}")
+                name = match.group("name").lower() if match else None
+                if name is None or name in todo:
+                    dirty(after if name is None else [n for n in after if n == name], seen,
+                          f"row events of {match.group('name') if match else '?'} at {event.file}:{event.pos}")
+            elif event.kind in ("Query", "Query_compressed"):
+                what, named = _names_tables(event.info, set(todo))
+                if what:
+                    dirty([n for n in after if n in named], seen, f"a {what} at {event.file}:{event.pos}")
             elif event.kind not in LISTED_WITHOUT_CHANGES:
-                return RangeScan(False, seen, f"a {event.kind} event at {event.file}:{event.pos}")
+                dirty(after, seen, f"a {event.kind} event at {event.file}:{event.pos}")
+            if not todo or (first_only and found):
+                break
             if seen > max_events:
-                return RangeScan(False, seen, f"more than {max_events:,} events to scan")
-        return RangeScan(True, seen)
+                dirty(list(todo), seen, f"more than {max_events:,} events to scan")
+                break
+        if not (first_only and found):  # with first_only, the tables not scanned to the end are left out
+            out.update({names[lower]: RangeScan(True, seen) for lower in todo})
+        return out
     except pymysql.MySQLError as exc:
-        return RangeScan(False, 0, f"SHOW BINLOG EVENTS failed: {exc.args[-1] if exc.args else exc}")
+        dirty(list(todo), 0, f"SHOW BINLOG EVENTS failed: {exc.args[-1] if exc.args else exc}")
+        return out
 
 
 _USE = re.compile(r"^use\s+(`(?:[^`]|``)+`|\S+)\s*;\s*", re.I)
@@ -162,16 +199,18 @@ LISTED_WITHOUT_CHANGES = {"Query", "Query_compressed", "Table_map", "Xid", "Gtid
                           "Delete_rows_compressed"}
 
 
-def _names_table(info: str, wanted: set[str]) -> str:
-    """What a listed Query event (``use `db`; STATEMENT``) naming a ``wanted`` table is: "DDL statement",
-    "statement-logged DML", or "" when it names none."""
+def _names_tables(info: str, wanted: set[str]) -> tuple[str, set[str]]:
+    """What a listed Query event (``use `db`; STATEMENT``) naming ``wanted`` tables (lower case) is ("DDL
+    statement", "statement-logged DML", or "" when it names none) and which of them it names."""
     match = _USE.match(info)
     default_db = match.group(1).strip("`") if match else ""
     statement = info[match.end():] if match else info
-    if captured_ddl(statement, default_db, wanted)[1]:
-        return "DDL statement"
+    named = {n.lower() for n in captured_ddl(statement, default_db, wanted)[1]}
+    if named:
+        return "DDL statement", named
     dml = dml_tables(statement, default_db)
-    return "statement-logged DML" if dml is not None and any(n.lower() in wanted for n in dml[1]) else ""
+    named = {n.lower() for n in dml[1]} & wanted if dml is not None else set()
+    return ("statement-logged DML", named) if named else ("", set())
 
 
 def captured_ddl(statement: str, default_db: str, tables) -> tuple[str, list[str]]:

@@ -2,7 +2,7 @@
 modules beside it (one concern each)."""
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -137,6 +137,9 @@ class MySqlDialect:
 
     def scan_changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[str]) -> RangeScan:
         return binlog.scan_table_events(self.client, start, end, tables)
+
+    def scan_each(self, floors: Mapping[str, BinlogPosition], end: BinlogPosition) -> dict[str, RangeScan]:
+        return binlog.scan_each_table(self.client, floors, end)
 
     def range_bytes(self, start: BinlogPosition, end: BinlogPosition) -> int | None:
         return binlog.range_bytes(self.client, start, end)
