@@ -89,19 +89,19 @@ def test_checksum_verify_finds_exactly_the_planted_drift_and_repairs_it(mariadb,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ddl", ["ADD COLUMN extra VARCHAR(10) NOT NULL DEFAULT 'dflt'", "MODIFY COLUMN v BIGINT"])
-def test_a_reread_after_a_schema_change_followed_in_place_keeps_it(mariadb, db, spark, tmp_path, ddl):
-    """Issue 25 class 3: a schema change followed in place (no re-read), then a re-snapshot of some
-    chunks: they are read with the table's live columns, not the plan's, so ``current`` keeps the added
-    column (or the widened type) and verify finds nothing."""
+def test_a_reread_after_a_schema_change_followed_in_place_keeps_it(mariadb, db, spark, tmp_path):
+    """Issue 25 class 3: schema changes followed in place (no re-read: an added column, a widened type),
+    then a re-snapshot of some chunks: they are read with the table's live columns, not the plan's, so
+    ``current`` keeps the added column and the widened type and verify finds nothing."""
     from airflow_provider_dblog.steps.resnapshot import resnapshot
 
     table = f"{db}.r"
     mariadb.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT, note VARCHAR(20))",
                 f"INSERT INTO {table} SELECT seq, seq, 'n' FROM seq_1_to_400", db=db)
     state, sink = captured(mariadb.uri(), table, tmp_path, 100)
-    mariadb.sql(f"ALTER TABLE {table} {ddl}", f"UPDATE {table} SET v = 3000000000 WHERE id = 5"
-                if "BIGINT" in ddl else f"UPDATE {table} SET extra = 'set' WHERE id = 5")
+    mariadb.sql(f"ALTER TABLE {table} ADD COLUMN extra VARCHAR(10) NOT NULL DEFAULT 'dflt'",
+                f"ALTER TABLE {table} MODIFY COLUMN v BIGINT",
+                f"UPDATE {table} SET v = 3000000000, extra = 'set' WHERE id = 5")
     code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
     assert code == 0, err
     resnapshot(state, sink, table, chunk_ids="0,2", spark=spark)
