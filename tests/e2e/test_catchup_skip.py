@@ -71,6 +71,13 @@ def test_scan_sees_only_row_events_and_ddl_of_the_asked_table(mariadb, db):
         assert after.seq > end.seq
         assert not scan_table_events(dialect.client, end, after, [f"{db}.a"]).clean
         assert scan_table_events(dialect.client, end, after, [f"{db}.zz"]).clean
+        # every table in one pass, each from its own floor: a change before a table's floor is not its
+        scans = dialect.scan_each({f"{db}.a": start, f"{db}.ab": start, f"{db}.a.b": middle, f"{db}.zz": start,
+                                   f"{db}.late": after}, after)
+        assert not scans[f"{db}.a"].clean and "DDL statement" in scans[f"{db}.a"].reason
+        assert not scans[f"{db}.ab"].clean and f"{db}.ab at " in scans[f"{db}.ab"].reason
+        assert scans[f"{db}.a.b"].clean and scans[f"{db}.zz"].clean and scans[f"{db}.late"].clean
+        assert not dialect.scan_each({f"{db}.ab": middle}, after)[f"{db}.ab"].clean  # the UPDATE after end
     finally:
         dialect.close()
 

@@ -160,19 +160,22 @@ def scan_each_table(client: MySqlClient, floors: Mapping[str, BinlogPosition], e
                 break
             seen += 1
             at = client.position(event.file, event.pos)
-            after = [lower for lower, floor in todo.items() if at >= floor]
+
+            def past_floor(tables) -> list[str]:  # of ``tables``, those whose floor is at or before the event
+                return [n for n in tables if n in todo and at >= todo[n]]
+
             if event.kind == "Table_map":
                 match = _TABLE_MAP.search(event.info)
                 name = match.group("name").lower() if match else None
                 if name is None or name in todo:
-                    dirty(after if name is None else [n for n in after if n == name], seen,
+                    dirty(past_floor(list(todo) if name is None else [name]), seen,
                           f"row events of {match.group('name') if match else '?'} at {event.file}:{event.pos}")
             elif event.kind in ("Query", "Query_compressed"):
-                what, named = _names_tables(event.info, set(todo))
+                what, named = _names_tables(event.info, todo.keys())
                 if what:
-                    dirty([n for n in after if n in named], seen, f"a {what} at {event.file}:{event.pos}")
+                    dirty(past_floor(named), seen, f"a {what} at {event.file}:{event.pos}")
             elif event.kind not in LISTED_WITHOUT_CHANGES:
-                dirty(after, seen, f"a {event.kind} event at {event.file}:{event.pos}")
+                dirty(past_floor(list(todo)), seen, f"a {event.kind} event at {event.file}:{event.pos}")
             if not todo or (first_only and found):
                 break
             if seen > max_events:
