@@ -1,6 +1,8 @@
-"""``DblogHook``: an Airflow ``mysql`` connection -> ``SourceConfig`` and the MySQL/MariaDB dialect.
+"""``DblogHook``: an Airflow ``mysql`` or ``postgres`` connection -> ``SourceConfig`` and the source's dialect.
 
-The connection holds host, port, login, password and (optionally) schema; its extras may hold::
+The connection holds host, port, login, password and (optionally for MySQL) schema; a ``postgres``
+connection's schema field is its database (required: a PostgreSQL capture is one database, its tables
+``SCHEMA.TABLE``). A MySQL connection's extras may hold::
 
     {"watermark": "auto|position|watermark_table|consistent_snapshot",
      "watermark_table": "DB.TABLE",
@@ -22,10 +24,13 @@ from typing import Any, Iterator
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_dblog.core.config import PASSWORD_ENV, SourceConfig, server_id_range, watermark_strategy
+from airflow_provider_dblog.core.config import (
+    DEFAULT_PORTS, PASSWORD_ENV, SourceConfig, server_id_range, watermark_strategy,
+)
 from airflow_provider_dblog.core.errors import DblogError
 
-CONN_TYPES = ("mysql", "mariadb", "dblog")
+POSTGRES_CONN_TYPES = ("postgres", "postgresql")
+CONN_TYPES = ("mysql", "mariadb", "dblog", *POSTGRES_CONN_TYPES)
 AWS_CONN_TYPES = ("aws", "s3")
 
 
@@ -71,7 +76,7 @@ class DblogHook(BaseHook):
             conn = self.get_connection(self.dblog_conn_id)
             if conn.conn_type and conn.conn_type.lower() not in CONN_TYPES:
                 raise DblogError(f"connection {self.dblog_conn_id!r} has type {conn.conn_type!r}: dblog reads a "
-                                 f"MySQL/MariaDB connection (type mysql)")
+                                 f"MySQL/MariaDB connection (type mysql) or a PostgreSQL one (type postgres)")
             if not conn.host or not conn.login:
                 raise DblogError(f"connection {self.dblog_conn_id!r} needs a host and a login")
             _mask(conn.password or "")
@@ -84,11 +89,15 @@ class DblogHook(BaseHook):
 
     def source_config(self) -> SourceConfig:
         conn = self.connection
+        scheme = "postgresql" if (conn.conn_type or "").lower() in POSTGRES_CONN_TYPES else "mysql"
         try:
-            port = int(conn.port or 3306)
+            port = int(conn.port or DEFAULT_PORTS[scheme])
         except (TypeError, ValueError):
             raise DblogError(f"connection {self.dblog_conn_id!r}: port {conn.port!r} is not a number") from None
-        return SourceConfig(conn.host, port, conn.login, conn.password or "", conn.schema or "")
+        if scheme == "postgresql" and not conn.schema:
+            raise DblogError(f"connection {self.dblog_conn_id!r} (type postgres) needs its database in the schema "
+                             f"field: a PostgreSQL capture is one database")
+        return SourceConfig(conn.host, port, conn.login, conn.password or "", conn.schema or "", scheme)
 
     def watermark(self) -> str:
         try:
@@ -132,7 +141,7 @@ class DblogHook(BaseHook):
             dialect = self.get_conn()
             try:
                 dialect.check_source()
-                return True, f"{self.source_config().public_uri}: binlog ready for CDC (at {dialect.current_position()})"
+                return True, f"{self.source_config().public_uri}: ready for CDC (at {dialect.current_position()})"
             finally:
                 dialect.close()
         except DblogError as exc:

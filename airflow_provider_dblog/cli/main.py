@@ -243,15 +243,17 @@ def _schema_changes_option(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dblog", description=(
-        "Lock-free chunked snapshots of MySQL/MariaDB tables on Spark, kept current from the binlog."))
+        "Lock-free chunked snapshots of MySQL/MariaDB tables on Spark, kept current from the binlog "
+        "(PostgreSQL: snapshots, for now)."))
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def planning(p):
-        p.add_argument("--source", required=True, help="mysql://USER[:PASSWORD]@HOST:PORT[/DB] (or password in "
+        p.add_argument("--source", required=True, help="mysql://USER[:PASSWORD]@HOST:PORT[/DB] or "
+                                                        "postgresql://USER[:PASSWORD]@HOST:PORT/DB (or password in "
                                                         "$DBLOG_SOURCE_PASSWORD)")
         which = p.add_mutually_exclusive_group(required=True)
-        which.add_argument("--table", help="DB.TABLE")
+        which.add_argument("--table", help="DB.TABLE (PostgreSQL: SCHEMA.TABLE)")
         which.add_argument("--tables", help="comma-separated DB.TABLE names or globs: 'shop.*,crm.customers'")
         p.add_argument("--exclude", help="with --tables: names or globs to leave out, e.g. 'shop.tmp_*'")
         p.add_argument("--state", required=True, help="state: a directory or s3://BUCKET/PREFIX (plan, chunk reports, "
@@ -264,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="estimated rows per Spark application (default: --batch-size x --chunk-size)")
         p.add_argument("--startup", default="initial",
                        help="initial (snapshot, then tail; default) | snapshot-only | latest | position:FILE:POS | "
-                            "gtid:SET | timestamp:EPOCH_MS (docs/startup-modes.md)")
+                            "gtid:SET | timestamp:EPOCH_MS (docs/startup-modes.md; PostgreSQL: snapshot-only for now)")
         p.add_argument("--chunk-key", action="append",
                        help="DB.TABLE=COL[,COL] (repeatable; COL[,COL] with --table): split on these columns "
                             "(tables without a primary key)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 from airflow_provider_dblog.core.errors import DblogError
 
@@ -14,7 +14,11 @@ STRATEGIES = ("auto", "position", "watermark_table", "consistent_snapshot")
 DEFAULT_CHUNK_SIZE = 100_000
 DEFAULT_BATCH_SIZE = 8
 # URI schemes that have a dialect (``source.register_dialect`` adds one, e.g. the tests' in-memory source)
-SOURCE_SCHEMES = {"mysql": "mysql", "mariadb": "mysql"}
+SOURCE_SCHEMES = {"mysql": "mysql", "mariadb": "mysql", "postgresql": "postgresql", "postgres": "postgresql"}
+DEFAULT_PORTS = {"mysql": 3306, "postgresql": 5432}
+# sources whose URI must name the database (a PostgreSQL capture is one database: its tables are SCHEMA.TABLE)
+NEEDS_DATABASE = {"postgresql"}
+SOURCE_FORMS = "mysql://USER[:PASSWORD]@HOST:PORT[/DB] or postgresql://USER[:PASSWORD]@HOST:PORT/DB"
 
 
 @dataclass(frozen=True)
@@ -32,18 +36,23 @@ class SourceConfig:
     def parse(cls, uri: str) -> "SourceConfig":
         parsed = urlparse(uri)
         if parsed.scheme not in SOURCE_SCHEMES or not parsed.hostname or not parsed.username:
-            raise DblogError("bad --source: expected mysql://USER[:PASSWORD]@HOST:PORT[/DB]")
+            raise DblogError(f"bad --source: expected {SOURCE_FORMS}")
+        scheme = SOURCE_SCHEMES[parsed.scheme]
         try:
-            port = parsed.port or 3306
+            port = parsed.port or DEFAULT_PORTS.get(scheme, 0)
         except ValueError:
-            raise DblogError("bad --source: the port is not a number (mysql://USER@HOST:PORT)") from None
-        return cls(parsed.hostname, port, unquote(parsed.username), unquote(parsed.password or ""),
-                   parsed.path.lstrip("/"), SOURCE_SCHEMES[parsed.scheme])
+            raise DblogError(f"bad --source: the port is not a number ({SOURCE_FORMS})") from None
+        database = unquote(parsed.path.lstrip("/"))
+        if scheme in NEEDS_DATABASE and not database:
+            raise DblogError(f"bad --source: a {scheme}:// source names its database: "
+                             f"{scheme}://USER[:PASSWORD]@HOST:PORT/DB (its tables are SCHEMA.TABLE)")
+        return cls(parsed.hostname, port, unquote(parsed.username), unquote(parsed.password or ""), database, scheme)
 
     @property
     def public_uri(self) -> str:
         """The URI without the password: safe for logs, state files and XComs."""
-        return f"{self.scheme}://{self.user}@{self.host}:{self.port}" + (f"/{self.database}" if self.database else "")
+        user, database = quote(self.user, safe=""), quote(self.database, safe="")
+        return f"{self.scheme}://{user}@{self.host}:{self.port}" + (f"/{database}" if database else "")
 
     @property
     def address(self) -> str:

@@ -17,6 +17,11 @@ The one codec of positions: ``to_dict``/``from_dict`` (state files, streaming of
 ``decode`` (the lake's ``_pos``), ``to_version``/``from_version`` (Delta app transactions).
 ``encode()`` gives a fixed-width string whose lexicographic order is the position order: that
 string is the ``_pos`` column of the lake, so Spark, pyarrow and SQL all order it correctly.
+
+PostgreSQL sources use the same codec (``lsn_position``): a WAL location (LSN, a 64-bit byte address
+printed ``HI/LO``) is the position ``seq = HI`` (the LSN's high 32 bits), ``offset = LO`` (its low 32
+bits) in the pseudo file ``lsn.HHHHHH``, so ``to_dict``/``from_dict``, ``encode`` (``_pos`` sorts in WAL
+order) and ``to_version`` keep working unchanged; ``row`` orders the changes inside one commit.
 """
 from __future__ import annotations
 
@@ -98,7 +103,32 @@ class BinlogPosition:
         return cls.at(data["file"], data["pos"], epoch=int(data.get("epoch", 0)))
 
     def __str__(self) -> str:
+        if self.file.startswith(LSN_FILE + "."):  # a PostgreSQL WAL location, as PostgreSQL prints it
+            return f"{self.seq % EPOCH_SPAN:X}/{self.offset:X}" + (f"#{self.row}" if self.row else "")
         return f"{self.file or self.seq}:{self.offset}" + (f"#{self.row}" if self.row else "")
+
+
+LSN_FILE = "lsn"  # the pseudo file name of PostgreSQL positions: lsn.HHHHHH (the LSN's high 32 bits)
+LSN_LOW_BITS = 32
+
+
+def lsn_position(lsn: int, row: int = 0) -> BinlogPosition:
+    """The position of PostgreSQL WAL location ``lsn`` (an ``int``; ``0/16B3748`` is ``0x16B3748``):
+    ``seq`` = its high 32 bits, ``offset`` = its low 32 bits, ``file`` = ``lsn.{seq:06d}``. Positions order
+    as the LSNs do, and ``encode()`` stays fixed-width while the high half is below ``EPOCH_SPAN`` (4 PB of
+    WAL: ``ValueError`` beyond). ``row`` orders the changes of one transaction (``SNAPSHOT_ROW`` for a
+    chunk's snapshot rows, as for binlog positions)."""
+    if lsn < 0:
+        raise ValueError(f"not a WAL location: {lsn}")
+    high, low = lsn >> LSN_LOW_BITS, lsn & ((1 << LSN_LOW_BITS) - 1)
+    if high >= EPOCH_SPAN:
+        raise ValueError(f"WAL location {high:X}/{low:X} is beyond what a position encodes (high half < {EPOCH_SPAN})")
+    return BinlogPosition(high, low, int(row), f"{LSN_FILE}.{high:06d}")
+
+
+def position_lsn(position: BinlogPosition) -> int:
+    """The WAL location (``int``) of a position made by ``lsn_position`` (its row index dropped)."""
+    return ((position.seq % EPOCH_SPAN) << LSN_LOW_BITS) | position.offset
 
 
 def _file_name(base: str, seq: int) -> str:

@@ -4,17 +4,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+# fields only some sources set: left out of ``to_dict`` when unset, so other sources' plans do not change
+_OPTIONAL = ("type_oid", "typmod")
+
+
 @dataclass(frozen=True)
 class Column:
     name: str
-    data_type: str          # information_schema DATA_TYPE, lower case
-    column_type: str        # full COLUMN_TYPE, e.g. "bigint(20) unsigned"
+    data_type: str          # the type's name, lower case: DATA_TYPE (MySQL), format_type (PostgreSQL)
+    column_type: str        # the full declared type, e.g. "bigint(20) unsigned", "numeric(20,6)"
     nullable: bool = True
     charset: str | None = None
     collation: str | None = None
     precision: int | None = None
     scale: int | None = None
     char_length: int | None = None
+    type_oid: int | None = None  # PostgreSQL: the column's (base) type OID: its values' and Arrow type's source
+    typmod: int | None = None    # PostgreSQL: that type's modifier (numeric precision and scale, varchar length)
 
     @property
     def unsigned(self) -> bool:
@@ -25,7 +31,7 @@ class Column:
 class TableMeta:
     """``key_columns`` identify a row and order chunks; ``key_source`` says where they came from."""
 
-    database: str
+    database: str  # MySQL: the database; PostgreSQL: the schema (a capture is one database): ``qualified`` either way
     name: str
     columns: tuple[Column, ...]
     key_columns: tuple[str, ...]
@@ -48,7 +54,9 @@ class TableMeta:
 
     def to_dict(self) -> dict:
         return {"database": self.database, "name": self.name, "key_columns": list(self.key_columns),
-                "key_source": self.key_source, "columns": [vars(c) for c in self.columns]}
+                "key_source": self.key_source,
+                "columns": [{k: v for k, v in vars(c).items() if v is not None or k not in _OPTIONAL}
+                            for c in self.columns]}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TableMeta":

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from airflow_provider_dblog.core.config import SOURCE_SCHEMES, SourceConfig
+from airflow_provider_dblog.core.config import SOURCE_FORMS, SOURCE_SCHEMES, SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 
 _FACTORIES: dict[str, Callable] = {}
@@ -23,7 +23,14 @@ def _mysql(config: SourceConfig, options: dict):
                         **extra)
 
 
+def _postgresql(config: SourceConfig, options: dict):
+    from airflow_provider_dblog.source.postgres.dialect import PostgresDialect
+
+    return PostgresDialect(config)
+
+
 _FACTORIES["mysql"] = _mysql
+_FACTORIES["postgresql"] = _postgresql
 
 
 def open_dialect(config: SourceConfig, options: dict | None = None):
@@ -31,5 +38,5 @@ def open_dialect(config: SourceConfig, options: dict | None = None):
     its positions after failovers: ``steps.failover``)."""
     factory = _FACTORIES.get(config.scheme)
     if factory is None:
-        raise DblogError(f"no dialect for {config.scheme}:// sources: use mysql://USER@HOST:PORT")
+        raise DblogError(f"no dialect for {config.scheme}:// sources: use {SOURCE_FORMS}")
     return factory(config, options or {})

@@ -1,7 +1,9 @@
 """The ``DataSourceDialect`` protocol (Flink CDC's name): exactly what the readers and steps call.
 
-One implementation per database family (``source/mysql``); ``tests/unit/fake_dialect.py`` is an
-in-memory one for tests of the algorithm."""
+One implementation per database family (``source/mysql``, ``source/postgres``); tests/support/fake_dialect.py
+is an in-memory one for tests of the algorithm. Tables are named ``DB.TABLE`` (MySQL) or ``SCHEMA.TABLE``
+(PostgreSQL: a capture is one database) everywhere; callers never split, quote or compare them themselves.
+Positions are ``BinlogPosition`` for every source (``core.positions``: PostgreSQL LSNs via ``lsn_position``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,7 +49,8 @@ class DataSourceDialect(Protocol):
         """Raise ``DblogError`` naming the setting or privilege to fix if CDC cannot work here."""
 
     def list_tables(self) -> list[str]:
-        """Every user table the login may read, as ``DB.TABLE`` (system schemas and dblog's own excluded)."""
+        """Every user table the login may read, as ``DB.TABLE`` / ``SCHEMA.TABLE`` (system schemas and dblog's own
+        excluded)."""
 
     def describe_table(self, table: str, chunk_key: Sequence[str] | None = None) -> TableMeta: ...
 
@@ -58,6 +61,10 @@ class DataSourceDialect(Protocol):
 
     def resolve_strategy(self, strategy: str, meta: TableMeta) -> str:
         """``auto`` -> the best watermark strategy this server supports; others are checked."""
+
+    def check_startup(self, mode: StartupMode) -> None:
+        """Raise ``DblogError`` in one line if captures of this source cannot start in ``mode`` (the plan
+        checks it first, before anything is read or written; needs no connection)."""
 
     # ---- snapshot ----
     def arrow_schema(self, meta: TableMeta) -> pa.Schema: ...

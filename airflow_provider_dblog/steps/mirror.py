@@ -61,8 +61,11 @@ def compare(state_dir: str, lake_rows: pa.Table, table: str, examples: int = 5) 
     mirrored = lake_rows.select(list(meta.column_names)).cast(source.schema)
     keys = list(meta.key_columns)
 
+    def same(value):  # a float NaN is kept as NaN (PostgreSQL has them): equal to itself here
+        return "NaN" if isinstance(value, float) and value != value else value
+
     def by_key(t):
-        return {tuple(r[k] for k in keys): r for r in t.to_pylist()}
+        return {tuple(r[k] for k in keys): {c: same(v) for c, v in r.items()} for r in t.to_pylist()}
 
     want, have = by_key(source), by_key(mirrored)
     missing = [k for k in want if k not in have]

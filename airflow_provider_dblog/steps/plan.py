@@ -72,6 +72,7 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
     if todo:
         dialect = open_dialect(source, options)
         try:
+            dialect.check_startup(mode)  # before the source is touched or anything is written
             dialect.check_source()
             server = dialect.server_identity()
             metas = describe_tables(dialect, todo, chunk_keys)
@@ -90,6 +91,18 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
     if save_password:
         remember(source)
     return plan_summary(state)
+
+
+def check_startup(source: SourceConfig, startup: str | None, options: dict | None = None) -> StartupMode:
+    """The startup mode, checked against what the source supports (one line otherwise) before any work
+    starts: ``dblog run`` asks before it starts a Spark or plans anything."""
+    mode = StartupMode.parse(startup)
+    dialect = open_dialect(source, options)
+    try:
+        dialect.check_startup(mode)
+    finally:
+        dialect.close()
+    return mode
 
 
 def capture_options(patterns: str | None, exclude: str | None, chunk_size: int = DEFAULT_CHUNK_SIZE,

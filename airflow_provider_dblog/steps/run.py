@@ -14,7 +14,7 @@ from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
 from airflow_provider_dblog.local.chunk_readers import DRIVER_THREADS, driver_reading_needs_spark, snapshot_batches
 from airflow_provider_dblog.local.session import BackgroundSession, lazy_local_session
 from airflow_provider_dblog.spark.session import local_master
-from airflow_provider_dblog.steps.plan import plan_tables, validate_plan_options
+from airflow_provider_dblog.steps.plan import check_startup, plan_tables, validate_plan_options
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
@@ -39,6 +39,7 @@ def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sin
     if threads < 0:
         raise DblogError("--driver-threads must be 0 (Spark reads every chunk) or a positive number of threads")
     validate_plan_options(chunk_size, batch_size, watermark, batch_rows, startup)  # before a Spark starts
+    check_startup(source, startup, options)  # a mode the source does not support: one line, nothing started
     # a Spark with more task slots than the driver's threads starts while the tables are planned and the
     # first chunks are read; otherwise none starts unless the tail needs one
     snapshots = StartupMode.parse(startup).snapshots
@@ -66,7 +67,8 @@ def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sin
                         driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES, schema_changes=schema_changes,
                         checkpoint=checkpoint)
     else:
-        tail = {"skipped": "startup mode snapshot-only: no tail (run `dblog tail` to follow the binlog later)"}
+        tail = {"skipped": "startup mode snapshot-only: no tail (run `dblog tail` later to follow the source's "
+                           "changes)"}
         log.info("run: %s", tail["skipped"])
     return {"plan": {"tables": len(tables), "chunks": sum(plan["tables"][t]["chunks"] for t in tables),
                      "batches": len(batches)},

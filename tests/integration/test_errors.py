@@ -82,7 +82,8 @@ def test_unknown_table_and_no_primary_key(mariadb, db, tmp_path):
 
 
 def test_bad_arguments(mariadb, db, tmp_path):
-    assert "expected mysql://" in one_error_line(plan("postgres://x@y:1", f"{db}.t", tmp_path)[2])
+    assert "expected mysql://" in one_error_line(plan("oracle://x@y:1", f"{db}.t", tmp_path)[2])
+    assert "names its database" in one_error_line(plan("postgres://x@y:1", f"{db}.t", tmp_path)[2])
     assert "positive" in one_error_line(plan(mariadb.uri(), f"{db}.t", tmp_path, "--chunk-size", "0")[2])
     assert "unknown watermark strategy 'x'" in one_error_line(plan(mariadb.uri(), f"{db}.t", tmp_path, "--watermark", "x")[2])
     code, _, err = dblog("snapshot", "--state", str(tmp_path / "nothing"), "--batch", "0", "--sink", str(tmp_path))

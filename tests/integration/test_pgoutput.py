@@ -54,6 +54,7 @@ ROW_1 = dict(
 EXPECTED_1 = dict(
     ROW_1, n_unb=PI, n_big=WIDE, ch="ab   ", tstz=dt.datetime(2024, 3, 10, 6, 59, 59, 999999, tzinfo=UTC),
     u="550e8400-e29b-41d4-a716-446655440000", jb='{"a": [1, 2], "b": 2}', m="$1,234.56", iv="P1Y2M3DT4H5M6.789S",
+    tm="23:59:59.999999",
 )
 ROW_2 = dict({name: None for name in NAMES}, id=2)  # every column NULL
 ROW_3 = dict(
@@ -63,7 +64,7 @@ ROW_3 = dict(
     u="00000000-0000-0000-0000-000000000000", j="[]", jb="{}", ip="::1", net="2001:db8::/32", m="-0.01",
     iv="-1 days -00:00:00.000001", arr="{}", tarr="{}", e="sad", big="short",
 )
-EXPECTED_3 = dict(ROW_3, n_big="-0.0000000001", ch="     ", m="-$0.01", iv="P-1DT-0.000001S")
+EXPECTED_3 = dict(ROW_3, n_big="-0.0000000001", ch="     ", m="-$0.01", iv="P-1DT-0.000001S", tm="00:00:00")
 
 
 def expected_tuple(row: dict) -> tuple:

@@ -162,6 +162,9 @@ class InMemoryDialect:
             raise DblogError(f"watermark strategy {strategy} needs a real server: use position")
         return "position"
 
+    def check_startup(self, mode) -> None:
+        """Every startup mode: ``startup_position`` answers for the ones without a snapshot."""
+
     def arrow_schema(self, meta: TableMeta) -> pa.Schema:
         return pa.schema([pa.field(c.name, ARROW_TYPES[c.data_type], c.nullable) for c in meta.columns])
 

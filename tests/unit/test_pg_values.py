@@ -46,7 +46,8 @@ UTC = dt.timezone.utc
     (V.TIMESTAMPTZ, -1, "2024-01-02 03:04:05.5+00", dt.datetime(2024, 1, 2, 3, 4, 5, 500000, UTC)),
     (V.TIMESTAMPTZ, -1, "2024-01-02 03:04:05+05:30", dt.datetime(2024, 1, 1, 21, 34, 5, tzinfo=UTC)),
     (V.TIMESTAMPTZ, -1, "1900-01-01 00:00:00+00:19:32", dt.datetime(1899, 12, 31, 23, 40, 28, tzinfo=UTC)),
-    (V.TIME, -1, "23:59:59.999999", dt.time(23, 59, 59, 999999)),
+    (V.TIME, -1, "23:59:59.999999", "23:59:59.999999"),  # text: Delta Lake has no TIME type
+    (V.TIME, -1, "24:00:00", "24:00:00"),
     (V.UUID, -1, "550e8400-e29b-41d4-a716-446655440000", "550e8400-e29b-41d4-a716-446655440000"),
     (V.JSONB, -1, '{"a": 1}', '{"a": 1}'),
     (V.INTERVAL, -1, "P1Y2M3DT4H5M6.789S", "P1Y2M3DT4H5M6.789S"),
@@ -76,7 +77,6 @@ def test_float4_keeps_its_single_precision_value():
     (V.TIMESTAMP, -1, "10000-01-01 00:00:00"),
     (V.TIMESTAMPTZ, -1, "infinity"),
     (V.TIMESTAMPTZ, -1, "2024-01-02 03:04:05"),  # no offset: not ISO output of timestamptz
-    (V.TIME, -1, "24:00:00"),
     (V.NUMERIC, numeric_typmod(10, 2), "NaN"),
 ])
 def test_values_without_a_lake_twin_are_refused(oid, typmod, text):
@@ -95,7 +95,7 @@ def test_arrow_types():
     assert V.numeric_precision_scale(-1) is None
     assert V.arrow_type(V.TIMESTAMPTZ) == pa.timestamp("us", tz="UTC")
     assert V.arrow_type(V.TIMESTAMP) == pa.timestamp("us")
-    assert V.arrow_type(V.TIME) == pa.time64("us")
+    assert V.arrow_type(V.TIME) == pa.string()
     assert V.arrow_type(V.DATE) == pa.date32()
     assert V.arrow_type(V.BYTEA) == pa.binary()
     for text_oid in (V.TEXT, V.VARCHAR, V.UUID, V.JSON, V.JSONB, V.INET, V.CIDR, V.MONEY, V.INTERVAL, V.TIMETZ,

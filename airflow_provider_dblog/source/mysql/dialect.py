@@ -59,6 +59,9 @@ class MySqlDialect:
         return watermarks.resolve_strategy(self.client, strategy,
                                            watermarks.watermark_table_name(self.watermark_table, meta))
 
+    def check_startup(self, mode: StartupMode) -> None:
+        """Every startup mode works here (``startup_position`` checks a mode's position against the binlog)."""
+
     # ---- snapshot ----
     def arrow_schema(self, meta: TableMeta) -> pa.Schema:
         return arrow_schema(meta)

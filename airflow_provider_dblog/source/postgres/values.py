@@ -19,7 +19,9 @@ s > p                                      (``NaN``/``Infinity`` too)  fixed sca
 ``date``                                   ``datetime.date``           ``date32``
 ``timestamp``                              naive ``datetime`` (µs)     ``timestamp('us')``
 ``timestamptz``                            ``datetime`` in UTC (µs)    ``timestamp('us', 'UTC')``
-``time``                                   ``datetime.time`` (µs)      ``time64('us')``
+``time``                                   ``str`` ``HH:MM:SS[.ffffff]`` ``string`` (Delta Lake has no
+                                                                       TIME type; the text orders as the
+                                                                       times do, 24:00:00 included)
 ``uuid``                                   ``str`` (canonical text)    ``string``
 text, varchar, char (padded), name,        ``str``                     ``string``
 json, jsonb, inet, cidr, macaddr, money,
@@ -28,8 +30,8 @@ arrays (PostgreSQL's ``{...}`` literal, for now), enums and every unknown OID
 =========================================  ==========================  ==============================
 
 Values with no lake twin raise ``UnrepresentableValue`` (never a silent null or a clamped value):
-``infinity``/``-infinity`` and BC or year > 9999 dates and timestamps, ``time`` 24:00:00, and
-``NaN`` in a bounded ``numeric``. ``None`` (NULL) and ``UNCHANGED_TOAST`` pass through untouched.
+``infinity``/``-infinity`` and BC or year > 9999 dates and timestamps, and ``NaN`` in a bounded
+``numeric``. ``None`` (NULL) and ``UNCHANGED_TOAST`` pass through untouched.
 Domains and other user types arrive with their own OID: pass ``types`` (user OID -> base type OID
 and typmod, from ``pg_type.typbasetype``/``typtypmod``) to type them as their base, else they are text.
 Converters read the text format only (not the ``binary 'true'`` option's ``bytes``).
@@ -91,7 +93,7 @@ def _decimal_bounds(typmod: int) -> tuple[int, int] | None:
 _SIMPLE_ARROW = {
     BOOL: pa.bool_(), BYTEA: pa.binary(), INT2: pa.int16(), INT4: pa.int32(), INT8: pa.int64(), OID: pa.int64(),
     FLOAT4: pa.float32(), FLOAT8: pa.float64(), DATE: pa.date32(), TIMESTAMP: pa.timestamp("us"),
-    TIMESTAMPTZ: pa.timestamp("us", tz="UTC"), TIME: pa.time64("us"),
+    TIMESTAMPTZ: pa.timestamp("us", tz="UTC"),
 }
 
 
@@ -161,16 +163,9 @@ def _timestamptz(text: str) -> dt.datetime:
     return value.astimezone(_UTC)
 
 
-def _time(text: str) -> dt.time:
-    try:
-        return dt.time.fromisoformat(text)
-    except ValueError:
-        raise UnrepresentableValue(f"time {text!r} has no time64 value (24:00:00 has none)") from None
-
-
 _SIMPLE_CONVERTERS: dict[int, Converter] = {
     BOOL: _bool, BYTEA: _bytea, INT2: int, INT4: int, INT8: int, OID: int, FLOAT4: float, FLOAT8: float,
-    DATE: _date, TIMESTAMP: _timestamp, TIMESTAMPTZ: _timestamptz, TIME: _time,
+    DATE: _date, TIMESTAMP: _timestamp, TIMESTAMPTZ: _timestamptz,
 }
 
 

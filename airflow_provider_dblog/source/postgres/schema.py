@@ -1,0 +1,168 @@
+"""What the server must offer and what a table looks like, from PostgreSQL's catalogs.
+
+A capture is one database; its tables are ``SCHEMA.TABLE`` (``TableMeta.database`` holds the schema).
+Columns carry their (base) type's OID and typmod, which decide their values and Arrow types
+(``values.arrow_type``); a domain is typed as its base type. The key is the primary key, else the first
+unique index whose columns are all NOT NULL (no expressions, no predicate), else ``--chunk-key``.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.tables import Column, TableMeta
+from airflow_provider_dblog.source.postgres.connection import PostgresClient
+from airflow_provider_dblog.source.postgres.sql import quote_ident
+from airflow_provider_dblog.source.postgres.values import numeric_precision_scale
+
+log = logging.getLogger("dblog")
+MIN_VERSION = 100000  # pg_current_wal_lsn(), pgoutput, publications: PostgreSQL 10
+SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
+NUMERIC_OID, VARCHAR_OID, BPCHAR_OID = 1700, 1043, 1042
+
+
+def check_source(client: PostgresClient) -> None:
+    """The server can be read with positions: PostgreSQL 10 or later, a primary (a standby has no
+    ``pg_current_wal_lsn()``). ``wal_level`` is the stream's concern: a warning here, for now."""
+    version, in_recovery, wal_level = client.query(
+        "SELECT current_setting('server_version_num')::int, pg_is_in_recovery(), current_setting('wal_level')", ())[0]
+    if version < MIN_VERSION:
+        raise DblogError(f"{client.where} runs PostgreSQL {version // 10000}: dblog needs PostgreSQL 10 or later")
+    if in_recovery:
+        raise DblogError(f"{client.where} is a standby (in recovery): capture from the primary, whose WAL locations "
+                         f"the positions are")
+    if wal_level != "logical":
+        log.warning("%s has wal_level=%s: snapshots work, the logical-replication stream will need "
+                    "wal_level=logical (ALTER SYSTEM SET wal_level = logical, then a restart)", client.where, wal_level)
+
+
+def list_tables(client: PostgresClient) -> list[str]:
+    """Every table (and partitioned table, not its partitions) of the database the login may SELECT, as
+    ``SCHEMA.TABLE``; system schemas excluded."""
+    rows = client.query(
+        "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND n.nspname <> ALL(%s) "
+        "AND n.nspname NOT LIKE 'pg\\_toast%%' AND n.nspname NOT LIKE 'pg\\_temp\\_%%' "
+        "AND has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT')",
+        (list(SYSTEM_SCHEMAS),))
+    return sorted(f"{schema}.{name}" for schema, name in rows)
+
+
+def split_name(table: str) -> tuple[str, str]:
+    if "." not in table:
+        raise DblogError(f"bad table name {table!r}: use SCHEMA.TABLE (e.g. public.orders)")
+    schema, name = table.split(".", 1)
+    return schema, name
+
+
+def relation_oid(client: PostgresClient, table: str) -> int:
+    """The table's OID; one line when it is unknown, not a table, or not readable by the login."""
+    schema, name = split_name(table)
+    rows = client.query(
+        "SELECT c.oid, c.relkind, has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT') "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+        (schema, name))
+    if not rows:
+        raise DblogError(f"unknown table {table} in {client.where}: check the name (SCHEMA.TABLE as the catalog "
+                         f"spells it: unquoted names are lower case) and that {client.config.user} may read it")
+    oid, kind, readable = rows[0]
+    if kind not in ("r", "p"):
+        what = {"v": "a view", "m": "a materialized view", "f": "a foreign table", "S": "a sequence"}.get(
+            kind, "not a table")
+        raise DblogError(f"{table} is {what}: capture its tables")
+    if not readable:
+        raise DblogError(f"user {client.config.user} may not read {table}: GRANT USAGE ON SCHEMA "
+                         f"{quote_ident(schema)} TO {quote_ident(client.config.user)}; GRANT SELECT ON "
+                         f"{quote_ident(schema)}.{quote_ident(name)} TO {quote_ident(client.config.user)}")
+    return int(oid)
+
+
+def _base_types(client: PostgresClient, oids: set[int]) -> dict[int, tuple[int, int]]:
+    """Domain OID -> (its base type's OID, the domain's typmod), following domains of domains."""
+    found: dict[int, tuple[int, int]] = {}
+    todo = set(oids)
+    while todo:
+        rows = client.query("SELECT oid, typbasetype, typtypmod FROM pg_type WHERE oid = ANY(%s) AND typtype = 'd'",
+                            (sorted(todo),))
+        todo = set()
+        for oid, base, typmod in rows:
+            found[int(oid)] = (int(base), int(typmod))
+            todo.add(int(base))
+    resolved = {}
+    for oid in found:
+        base, typmod = found[oid]
+        while base in found:
+            base, inner = found[base]
+            typmod = typmod if typmod >= 0 else inner
+        resolved[oid] = (base, typmod)
+    return resolved
+
+
+def _columns(client: PostgresClient, oid: int) -> tuple[Column, ...]:
+    rows = client.query(
+        "SELECT a.attname, NOT a.attnotnull, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), "
+        "t.typtype, cn.nspname, co.collname "
+        "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+        "LEFT JOIN pg_collation co ON co.oid = a.attcollation LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace "
+        "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", (oid,))
+    domains = _base_types(client, {int(r[2]) for r in rows if r[5] == "d"})
+    names = {int(o): n for o, n in client.query(
+        "SELECT oid, format_type(oid, NULL) FROM pg_type WHERE oid = ANY(%s)",
+        (sorted({domains.get(int(r[2]), (int(r[2]), 0))[0] for r in rows}),))}
+    columns = []
+    for name, nullable, type_oid, typmod, declared, _, coll_schema, coll_name in rows:
+        base, base_typmod = domains.get(int(type_oid), (int(type_oid), int(typmod)))
+        typmod = int(typmod) if int(typmod) >= 0 else base_typmod
+        precision = scale = length = None
+        if base == NUMERIC_OID and numeric_precision_scale(typmod):
+            precision, scale = numeric_precision_scale(typmod)
+        elif base in (VARCHAR_OID, BPCHAR_OID) and typmod >= 4:
+            length = typmod - 4
+        collation = f"{quote_ident(coll_schema)}.{quote_ident(coll_name)}" if coll_name else None
+        columns.append(Column(name, names[base], declared, bool(nullable), None, collation, precision, scale, length,
+                              type_oid=base, typmod=typmod))
+    return tuple(columns)
+
+
+def _unique_keys(client: PostgresClient, oid: int) -> list[tuple[str, bool, list[str], bool]]:
+    """(index, primary, key columns in order, all NOT NULL) of the table's valid unique indexes on plain
+    columns without a predicate, the primary key first."""
+    rows = client.query(
+        "SELECT ic.relname, i.indisprimary, array_agg(a.attname::text ORDER BY k.ord), bool_and(a.attnotnull) "
+        "FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid "
+        "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+        "WHERE i.indrelid = %s AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL "
+        "AND k.ord <= i.indnkeyatts GROUP BY ic.relname, i.indisprimary "
+        "ORDER BY i.indisprimary DESC, ic.relname", (oid,))
+    return [(r[0], bool(r[1]), list(r[2]), bool(r[3])) for r in rows]
+
+
+def describe_table(client: PostgresClient, table: str, chunk_key: Sequence[str] | None = None) -> TableMeta:
+    schema, name = split_name(table)
+    oid = relation_oid(client, table)
+    columns = _columns(client, oid)
+    if not columns:
+        raise DblogError(f"{table} has no columns: nothing to capture")
+    by_name = {c.name: c for c in columns}
+    keys = _unique_keys(client, oid)
+    if chunk_key:
+        unknown = [c for c in chunk_key if c not in by_name]
+        if unknown:
+            raise DblogError(f"--chunk-key {','.join(unknown)} is not a column of {table}: "
+                             f"choose from {', '.join(c.name for c in columns)}")
+        nullable = [c for c in chunk_key if by_name[c].nullable]
+        if nullable:
+            raise DblogError(f"--chunk-key {','.join(nullable)} of {table} may be NULL: a row whose key is NULL would "
+                             f"fall in no chunk; choose NOT NULL columns (or add NOT NULL)")
+        unique = any(cols == list(chunk_key) for _, _, cols, _ in keys)
+        return TableMeta(schema, name, columns, tuple(chunk_key), "unique" if unique else "chunk_key")
+    for _, primary, cols, not_null in keys:
+        if primary:
+            return TableMeta(schema, name, columns, tuple(cols), "primary")
+    for _, _, cols, not_null in keys:
+        if not_null:
+            return TableMeta(schema, name, columns, tuple(cols), "unique")
+    raise DblogError(f"table {table} has no primary key or NOT NULL unique key: add one, or pass "
+                     f"--chunk-key COL[,COL] (an indexed NOT NULL column to split on)")
