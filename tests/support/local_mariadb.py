@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,18 +150,9 @@ class LocalMariaDB:
 
 def main(argv: list[str] | None = None) -> int:
     """``start DIR`` runs a server in the foreground until SIGTERM/SIGINT, printing its URI."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 2 or argv[0] != "start":
-        print("usage: python -m tests.support.local_mariadb start DIR", file=sys.stderr)
-        return 2
-    server = LocalMariaDB(Path(argv[1] or tempfile.mkdtemp(prefix="dblog-mariadb-")))
-    server.start()
-    print(server.uri(), flush=True)
-    stop = lambda *_: (server.stop(), sys.exit(0))  # noqa: E731
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while True:
-        time.sleep(3600)
+    from tests.support.processes import serve_in_foreground
+
+    return serve_in_foreground("tests.support.local_mariadb", LocalMariaDB, argv)
 
 
 if __name__ == "__main__":
