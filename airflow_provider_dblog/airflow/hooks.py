@@ -190,3 +190,20 @@ def object_store_environment(aws_conn_id: str | None) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def checked_spark_hook(operator, env: dict | None):
+    """The Spark provider's hook of a ``SparkSubmitOperator`` (what its ``execute`` would build), once the
+    spark-submit binary it runs (``spark-binary`` of its connection) is found on the PATH its child gets:
+    otherwise the task fails (no retry) with one line naming the fix, not the provider's traceback."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_dblog.steps.preflight import check_spark_submit
+
+    hook = operator._get_hook()
+    binary = (getattr(hook, "_connection", None) or {}).get("spark_binary") or "spark-submit"
+    try:
+        check_spark_submit([binary], (env or {}).get("PATH") or os.environ.get("PATH"))
+    except DblogError as exc:
+        raise AirflowFailException(f"dblog: {exc}") from None
+    return hook

@@ -35,7 +35,9 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 import airflow_provider_dblog
-from airflow_provider_dblog.airflow.hooks import DblogHook, object_store_env, object_store_environment
+from airflow_provider_dblog.airflow.hooks import (
+    DblogHook, checked_spark_hook, object_store_env, object_store_environment,
+)
 from airflow_provider_dblog.core.config import chunk_keys, compress_ids, positive_int, truthy
 from airflow_provider_dblog.core.errors import DblogError
 
@@ -108,15 +110,17 @@ class ChunkPlannerOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("dblog_conn_id", "tables", "exclude", "state_dir", "sink", "chunk_size",
                                       "batch_size", "batch_rows", "chunk_key", "watermark", "force", "startup",
-                                      "aws_conn_id")
+                                      "aws_conn_id", "checkpoint")
     ui_color = "#e8f4e8"
 
     def __init__(self, *, tables: str | Sequence[str], state_dir: str, sink: str,
                  dblog_conn_id: str = DEFAULT_CONN_ID, chunk_size: int | str = 100_000, batch_size: int | str = 8,
                  chunk_key: str | None = None, watermark: str | None = None, force: bool | str = False,
                  exclude: str | Sequence[str] | None = None, batch_rows: int | str | None = None,
-                 startup: str | None = None, aws_conn_id: str | None = None, **kwargs) -> None:
+                 startup: str | None = None, aws_conn_id: str | None = None, checkpoint: str | None = None,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
+        self.checkpoint = checkpoint  # the tail's --checkpoint ("": its default), checked at plan; None: not known
         self.aws_conn_id = aws_conn_id
         self.batch_rows = batch_rows
         self.startup = startup
@@ -147,6 +151,7 @@ class ChunkPlannerOperator(BaseOperator):
     def _plan(self) -> tuple[list[str], list[dict]]:
         """The planned tables and their batches."""
         from airflow_provider_dblog.steps.plan import capture_options, plan_tables, resolve_tables
+        from airflow_provider_dblog.steps.preflight import SPARK_SUBMIT_BINARIES
 
         if not self.tables or not str(self.tables).strip():
             raise DblogError("no tables to plan: set the tables param, the Variable dblog_tables or $DBLOG_TABLES "
@@ -162,7 +167,8 @@ class ChunkPlannerOperator(BaseOperator):
                               options={**options, **capture_options(str(self.tables), self.exclude or None,
                                                                     chunk_size, batch_size,
                                                                     self.batch_rows or None)},
-                              batch_rows=self.batch_rows or None, startup=self.startup or None)
+                              batch_rows=self.batch_rows or None, startup=self.startup or None,
+                              sink=self.sink, checkpoint=self.checkpoint, spark_submit=SPARK_SUBMIT_BINARIES)
         batches = [b for b in summary["batches"] if set(b["tables"]) & set(tables)]
         check_map_length(len(batches), "snapshot batches",
                          sum(summary["tables"][t]["chunks"] for t in tables))
@@ -231,7 +237,7 @@ class DblogSparkSubmitOperator(SparkSubmitOperator):
         else:
             env.update(secret_env)
         self.env_vars = env
-        self._hook = None  # built from the attributes above
+        self._hook = checked_spark_hook(self, env)  # built from the attributes above; its spark-submit found first
         return super().execute(context)
 
 

@@ -14,6 +14,7 @@ from airflow_provider_dblog.core.config import (
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.source import open_dialect
+from airflow_provider_dblog.steps.preflight import check_later_steps
 from airflow_provider_dblog.store.credentials import remember
 from airflow_provider_dblog.store.state import StateDir, TablePlan
 
@@ -46,16 +47,21 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
                 chunk_keys: dict[str, Sequence[str]] | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 batch_size: int = DEFAULT_BATCH_SIZE, watermark: str = "auto", watermark_table: str | None = None,
                 save_password: bool = True, options: dict | None = None, batch_rows: int | None = None,
-                startup: str | None = None) -> dict:
+                startup: str | None = None, sink: str | None = None, checkpoint: str | None = None,
+                spark_submit: Sequence[str] | None = None) -> dict:
     """Plan ``tables`` on one connection (``chunk_keys``: per-table chunk key columns); returns the summary
     of the whole plan. The source is checked once and every table described before any is split: a
     table without a usable key stops the plan before anything is written, in one line naming every
     such table. The new tables' chunks are packed into batches of about ``batch_rows`` estimated rows
     (default ``batch_size`` full chunks), after the batches already planned. ``startup``: a mode that
     reads no snapshot gives each table one unread chunk and its stream start instead (core.startup).
-    A table already planned keeps its plan (idempotent: `dblog run` resumes)."""
+    A table already planned keeps its plan (idempotent: `dblog run` resumes).
+
+    ``sink``, ``checkpoint``, ``spark_submit``: what the snapshot and the tail will need, checked first
+    (``steps.preflight.check_later_steps``), so a setting only they use fails now, not after the snapshot."""
     chunk_size, budget, watermark, mode = validate_plan_options(chunk_size, batch_size, watermark, batch_rows,
                                                                 startup)
+    check_later_steps(state_dir, mode, sink=sink, checkpoint=checkpoint, spark_submit=spark_submit)
     chunk_keys = chunk_keys or {}
     unknown_keys = sorted(set(chunk_keys) - set(tables))
     if unknown_keys:

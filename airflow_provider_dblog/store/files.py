@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.store.atomic import read_json, write_atomic, write_json
 from airflow_provider_dblog.store.object_store import check_location, is_object_store, s3_filesystem, settings
 
@@ -31,6 +32,21 @@ def _checked_s3(root: str, option: str):
             check_location(root, option)
             _CHECKED[key] = s3_filesystem()[0]
         return _CHECKED[key]
+
+
+def check_writable_dir(path: str | os.PathLike, option: str) -> None:
+    """A local directory a later step will write (``--sink``, ``--checkpoint``): it, or the nearest folder
+    that exists above it, must be a directory this user may write; checked without creating anything.
+    One line naming ``option`` and the fix otherwise (an object-store location: ``check_location``)."""
+    target = Path(path).absolute()
+    existing = next((p for p in (target, *target.parents) if p.exists()), None)
+    if existing is None:
+        return
+    if not existing.is_dir():
+        raise DblogError(f"{option} {path}: {existing} is a file, not a directory: choose another {option}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise DblogError(f"{option} {path} is not writable by this user ({existing} is not): fix its "
+                         f"permissions or choose another {option}")
 
 
 class Files:

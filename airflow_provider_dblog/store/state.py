@@ -76,6 +76,24 @@ class TablePlan:
                    BinlogPosition.from_dict(data["start_at"]) if data.get("start_at") else None)
 
 
+def tail_checkpoints(local_state: Path | None, checkpoints: str | os.PathLike | None = None) -> Path | None:
+    """Where the tail's Spark checkpoints live: ``checkpoints`` (``--checkpoint``), else ``STATE/checkpoints``
+    for a local state (``local_state``), else None (an object-store state: see ``require_checkpoints``)."""
+    if checkpoints:
+        return Path(checkpoints)
+    return local_state / "checkpoints" if local_state else None
+
+
+def require_checkpoints(state: str | os.PathLike, checkpoints: Path | None) -> Path:
+    """The one rule for the tail's checkpoint (the tail applies it, ``plan`` and ``run`` before any work):
+    an object-store state needs ``--checkpoint``. One line naming the fix otherwise."""
+    if checkpoints is None:
+        raise DblogError(f"the state {state} is on object storage, where Spark's streaming checkpoint "
+                         f"cannot be written here: give the tail a local or cluster-mounted directory with "
+                         f"--checkpoint DIR (DAGs: the checkpoint setting, $DBLOG_CHECKPOINT)")
+    return checkpoints
+
+
 class StateDir:
     """``path``: a local directory or ``s3://BUCKET/PREFIX``; ``checkpoints``: where the tail's Spark
     checkpoints live (a local or cluster-mounted directory; default ``STATE/checkpoints`` for a local state)."""
@@ -83,10 +101,7 @@ class StateDir:
     def __init__(self, path: str | os.PathLike, checkpoints: str | os.PathLike | None = None):
         self.files = Files(path)
         self.path = self.files.local or self.files.root  # for messages: the directory or the URI
-        if checkpoints:
-            self.checkpoints = Path(checkpoints)
-        else:
-            self.checkpoints = self.files.local / "checkpoints" if self.files.local else None
+        self.checkpoints = tail_checkpoints(self.files.local, checkpoints)
         self._plan: tuple[tuple, dict] | None = None  # (file identity, parsed plan): parsed once per change
         self._tables: tuple[dict, dict] | None = None
 
@@ -261,11 +276,7 @@ class StateDir:
 
     def checkpoint_root(self) -> Path:
         """Where the tail's checkpoints live; raises (one line) for an object-store state without ``--checkpoint``."""
-        if self.checkpoints is None:
-            raise DblogError(f"the state {self.path} is on object storage, where Spark's streaming checkpoint "
-                             f"cannot be written here: give the tail a local or cluster-mounted directory with "
-                             f"--checkpoint DIR")
-        return self.checkpoints
+        return require_checkpoints(self.path, self.checkpoints)
 
     def checkpoint_dir(self) -> Path:
         """The checkpoint of the tail's one streaming query (every table; the tables it serves may change
