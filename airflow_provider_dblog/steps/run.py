@@ -14,11 +14,11 @@ from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
 from airflow_provider_dblog.local.chunk_readers import DRIVER_THREADS, driver_reading_needs_spark, snapshot_batches
 from airflow_provider_dblog.local.session import BackgroundSession, lazy_local_session
 from airflow_provider_dblog.spark.session import local_master
+from airflow_provider_dblog.steps.preflight import check_later_steps
 from airflow_provider_dblog.steps.plan import check_startup, plan_tables, validate_plan_options
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
-from airflow_provider_dblog.store.object_store import check_sink
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
@@ -33,8 +33,9 @@ def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sin
     """Plan, snapshot (startup modes that read one), report and an available-now tail (unless every
     table's startup mode is snapshot-only). ``checkpoint``: the tail's Spark checkpoint directory
     (``steps.tail.run_tail``)."""
-    check_sink(sink)
-    StateDir(state_dir, checkpoint).checkpoint_root()  # the state's location, and a checkpoint for it: before any work
+    # what the snapshot and the tail need (sink, the tail's checkpoint), then the state's location: before any work
+    check_later_steps(state_dir, StartupMode.parse(startup), sink=sink, checkpoint=checkpoint or "")
+    StateDir(state_dir, checkpoint)
     threads = DRIVER_THREADS if driver_threads is None else driver_threads
     if threads < 0:
         raise DblogError("--driver-threads must be 0 (Spark reads every chunk) or a positive number of threads")
