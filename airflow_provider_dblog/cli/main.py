@@ -13,7 +13,6 @@ import signal
 import sys
 import threading
 
-from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.config import chunk_keys, parse_chunk_ids
 from airflow_provider_dblog.core.errors import DblogError, root_cause
 from airflow_provider_dblog.core.schema_events import SCHEMA_CHANGE_BEHAVIOURS
@@ -142,12 +141,6 @@ def cmd_failover(args) -> dict:
     from airflow_provider_dblog.steps.failover import move_source
 
     return move_source(args.state, _source(args.source))
-
-
-def cmd_drop(args) -> dict:
-    from airflow_provider_dblog.steps.drop import drop_capture_stream
-
-    return drop_capture_stream(args.state)
 
 
 def cmd_mirror(args) -> dict:
@@ -338,11 +331,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", required=True, help="the promoted server: mysql://USER[:PASSWORD]@HOST:PORT")
     p.set_defaults(func=cmd_failover)
 
-    p = sub.add_parser("drop", help="remove what the capture made at its source (a PostgreSQL replication slot and "
-                                    "publication); the state and the lake stay")
-    p.add_argument("--state", required=True)
-    p.set_defaults(func=cmd_drop)
-
     p = sub.add_parser("mirror", help="write the table's current state as Parquet")
     p.add_argument("--state", required=True)
     p.add_argument("--sink", required=True)
@@ -450,7 +438,6 @@ def main(argv: list[str] | None = None, spark_submit: bool = False) -> int:
     _setup_logging(args.verbose)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     _redact(os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
-    metrics.install_from_env()  # $DBLOG_METRICS=airflow: Airflow's stats (set by the operators for spark-submit)
     try:
         result = args.func(args)
     except DblogError as exc:
