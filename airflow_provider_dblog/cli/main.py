@@ -143,6 +143,12 @@ def cmd_failover(args) -> dict:
     return move_source(args.state, _source(args.source))
 
 
+def cmd_drop(args) -> dict:
+    from airflow_provider_dblog.steps.drop import drop_capture_stream
+
+    return drop_capture_stream(args.state)
+
+
 def cmd_mirror(args) -> dict:
     from airflow_provider_dblog.steps.mirror import mirror
 
@@ -330,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state", required=True)
     p.add_argument("--source", required=True, help="the promoted server: mysql://USER[:PASSWORD]@HOST:PORT")
     p.set_defaults(func=cmd_failover)
+
+    p = sub.add_parser("drop", help="remove what the capture made at its source (a PostgreSQL replication slot and "
+                                    "publication); the state and the lake stay")
+    p.add_argument("--state", required=True)
+    p.set_defaults(func=cmd_drop)
 
     p = sub.add_parser("mirror", help="write the table's current state as Parquet")
     p.add_argument("--state", required=True)

@@ -48,6 +48,24 @@ def table_floor(state: StateDir, sink: str, dialect, name: str, min_hw: BinlogPo
     return floor if lake is None else max(floor, lake.in_file_of(floor))
 
 
+def needed_position(state: StateDir) -> BinlogPosition | None:
+    """The smallest position the capture still needs from the source's log: per planned table where its stream
+    resumes (the tail's record, else its smallest chunk HW), or its plan's position while it has no offsets yet
+    (its chunks' windows all start after it). What ``DataSourceDialect.release`` may let go before."""
+    offsets = state.offsets() if state.has_offsets() else {}
+    recorded = state.tail_positions()
+    needs = [state.resume_position(name, offsets[name].min_hw, recorded) if name in offsets else plan.planned_at
+             for name, plan in state.tables().items()]
+    return min(needs) if needs else None
+
+
+def release_log(state: StateDir, dialect: DataSourceDialect) -> None:
+    """Let the source recycle the log the capture no longer needs (after the lake committed)."""
+    needed = needed_position(state)
+    if needed is not None:
+        dialect.release(needed)
+
+
 class TableChangeReader:
     """One table's emit rule: which events to write, and each one's chunk."""
 

@@ -26,7 +26,7 @@ def _mysql(config: SourceConfig, options: dict):
 def _postgresql(config: SourceConfig, options: dict):
     from airflow_provider_dblog.source.postgres.dialect import PostgresDialect
 
-    return PostgresDialect(config)
+    return PostgresDialect(config, options)
 
 
 _FACTORIES["mysql"] = _mysql

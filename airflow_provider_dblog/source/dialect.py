@@ -66,6 +66,21 @@ class DataSourceDialect(Protocol):
         """Raise ``DblogError`` in one line if captures of this source cannot start in ``mode`` (the plan
         checks it first, before anything is read or written; needs no connection)."""
 
+    def prepare_stream(self, metas: Sequence[TableMeta]) -> dict:
+        """Make the source ready to stream ``metas``' tables (PostgreSQL: the capture's slot and publication)
+        before any position is read; returns what the state's options record of it ({} where nothing is needed)."""
+
+    def check_stream(self) -> None:
+        """Raise ``DblogError`` in one line if this capture cannot stream (PostgreSQL: planned snapshot-only,
+        so it has no slot); the tail asks before it reads anything."""
+
+    def drop_stream(self) -> list[str]:
+        """Remove what ``prepare_stream`` made at the source (``dblog drop``); what was removed."""
+
+    def release(self, position: BinlogPosition) -> None:
+        """The lake holds every change before ``position``: the source may recycle its log before it (a slot
+        advances; a binlog needs nothing)."""
+
     # ---- snapshot ----
     def arrow_schema(self, meta: TableMeta) -> pa.Schema: ...
 

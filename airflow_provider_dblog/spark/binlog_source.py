@@ -33,7 +33,7 @@ import json
 
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
-from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream, table_floor
+from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream, release_log, table_floor
 from airflow_provider_dblog.readers.staging import INLINE_BYTES, ChangeStager
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.staged import StagedFile
@@ -207,6 +207,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [BinlogRange(end, streams, k, self.parallelism) for k in range(self.parallelism)]
 
     def commit(self, end: dict) -> None:
+        """The micro-batch up to ``end`` is in the lake: the source may recycle the log before what it still needs."""
+        release_log(self.state, self.dialect)
         self.dialect.close()
 
     def stop(self) -> None:

@@ -76,15 +76,24 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
     todo = [t for t in tables if t not in planned]
     options = {**(options or {}), **({"watermark_table": watermark_table} if watermark_table else {})}
     if todo:
-        dialect = open_dialect(source, options)
+        recorded = state.options() if state.has_plan() else {}  # a capture's slot and publication (PostgreSQL)
+        dialect = open_dialect(source, {**{k: recorded[k] for k in ("slot", "publication") if k in recorded},
+                                        **options})
         try:
             dialect.check_startup(mode)  # before the source is touched or anything is written
             dialect.check_source()
             server = dialect.server_identity()
             metas = describe_tables(dialect, todo, chunk_keys)
-            start_at = None if mode.snapshots else dialect.startup_position(mode)
-            plans = [plan_one(dialect, meta, chunk_size, watermark, mode, start_at, number, len(metas))
-                     for number, meta in enumerate(metas.values(), start=1)]
+            made = dialect.prepare_stream(list(metas.values())) if mode.tails else {}
+            try:
+                start_at = None if mode.snapshots else dialect.startup_position(mode)
+                plans = [plan_one(dialect, meta, chunk_size, watermark, mode, start_at, number, len(metas))
+                         for number, meta in enumerate(metas.values(), start=1)]
+            except BaseException:
+                if made and not state.has_plan():  # nothing records it: do not leave it holding the source's log
+                    dialect.drop_stream()
+                raise
+            options.update(made)
         finally:
             dialect.close()
         weights = [w for p in plans if p.startup.snapshots

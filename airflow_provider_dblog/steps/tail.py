@@ -19,6 +19,7 @@ from typing import Callable
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.readers.binlog_reader import release_log
 from airflow_provider_dblog.readers.change_committer import unfollowed_schema_changes
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.steps.failover import follow_promoted_server
@@ -67,6 +68,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                              f"report it first")
         dialect = open_dialect(state.source(), state.options())
         try:
+            dialect.check_stream()
             recorded = state.tail_positions()
             dialect, again = follow_promoted_server(state, sink, dialect, sorted(offsets), offsets, recorded)
             recorded = state.tail_positions()
@@ -156,6 +158,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                 rows.update(done)
                 settled.update(positions)
                 restarts = len(sinks) - 1
+            release_log(state, dialect)  # what the lake now holds, the source need not keep (a PostgreSQL slot)
             lag = tracker.lag(settled)
         finally:
             dialect.close()

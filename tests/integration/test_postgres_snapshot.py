@@ -24,7 +24,7 @@ from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import SNAPSHOT_ROW, BinlogPosition, position_lsn
 from airflow_provider_dblog.source import open_dialect
-from airflow_provider_dblog.source.postgres.dialect import SNAPSHOT_ONLY
+from airflow_provider_dblog.source.postgres.dialect import NO_STREAM
 from airflow_provider_dblog.source.postgres.pgoutput import parse_lsn
 from airflow_provider_dblog.source.postgres.values import libpq_options
 from tests.support.cli import dblog, one_error_line
@@ -280,7 +280,7 @@ def test_run_snapshot_only_lands_every_public_table_exactly(source, tmp_path):
     assert code == 0, err
     versions = {t: DeltaTable(f"{sink}/{t}/current").version() for t in plan["tables"]}
     code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
-    assert code != 0 and SNAPSHOT_ONLY in one_error_line(err)
+    assert code != 0 and one_error_line(err) == f"dblog: error: dblog tail: {NO_STREAM}"
     assert versions == {t: DeltaTable(f"{sink}/{t}/current").version() for t in plan["tables"]}
 
     # a non-C collation: every full chunk holds exactly --chunk-size rows of PostgreSQL's order
@@ -318,16 +318,17 @@ def test_keys_order_as_postgresql_orders_them(source):
         dialect.close()
 
 
-def test_streaming_startup_modes_are_refused_in_one_line_before_anything_is_written(source, tmp_path):
+def test_startup_modes_postgresql_lacks_are_refused_in_one_line_before_anything_is_written(source, tmp_path):
     pg, db = source
     state, sink = tmp_path / "state", tmp_path / "lake"
-    for command, startup in (("run", "initial"), ("run", "latest"), ("plan", "initial")):
+    for command, startup in (("run", "timestamp:1767225600000"), ("plan", "position:lsn.000000:4")):
         args = [command, "--source", uri(pg, db), "--tables", "public.*", "--state", str(state), "--startup", startup]
         code, out, err = dblog(*args, *(["--sink", str(sink)] if command == "run" else []))
         assert code != 0
-        assert one_error_line(err) == f"dblog: error: {SNAPSHOT_ONLY}"
+        assert one_error_line(err).endswith("use initial, latest or snapshot-only"), err
         assert PASSWORD not in out + err
         assert not state.exists() and not sink.exists()
+    assert not pg.sql("SELECT slot_name FROM pg_replication_slots", db=db)
 
 
 def test_bad_tables_are_refused_in_one_line(source, tmp_path):

@@ -162,6 +162,18 @@ class InMemoryDialect:
             raise DblogError(f"watermark strategy {strategy} needs a real server: use position")
         return "position"
 
+    def prepare_stream(self, metas) -> dict:
+        return {}
+
+    def check_stream(self) -> None:
+        pass
+
+    def drop_stream(self) -> list[str]:
+        return []
+
+    def release(self, position) -> None:
+        self.released = position
+
     def check_startup(self, mode) -> None:
         """Every startup mode: ``startup_position`` answers for the ones without a snapshot."""
 

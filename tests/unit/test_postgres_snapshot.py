@@ -16,7 +16,7 @@ from airflow_provider_dblog.core.positions import EPOCH_SPAN, BinlogPosition, ls
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source import open_dialect
-from airflow_provider_dblog.source.postgres.dialect import SNAPSHOT_ONLY, arrow_schema
+from airflow_provider_dblog.source.postgres.dialect import NO_STREAM, arrow_schema
 from airflow_provider_dblog.source.postgres.reader import hex_to_binary, parse_csv
 from airflow_provider_dblog.source.postgres.sql import key_text, quote_ident, range_condition, snapshot_sql
 
@@ -62,15 +62,19 @@ def test_postgresql_uris():
         SourceConfig.parse("oracle://app@db/x")
 
 
-def test_streaming_startup_modes_are_refused_without_touching_the_server():
+def test_startup_modes_without_a_slot_position_are_refused_without_touching_the_server():
     dialect = open_dialect(SourceConfig.parse("postgresql://app:secret@127.0.0.1:1/shop"))  # nothing listens there
-    dialect.check_startup(StartupMode.parse("snapshot-only"))
-    for mode in ("initial", "latest", "timestamp:1767225600000"):
+    for mode in ("snapshot-only", "initial", "latest"):
+        dialect.check_startup(StartupMode.parse(mode))
+    for mode in ("timestamp:1767225600000", "position:mysql-bin.000001:4", "gtid:0-1-1"):
         with pytest.raises(DblogError) as exc:
             dialect.check_startup(StartupMode.parse(mode))
-        assert str(exc.value) == SNAPSHOT_ONLY
-    with pytest.raises(DblogError, match="not wired yet"):
+        assert str(exc.value).endswith("use initial, latest or snapshot-only"), str(exc.value)
+    with pytest.raises(DblogError) as exc:  # a capture planned snapshot-only has no slot: no stream
         dialect.read_changes(lsn_position(1), None, [])
+    assert str(exc.value) == f"reading changes: {NO_STREAM}"
+    with pytest.raises(DblogError, match="snapshot-only"):
+        dialect.check_stream()
     dialect.close()
 
 

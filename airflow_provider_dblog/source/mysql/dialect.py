@@ -62,6 +62,18 @@ class MySqlDialect:
     def check_startup(self, mode: StartupMode) -> None:
         """Every startup mode works here (``startup_position`` checks a mode's position against the binlog)."""
 
+    def prepare_stream(self, metas: Sequence[TableMeta]) -> dict:
+        return {}  # the binlog streams without anything made for it
+
+    def check_stream(self) -> None:
+        """A binlog can be streamed from wherever a capture was planned."""
+
+    def drop_stream(self) -> list[str]:
+        return []
+
+    def release(self, position: BinlogPosition) -> None:
+        """The server purges its binlog on its own (``binlog_retention`` reports how close that is)."""
+
     # ---- snapshot ----
     def arrow_schema(self, meta: TableMeta) -> pa.Schema:
         return arrow_schema(meta)

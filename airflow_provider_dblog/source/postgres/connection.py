@@ -4,6 +4,7 @@ one the readers parse, whatever the server's or the role's defaults. Errors are 
 the password."""
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import psycopg2
@@ -15,6 +16,7 @@ from airflow_provider_dblog.source.postgres.values import libpq_options
 
 APPLICATION_NAME = "dblog"
 CONNECT_TIMEOUT_SECONDS = 10
+FLUSH_WAIT_SECONDS = 60.0  # the WAL writer flushes asynchronous commits within a few wal_writer_delay
 
 
 def first_line(exc: BaseException, secret: str = "") -> str:
@@ -99,9 +101,18 @@ class PostgresClient:
         return rows[0][0] if rows else None
 
     def current_lsn(self) -> int:
-        """The WAL insert location now (``pg_current_wal_lsn()``): every transaction committed before this
-        call has its commit record below it."""
-        return parse_lsn(self.scalar("SELECT pg_current_wal_lsn()::text"))
+        """A WAL location every transaction committed before this call is below, and that a read of the slot
+        can reach: the insert location (past every record already reserved: a commit in progress ends below
+        it), once the server has flushed WAL up to it (logical decoding reads flushed WAL only). A transaction
+        is *before* such a location when its commit record starts below it (``stream.change_position``)."""
+        insert = parse_lsn(self.scalar("SELECT pg_current_wal_insert_lsn()::text"))
+        deadline = time.monotonic() + FLUSH_WAIT_SECONDS
+        while parse_lsn(self.scalar("SELECT pg_current_wal_flush_lsn()::text")) < insert:
+            if time.monotonic() > deadline:
+                raise DblogError(f"{self.where} has not flushed its WAL up to {insert >> 32:X}/{insert & 0xFFFFFFFF:X} "
+                                 f"within {FLUSH_WAIT_SECONDS:.0f} s: check the server's disk")
+            time.sleep(0.005)
+        return insert
 
     @property
     def version_num(self) -> int:
@@ -109,27 +120,26 @@ class PostgresClient:
 
     # ---- a chunk's transaction ----
     def begin_snapshot(self) -> int:
-        """Open the chunk's REPEATABLE READ, READ ONLY transaction; its first statement takes the snapshot
-        every later read of the transaction sees, and returns the WAL location read in it (the LW)."""
+        """The chunk's LW (``current_lsn``, read first, on the control connection), then its REPEATABLE READ,
+        READ ONLY transaction on the snapshot connection, whose first statement takes the snapshot every read
+        of the transaction sees: every transaction before the LW is visible to it (its commit was flushed and
+        returned before the snapshot was taken), and later ones may be too (the stream applies them again)."""
+        lsn = self.current_lsn()
         conn = self.snapshot_conn
         conn.rollback()  # a window a failed read left open
         self.in_snapshot = False
         with conn.cursor() as cur:
             cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            cur.execute("SELECT pg_current_wal_lsn()::text")
-            lsn = parse_lsn(cur.fetchone()[0])
+            cur.execute("SELECT 1")
         self.in_snapshot = True
         return lsn
 
-    def end_snapshot(self) -> int:
-        """The WAL location after the chunk's reads (the HW), then the transaction ends."""
+    def end_snapshot(self) -> None:
+        """End the chunk's transaction (read only: nothing to commit)."""
         conn = self.snapshot_conn
         try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT pg_current_wal_lsn()::text")
-                return parse_lsn(cur.fetchone()[0])
+            conn.rollback()
         finally:
-            conn.rollback()  # read only: nothing to commit
             self.in_snapshot = False
 
     def drop_snapshot(self) -> None:

@@ -1,11 +1,11 @@
 """``PostgresDialect``: the ``DataSourceDialect`` for PostgreSQL 10+, composed of the modules beside it.
 
-First milestone: snapshots. A capture is one database (``postgresql://USER@HOST:PORT/DB``), its tables
-``SCHEMA.TABLE``; planning, chunking, chunk reads (``COPY`` -> Arrow), positions (WAL locations through
-``core.positions.lsn_position``), server identity and key order work as for MySQL, and the lake is the
-same. Only ``--startup snapshot-only`` is accepted: the logical-replication stream (``pgoutput`` slot and
-publication, their life, the chunk windows' handover to it) is not wired yet, and every stream method
-says so in one line.
+A capture is one database (``postgresql://USER@HOST:PORT/DB``), its tables ``SCHEMA.TABLE``; planning,
+chunking, chunk reads (``COPY`` -> Arrow), positions (WAL locations through ``core.positions.lsn_position``),
+server identity and key order work as for MySQL, and the lake is the same. A streaming capture (``--startup
+initial`` or ``latest``) owns a ``pgoutput`` replication slot and a publication (``slot``), created by the plan
+and recorded in the state's options; its changes are read from the slot (``stream``) and the slot is advanced
+to what the lake still needs (``release``).
 """
 from __future__ import annotations
 
@@ -19,23 +19,26 @@ from airflow_provider_dblog.core.chunks import ChunkRange, Key
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.positions import BinlogPosition, lsn_position
+from airflow_provider_dblog.core.positions import BinlogPosition, lsn_position, position_lsn
 from airflow_provider_dblog.core.retention import BinlogRetention
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
-from airflow_provider_dblog.source.postgres import reader, schema, splitter, watermarks
+from airflow_provider_dblog.source.postgres import reader, retention, schema, slot, splitter, watermarks
 from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
 from airflow_provider_dblog.source.postgres.keys import KeyOrder
+from airflow_provider_dblog.source.postgres.pgoutput import format_lsn
+from airflow_provider_dblog.source.postgres.stream import SlotReader
 from airflow_provider_dblog.source.postgres.sql import at_most, quote_ident, range_condition, snapshot_sql, table_sql
 from airflow_provider_dblog.source.postgres.values import arrow_type
 
-SNAPSHOT_ONLY = ("PostgreSQL sources support --startup snapshot-only for now (the logical-replication stream is "
-                 "not wired yet)")
+STARTUP_MODES = ("initial", "snapshot-only", "latest")
+NO_STREAM = ("this capture was planned with --startup snapshot-only: it has no replication slot, so it has no "
+             "stream; capture again with --startup initial (a new --state and --sink)")
 
 
-def not_wired(what: str) -> NoReturn:
-    raise DblogError(f"{what}: {SNAPSHOT_ONLY}")
+def no_stream(what: str) -> NoReturn:
+    raise DblogError(f"{what}: {NO_STREAM}")
 
 
 def arrow_schema(meta: TableMeta) -> pa.Schema:
@@ -45,10 +48,18 @@ def arrow_schema(meta: TableMeta) -> pa.Schema:
 
 
 class PostgresDialect:
-    def __init__(self, config: SourceConfig):
+    def __init__(self, config: SourceConfig, options: dict | None = None):
+        options = options or {}
         self.config = config
         self.client = PostgresClient(config)
         self.key_order = KeyOrder(self.client)
+        self.slot, self.publication = options.get("slot"), options.get("publication")
+
+    @property
+    def stream(self) -> SlotReader:
+        if not self.slot:
+            no_stream("reading changes")
+        return SlotReader(self.client, self.slot, self.publication)
 
     def close(self) -> None:
         self.client.close()
@@ -58,8 +69,39 @@ class PostgresDialect:
         schema.check_source(self.client)
 
     def check_startup(self, mode: StartupMode) -> None:
-        if mode.kind != "snapshot-only":
-            raise DblogError(SNAPSHOT_ONLY)
+        if mode.kind not in STARTUP_MODES:
+            raise DblogError(f"--startup {mode} is not available for PostgreSQL sources (a slot streams from its "
+                             f"creation on): use initial, latest or snapshot-only")
+
+    def prepare_stream(self, metas: Sequence[TableMeta]) -> dict:
+        """The capture's publication (with ``metas``' tables) and slot, created unless they exist; returns the
+        state's options naming them. Checks first: wal_level, the REPLICATION privilege, replica identities."""
+        slot.check_stream_settings(self.client)
+        slot.check_replica_identity(self.client, metas)
+        if not self.slot:
+            names = slot.new_stream_options()
+            self.slot, self.publication = names["slot"], names["publication"]
+        slot.ensure_publication(self.client, self.publication, [m.qualified for m in metas])
+        slot.ensure_slot(self.client, self.slot)
+        return {"slot": self.slot, "publication": self.publication}
+
+    def check_stream(self) -> None:
+        """A snapshot-only capture has no slot; a dropped slot (``dblog drop``, a DBA) took the changes with it."""
+        if not self.slot:
+            no_stream("dblog tail")
+        if slot.slot_state(self.client, self.slot) is None:
+            raise DblogError(f"the capture's replication slot {self.slot} is gone from {self.client.where} (dblog "
+                             f"drop, or dropped by hand): the changes since the lake's position are lost; capture "
+                             f"again (dblog run with a new --state and --sink)")
+
+    def drop_stream(self) -> list[str]:
+        """Drop the capture's slot and publication (``dblog drop``); what was dropped."""
+        return slot.drop(self.client, self.slot, self.publication)
+
+    def release(self, position: BinlogPosition) -> None:
+        """The lake holds every change before ``position``: the slot may let the server recycle that WAL."""
+        if self.slot:
+            slot.advance(self.client, self.slot, position_lsn(position))
 
     def list_tables(self) -> list[str]:
         return schema.list_tables(self.client)
@@ -131,32 +173,51 @@ class PostgresDialect:
     def position_after_gtid(self, gtid: str) -> BinlogPosition:
         raise DblogError("PostgreSQL has no GTIDs: a capture cannot move to another server by GTID")
 
-    # ---- the stream (not wired yet) ----
+    # ---- the stream ----
     def ensure_available(self, position: BinlogPosition) -> None:
-        """Nothing can be purged yet: no slot holds WAL for a capture (a ``DblogError`` here would read as a
-        purge to the tail, which would re-read the tables); the stream's reads below refuse in one line."""
+        """The slot still holds the WAL from ``position`` on (a read from before its ``confirmed_flush_lsn``
+        would silently start later: refused like a purged binlog)."""
+        if not self.slot:
+            return  # snapshot-only: nothing streams
+        state = slot.slot_state(self.client, self.slot)
+        if state is None:
+            raise DblogError(f"the capture's replication slot {self.slot} is gone from {self.client.where}: the "
+                             f"changes since {position} are lost; re-snapshot (dblog run with a new --state)")
+        if position_lsn(position) < state.confirmed_flush or state.wal_status == "lost":
+            raise DblogError(f"replication slot {self.slot} on {self.client.where} no longer holds the WAL from "
+                             f"{position} (it holds from {format_lsn(state.confirmed_flush)}"
+                             f"{', its WAL was removed (max_slot_wal_keep_size)' if state.wal_status == 'lost' else ''}"
+                             f"): the lake can no longer be caught up; re-snapshot the table")
 
     def binlog_retention(self, needed: Sequence[BinlogPosition] = ()) -> BinlogRetention:
-        not_wired("WAL retention")
+        return retention.wal_retention(self.client, self.slot, needed)
 
     def startup_position(self, mode: StartupMode) -> BinlogPosition:
-        not_wired(f"--startup {mode}")
+        if mode.kind == "latest":
+            return self.current_position()
+        raise DblogError(f"--startup {mode} is not available for PostgreSQL sources: use initial, latest or "
+                         f"snapshot-only")
 
     def read_changes(self, start: BinlogPosition, end: BinlogPosition | None,
                      tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1)) -> Iterator[ChangeEvent]:
-        not_wired("reading changes")
+        """The slot is read by one process at a time: the first share reads the range, the others nothing."""
+        stream = self.stream
+        if share[0] != 0:
+            return iter(())
+        return stream.changes(start, end if end is not None else self.current_position(), tables)
 
     def commit_after(self, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
-        not_wired("reading changes")
+        return None  # a micro-batch takes the whole range (its changes are staged past the memory budget)
 
     def scan_changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[str]) -> RangeScan:
-        not_wired("reading changes")
+        return RangeScan(False, 0, "a PostgreSQL range is read, not scanned")
 
     def scan_each(self, floors: Mapping[str, BinlogPosition], end: BinlogPosition) -> dict[str, RangeScan]:
-        not_wired("reading changes")
+        return {name: self.scan_changes(floor, end, [name]) for name, floor in floors.items()}
 
     def range_bytes(self, start: BinlogPosition, end: BinlogPosition) -> int | None:
-        return None
+        """WAL bytes between two positions: their LSNs' difference."""
+        return max(0, position_lsn(end) - position_lsn(start))
 
     # ---- drift detection ----
     def checksum_chunks(self, meta: TableMeta, chunks: Sequence[ChunkRange]

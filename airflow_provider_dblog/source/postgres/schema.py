@@ -99,6 +99,15 @@ def _base_types(client: PostgresClient, oids: set[int]) -> dict[int, tuple[int, 
     return resolved
 
 
+FIRST_USER_OID = 16384  # types below are built in (no domains among them)
+
+
+def resolve_types(client: PostgresClient, oids: set[int]) -> dict[int, tuple[int, int]]:
+    """Of ``oids``, the domains' (base type OID, typmod); built-in types need no query."""
+    user = {o for o in oids if o >= FIRST_USER_OID}
+    return _base_types(client, user) if user else {}
+
+
 def _columns(client: PostgresClient, oid: int) -> tuple[Column, ...]:
     rows = client.query(
         "SELECT a.attname, NOT a.attnotnull, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), "

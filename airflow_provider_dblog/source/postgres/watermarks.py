@@ -1,19 +1,20 @@
-"""A chunk's watermark window on PostgreSQL, for snapshot-only captures (the stream is not wired yet).
+"""A chunk's window on PostgreSQL: the chunk's rows are stamped with the WAL location read before its snapshot.
 
-``low()`` opens one REPEATABLE READ, READ ONLY transaction on the snapshot connection and reads
-``pg_current_wal_lsn()`` as its first statement, which also takes the transaction's snapshot; the
-chunk's COPY runs in that transaction (``read_snapshot``), so it sees exactly that snapshot; ``high()``
-reads ``pg_current_wal_lsn()`` again and ends the transaction. LW and HW are those two WAL locations.
+``low()`` reads the LW (``PostgresClient.current_lsn``: the WAL insert location once flushed), then opens
+one REPEATABLE READ, READ ONLY transaction whose first statement takes the snapshot the chunk's COPY sees
+(``read_snapshot``); ``high()`` ends it. The window has no events and HW = LW: the snapshot holds every
+transaction before LW (each one's commit was flushed and had returned before the snapshot was taken), and
+maybe some after it. The stream (``stream.SlotReader``) emits every change after LW for the chunk's keys,
+so those later transactions are applied again on top of the snapshot: their row images are whole rows
+applied in commit order, so ``current`` ends the same, and the changelog holds each change once (after
+the chunk's snapshot row, which may already show it). No WAL is read per chunk and no slot is needed to
+read one, so chunk reads run in parallel anywhere; ``current`` converges exactly as with MySQL's windows.
 
-For snapshot-only captures the HW is informational: there is no stream to hand the chunk over to, the
-chunk's rows are exactly its snapshot's, and nothing is merged (the window has no events). The HW is what
-the lake records for the chunk (``_pos``, Delta app transaction) so positions keep their one codec.
-
-What the stream will need (not done here): this window has the ``position`` strategy's race (a
-transaction whose commit record is below LW may not be visible yet to the snapshot, as on MySQL); the
-exact analogue of ``consistent_snapshot`` is a snapshot exported by the replication slot
-(``CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export')`` + ``SET TRANSACTION SNAPSHOT``), and DBLog's
-watermarks map to ``pg_logical_emit_message`` marks read back from the slot.
+The one race left is PostgreSQL's own commit order: a commit record flushed, its backend not yet marked
+done in the proc array when the chunk's snapshot is taken (microseconds, between two statements of the
+reader; longer only while a commit waits for a synchronous standby, ``synchronous_standby_names``), would
+be in neither the snapshot nor the stream after LW. Flink CDC's and Debezium's PostgreSQL snapshots share
+it; ``dblog verify`` finds such a row and ``dblog resnapshot`` repairs it.
 """
 from __future__ import annotations
 
@@ -27,19 +28,19 @@ STRATEGY = "position"
 
 
 def resolve_strategy(strategy: str) -> str:
-    """``auto`` and ``position``: the LSNs around the chunk's transaction; the others need the stream."""
+    """``auto`` and ``position``: the WAL location before the chunk's snapshot."""
     if strategy in ("auto", STRATEGY):
         return STRATEGY
-    raise DblogError(f"watermark strategy {strategy} is not available for PostgreSQL sources yet (snapshot-only "
-                     f"reads each chunk in one REPEATABLE READ transaction): use --watermark auto")
+    raise DblogError(f"watermark strategy {strategy} is not available for PostgreSQL sources (each chunk is read in "
+                     f"one REPEATABLE READ transaction stamped with the WAL location before it): use --watermark auto")
 
 
 class SnapshotWindow:
-    """LW/HW: the WAL location read as the first statement of the chunk's transaction and after its read."""
+    """LW = HW: the WAL location read before the chunk's transaction; no window events."""
 
     def __init__(self, client: PostgresClient, meta: TableMeta):
         self.client, self.meta = client, meta
-        self.lw = self.hw = None
+        self.lw = None
 
     def low(self) -> None:
         self.lw = lsn_position(self.client.begin_snapshot())
@@ -48,7 +49,7 @@ class SnapshotWindow:
         if not self.client.in_snapshot:
             raise DblogError(f"the snapshot transaction of a chunk of {self.meta.qualified} ended before its high "
                              f"watermark: reading the chunk again")
-        self.hw = lsn_position(self.client.end_snapshot())
+        self.client.end_snapshot()
 
     def window(self) -> tuple[BinlogPosition, BinlogPosition, list[ChangeEvent]]:
-        return self.lw, self.hw, []
+        return self.lw, self.lw, []

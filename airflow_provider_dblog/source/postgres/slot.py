@@ -1,0 +1,206 @@
+"""The capture's logical replication slot and publication: their names, creation, checks, advance and drop.
+
+A streaming capture (any ``--startup`` but ``snapshot-only``) owns one ``pgoutput`` slot and one publication,
+both named ``dblog_<token>`` (a random token chosen by the plan and recorded in the state's options), so two
+captures of one database never share them. ``plan`` creates them before it reads any position (the slot
+keeps every WAL record from its creation on); a plan of more tables later adds them to the publication.
+
+The slot's ``confirmed_flush_lsn`` is where the stream can still be read from: the tail advances it
+(``pg_replication_slot_advance``) only to the smallest position the lake still needs, after the lake
+committed (``steps``/``spark`` call ``DataSourceDialect.release``), so a restart loses nothing. A read
+from before it would silently start later: ``ensure_available`` refuses it like a purged binlog.
+
+What the server needs, refused in one line each: ``wal_level=logical``, a role with REPLICATION (or a
+superuser), a free slot (``max_replication_slots``), the right to create the publication (or one made by
+the table owner: ``--publication``-less captures create their own), and a replica identity that names
+the capture's key columns for every table (DEFAULT with the primary key, USING INDEX on the key, or FULL).
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import psycopg2
+
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.tables import TableMeta
+from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
+from airflow_provider_dblog.source.postgres.pgoutput import format_lsn, parse_lsn
+from airflow_provider_dblog.source.postgres.schema import split_name
+from airflow_provider_dblog.source.postgres.sql import quote_ident
+
+log = logging.getLogger("dblog")
+PLUGIN = "pgoutput"
+BUSY_RETRY_SECONDS = 30.0  # how long a read waits for the slot another process holds
+
+
+def new_stream_options() -> dict:
+    """The state's record of a new capture's slot and publication (one random token names both)."""
+    token = secrets.token_hex(6)
+    return {"slot": f"dblog_{token}", "publication": f"dblog_{token}"}
+
+
+@dataclass(frozen=True)
+class SlotState:
+    """What ``pg_replication_slots`` says of the capture's slot: its LSNs (``int``), who holds it, WAL kept."""
+
+    confirmed_flush: int
+    restart: int
+    active_pid: int | None
+    wal_status: str | None  # reserved | extended | unreserved | lost (PostgreSQL 13+); None before
+    held_bytes: int
+
+
+def check_stream_settings(client: PostgresClient) -> None:
+    """``wal_level=logical`` and a role that may use replication slots, in one line each."""
+    wal_level, replication = client.query(
+        "SELECT current_setting('wal_level'), (SELECT rolreplication OR rolsuper FROM pg_roles "
+        "WHERE rolname = current_user)", ())[0]
+    if wal_level != "logical":
+        raise DblogError(f"{client.where} has wal_level={wal_level}: the stream needs logical decoding; run ALTER "
+                         f"SYSTEM SET wal_level = logical and restart PostgreSQL (or capture with --startup "
+                         f"snapshot-only)")
+    if not replication:
+        raise DblogError(f"user {client.config.user} may not use replication slots on {client.where}: ALTER ROLE "
+                         f"{quote_ident(client.config.user)} REPLICATION (or capture with --startup snapshot-only)")
+
+
+def slot_state(client: PostgresClient, slot: str) -> SlotState | None:
+    """The slot as the server has it now (None: there is no such slot)."""
+    wal_status = "wal_status" if client.version_num >= 130000 else "NULL"
+    rows = client.query(
+        f"SELECT confirmed_flush_lsn::text, restart_lsn::text, active_pid, {wal_status}, plugin, database, "
+        f"COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint "
+        f"FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    if not rows:
+        return None
+    confirmed, restart, pid, status, plugin, database, held = rows[0]
+    if plugin != PLUGIN or database != client.config.database:
+        raise DblogError(f"replication slot {slot} on {client.where} is not the capture's ({plugin} on database "
+                         f"{database}): use another --state, or drop that slot")
+    return SlotState(parse_lsn(confirmed) if confirmed else 0, parse_lsn(restart) if restart else 0,
+                     int(pid) if pid else None, status, int(held))
+
+
+def ensure_slot(client: PostgresClient, slot: str) -> bool:
+    """Create the slot unless it exists; True if this call created it. Creating a logical slot waits until
+    the transactions running at that moment end (PostgreSQL's consistent point)."""
+    if slot_state(client, slot) is not None:
+        return False
+    try:
+        client.query("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)", (slot, PLUGIN))
+    except psycopg2.Error as exc:
+        message = first_line(exc, client.config.password)
+        lowered = message.lower()
+        if "all replication slots are in use" in lowered or "max_replication_slots" in lowered:
+            raise DblogError(f"cannot create replication slot {slot} on {client.where}: {message}; drop an unused "
+                             f"slot (SELECT pg_drop_replication_slot(name)) or raise max_replication_slots") from None
+        if "permission" in lowered or "must be superuser" in lowered or "replication role" in lowered:
+            raise DblogError(f"cannot create replication slot {slot} on {client.where}: {message}; ALTER ROLE "
+                             f"{quote_ident(client.config.user)} REPLICATION") from None
+        raise DblogError(f"cannot create replication slot {slot} on {client.where}: {message}") from None
+    log.info("created the logical replication slot %s (pgoutput) on %s", slot, client.where)
+    return True
+
+
+def _table_sql(table: str) -> str:
+    schema, name = split_name(table)
+    return f"{quote_ident(schema)}.{quote_ident(name)}"
+
+
+def published_tables(client: PostgresClient, publication: str) -> set[str] | None:
+    """The tables the publication names, as ``SCHEMA.TABLE`` (None: no such publication)."""
+    if not client.query("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)):
+        return None
+    return {f"{s}.{t}" for s, t in client.query(
+        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (publication,))}
+
+
+def ensure_publication(client: PostgresClient, publication: str, tables: Sequence[str]) -> bool:
+    """Create the publication for ``tables`` (changes of partitions published as their root), or add the ones it
+    lacks; True if this call created it. One line naming the statement a table owner can run instead."""
+    have = published_tables(client, publication)
+    missing = [t for t in tables if have is None or t not in have]
+    if not missing:
+        return False
+    listed = ", ".join(_table_sql(t) for t in missing)
+    if have is None:
+        root = " WITH (publish_via_partition_root = true)" if client.version_num >= 130000 else ""
+        statement = f"CREATE PUBLICATION {quote_ident(publication)} FOR TABLE {listed}{root}"
+    else:
+        statement = f"ALTER PUBLICATION {quote_ident(publication)} ADD TABLE {listed}"
+    try:
+        client.query(statement, ())
+    except psycopg2.Error as exc:
+        message = first_line(exc, client.config.password)
+        raise DblogError(f"cannot publish {', '.join(missing)} on {client.where}: {message}; have the tables' owner "
+                         f"(or a superuser) run: {statement}") from None
+    log.info("publication %s on %s: %s %s", publication, client.where, "created for" if have is None else "added",
+             ", ".join(missing))
+    return have is None
+
+
+def check_replica_identity(client: PostgresClient, metas: Sequence[TableMeta]) -> None:
+    """Every table's replica identity gives the old key of an UPDATE or DELETE in the capture's key columns:
+    DEFAULT with the key as primary key, USING INDEX on exactly the key, or FULL. One line naming the fix."""
+    bad = []
+    for meta in metas:
+        identity, pk, index = client.query(
+            "SELECT c.relreplident, "
+            "(SELECT array_agg(a.attname ORDER BY k.n) FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(att, n), "
+            " pg_attribute a WHERE i.indrelid = c.oid AND i.indisprimary AND a.attrelid = c.oid AND a.attnum = k.att),"
+            "(SELECT array_agg(a.attname ORDER BY k.n) FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(att, n), "
+            " pg_attribute a WHERE i.indrelid = c.oid AND i.indisreplident AND a.attrelid = c.oid AND a.attnum = k.att) "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+            split_name(meta.qualified))[0]
+        key = list(meta.key_columns)
+        if identity == "f" or (identity == "d" and pk and sorted(pk) == sorted(key)) or (
+                identity == "i" and index and sorted(index) == sorted(key)):
+            continue
+        bad.append(meta.qualified)
+    if bad:
+        fix = "; ".join(f"ALTER TABLE {_table_sql(t)} REPLICA IDENTITY FULL" for t in bad)
+        raise DblogError(f"{', '.join(bad)}: the replica identity does not name the capture's key, so an UPDATE or "
+                         f"DELETE would not say which row it changed: {fix} (or USING INDEX on the key's unique index)")
+
+
+def advance(client: PostgresClient, slot: str, lsn: int) -> None:
+    """Move the slot's ``confirmed_flush_lsn`` forward to ``lsn`` (never back); the server may then recycle
+    the WAL before it. A slot held by a running read is left as it is (the next release moves it)."""
+    state = slot_state(client, slot)
+    if state is None or lsn <= state.confirmed_flush or state.active_pid is not None:
+        return
+    try:
+        client.query("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, format_lsn(lsn)))
+    except psycopg2.Error as exc:
+        log.warning("could not advance replication slot %s to %s: %s (the next release tries again)", slot,
+                    format_lsn(lsn), first_line(exc, client.config.password))
+
+
+def drop(client: PostgresClient, slot: str | None, publication: str | None) -> list[str]:
+    """Drop the capture's slot (waiting a little for a read that holds it) and publication; what was dropped."""
+    dropped = []
+    if slot:
+        deadline = time.monotonic() + BUSY_RETRY_SECONDS
+        while (state := slot_state(client, slot)) is not None:
+            if state.active_pid is not None and time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            try:
+                client.query("SELECT pg_drop_replication_slot(%s)", (slot,))
+                dropped.append(f"replication slot {slot}")
+            except psycopg2.Error as exc:
+                raise DblogError(f"cannot drop replication slot {slot} on {client.where}: "
+                                 f"{first_line(exc, client.config.password)}; stop the tail that uses it") from None
+            break
+    if publication and published_tables(client, publication) is not None:
+        try:
+            client.query(f"DROP PUBLICATION {quote_ident(publication)}", ())
+            dropped.append(f"publication {publication}")
+        except psycopg2.Error as exc:
+            raise DblogError(f"cannot drop publication {publication} on {client.where}: "
+                             f"{first_line(exc, client.config.password)}") from None
+    return dropped

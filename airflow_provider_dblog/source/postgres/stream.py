@@ -1,0 +1,246 @@
+"""The change stream of a PostgreSQL capture: its slot's ``pgoutput`` messages as ``ChangeEvent`` s.
+
+A range ``(start, end]`` is read with ``pg_logical_slot_peek_binary_changes(slot, end, ...)`` through a
+server-side cursor: plain SQL on an ordinary connection, decoded from the slot's restart point up to the
+first record that ends at or past ``end``, and *peeked*: nothing is consumed, so a read that fails or is
+killed is simply read again (the slot moves only on ``slot.advance``, after the lake committed). A read of
+a slot another process holds waits a little, then says which process.
+
+Positions: a transaction is *before* a WAL location ``L`` (``PostgresClient.current_lsn``, a chunk's LW, a
+micro-batch's end) when its commit record starts below ``L`` (pgoutput's ``Begin.final_lsn``). Its changes
+are at ``lsn_position(final_lsn + 1, i)``, ``i`` their order in the transaction, so they sort after every
+boundary the transaction is after and at or before every boundary it is before, and a transaction is
+whole on one side of every boundary.
+
+Messages: ``Relation`` (before a table's first change in a read, and after its columns change: a new
+``SchemaVersion`` when they differ from the version in force; a captured table's OID under a new name is a
+RENAME), ``Insert`` / ``Update`` / ``Delete`` as whole-row images (an UPDATE that keeps its key has no old
+image under REPLICA IDENTITY DEFAULT: its before image is the key), ``Truncate`` as a TRUNCATE schema change
+(the committer reads the table again). An unchanged TOASTed value (``u``) is taken from the old row under
+REPLICA IDENTITY FULL; without it the read stops in one line naming the fix: never a NULL.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Iterator, Sequence
+
+import psycopg2
+
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.events import ChangeEvent, row_change
+from airflow_provider_dblog.core.positions import BinlogPosition, lsn_position, position_lsn
+from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
+from airflow_provider_dblog.core.tables import Column, TableMeta
+from airflow_provider_dblog.source.postgres import pgoutput
+from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
+from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
+from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name
+from airflow_provider_dblog.source.postgres.slot import BUSY_RETRY_SECONDS
+from airflow_provider_dblog.source.postgres.values import UnrepresentableValue, column_converters
+
+log = logging.getLogger("dblog")
+FETCH_ROWS = 5000  # messages per round trip of the server-side cursor
+TOAST_FIX = ("ALTER TABLE {table} REPLICA IDENTITY FULL (the old row then carries it), then re-snapshot the table "
+             "(dblog resnapshot --table {table})")
+
+
+def change_position(final_lsn: int, row: int = 0) -> BinlogPosition:
+    """The position of the ``row``-th change of the transaction whose commit record starts at ``final_lsn``."""
+    return lsn_position(final_lsn + 1, row)
+
+
+class _Version:
+    """A captured table's columns as a ``Relation`` message gave them: its meta, names and value converters."""
+
+    def __init__(self, meta: TableMeta, converters):
+        self.meta, self.names, self.converters = meta, meta.column_names, converters
+        self.signature = tuple((c.name, c.type_oid, c.typmod) for c in meta.columns)
+
+
+class SlotReader:
+    """Reads of the capture's slot (``slot``) through its publication (``publication``)."""
+
+    def __init__(self, client: PostgresClient, slot: str, publication: str):
+        self.client, self.slot, self.publication = client, slot, publication
+
+    # ---- the rows of the slot ----
+    def _messages(self, end: int) -> Iterator[bytes]:
+        """The payloads of every message of the slot up to ``end``, from a peek (nothing consumed)."""
+        conn = self.client.connect(autocommit=False)
+        deadline = time.monotonic() + BUSY_RETRY_SECONDS
+        try:
+            while True:
+                cur = conn.cursor(name="dblog_slot_changes")
+                cur.itersize = FETCH_ROWS
+                try:
+                    cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
+                                "'proto_version', '1', 'publication_names', %s)",
+                                (self.slot, format_lsn(end), self.publication))
+                    for (data,) in cur:
+                        yield bytes(data)
+                    return
+                except psycopg2.Error as exc:
+                    message = first_line(exc, self.client.config.password)
+                    conn.rollback()
+                    if "is active for pid" in message.lower() and time.monotonic() < deadline:
+                        time.sleep(0.5)
+                        continue
+                    if "does not exist" in message.lower() and "slot" in message.lower():
+                        raise DblogError(f"the capture's replication slot {self.slot} is gone from "
+                                         f"{self.client.where}: the changes since the lake's position are lost; "
+                                         f"capture again (dblog run with a new --state)") from None
+                    raise DblogError(f"reading the changes of replication slot {self.slot} on {self.client.where} "
+                                     f"failed: {message}" + ("; another process reads it (a second dblog tail?)"
+                                                             if "is active for pid" in message.lower() else "")
+                                     ) from None
+        finally:
+            conn.close()
+
+    # ---- the captured tables' changes ----
+    def changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[TableMeta]
+                ) -> Iterator[ChangeEvent | SchemaVersion | SchemaChange]:
+        """Row changes of ``tables`` with ``start < position <= end`` (as ``BinlogPosition`` s), each after the
+        ``SchemaVersion`` it was decoded with when that is not the planned one, and TRUNCATE / RENAME as schema
+        changes, in commit order."""
+        metas = {m.qualified: m for m in tables}
+        versions: dict[str, _Version] = {}  # the version in force per table (the planned one at first)
+        relations: dict[int, tuple[str, _Version | None]] = {}  # relation OID -> (its table, version if captured)
+        oids = self._oids(metas)
+        after, upto = start.as_snapshot(), end.as_snapshot()
+        final, row, ts, boundary = 0, 0, 0, start
+        for payload in self._messages(position_lsn(end)):
+            message = pgoutput.decode(payload)
+            kind = type(message)
+            if kind is pgoutput.Begin:
+                final, row, ts = message.final_lsn, 0, message.commit_ts_us // 1000
+                if change_position(final) > upto:
+                    return
+                boundary = lsn_position(final)
+                continue
+            if kind is pgoutput.Relation:
+                name = f"{message.namespace or 'pg_catalog'}.{message.name}"
+                renamed = oids.get(message.oid)
+                if renamed is not None and renamed != name:
+                    pos = change_position(final, row)
+                    if after < pos:
+                        yield SchemaChange(renamed, "rename", f"(table renamed to {name} in the WAL)", boundary, pos)
+                if name not in metas:
+                    relations[message.oid] = (name, None)
+                    continue
+                version = self._version(message, versions.get(name) or self._planned(metas[name]))
+                relations[message.oid] = (name, version)
+                continue
+            if kind in (pgoutput.Insert, pgoutput.Update, pgoutput.Delete):
+                pos = change_position(final, row)
+                row += 1
+                name, version = relations.get(message.relation_oid, ("", None))
+                if version is None or pos <= after:
+                    continue
+                if versions.get(name) is not version:
+                    if version.signature != self._planned(metas[name]).signature or name in versions:
+                        yield SchemaVersion(version.meta, pos)
+                    versions[name] = version
+                yield from self._row_events(name, version, message, pos, ts)
+                continue
+            if kind is pgoutput.Truncate:
+                pos = change_position(final, row)
+                row += 1
+                if pos <= after:
+                    continue
+                for oid in message.relation_oids:
+                    name, version = relations.get(oid, ("", None))
+                    if version is not None:
+                        yield SchemaChange(name, "truncate", f"TRUNCATE {name} (in the WAL)", boundary, pos)
+            # Commit, Origin, Type, LogicalMessage: nothing to emit (positions come from Begin)
+
+    def _planned(self, meta: TableMeta) -> _Version:
+        return _Version(meta, column_converters(_relation_columns(meta)))
+
+    def _version(self, relation: pgoutput.Relation, current: _Version) -> _Version:
+        """The version a Relation message describes: ``current`` when its columns are the same (a domain is
+        typed as its base type, as ``schema.describe_table`` does)."""
+        types = resolve_types(self.client, {c.type_oid for c in relation.columns})
+        signature = []
+        for column in relation.columns:
+            base, base_typmod = types.get(column.type_oid, (column.type_oid, -1))
+            signature.append((column.name, base, column.typmod if column.typmod >= 0 else base_typmod))
+        if tuple(signature) == tuple((n, o, -1 if t is None else t) for n, o, t in current.signature):
+            return current
+        old = {c.name: c for c in current.meta.columns}
+        formats = dict(self.client.query("SELECT oid, format_type(oid, NULL) FROM pg_type WHERE oid = ANY(%s)",
+                                         (sorted({o for _, o, _ in signature}),)))
+        columns = []
+        for name, oid, typmod in signature:
+            was = old.get(name)
+            if was is not None and (was.type_oid, -1 if was.typmod is None else was.typmod) == (oid, typmod):
+                columns.append(was)
+            else:  # a new or retyped column: nullable until the catalog says otherwise (a re-plan reads it)
+                columns.append(Column(name, formats.get(oid, str(oid)), formats.get(oid, str(oid)), True,
+                                      type_oid=oid, typmod=typmod))
+        key = current.meta.key_columns
+        if not set(key) <= {c.name for c in columns}:
+            key = relation.key_columns
+        meta = replace(current.meta, columns=tuple(columns), key_columns=tuple(key))
+        return _Version(meta, column_converters(_relation_columns(meta)))
+
+    def _oids(self, metas: dict[str, TableMeta]) -> dict[int, str]:
+        """The captured tables' OIDs now (a RENAME keeps the OID: a later Relation under another name is one)."""
+        if not metas:
+            return {}
+        found = {}
+        for name in metas:
+            rows = self.client.query("SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                                     "WHERE n.nspname = %s AND c.relname = %s", split_name(name))
+            if rows:
+                found[int(rows[0][0])] = name
+        return found
+
+    def _row_events(self, name: str, version: _Version, message, pos: BinlogPosition, ts: int
+                    ) -> list[ChangeEvent]:
+        kind = type(message)
+        after = before = None
+        try:
+            if kind is not pgoutput.Delete:
+                after = self._image(version, message.new)
+            if kind is not pgoutput.Insert and message.old is not None:
+                before = self._image(version, message.old, key_only=message.old_kind == "K")
+        except UnrepresentableValue as exc:
+            raise DblogError(f"a change of {name} at {pos}: {exc}; the lake has no value for it") from None
+        if after is not None and any(v is UNCHANGED_TOAST for v in after.values()):
+            after = self._fill_toast(name, after, before if message.old_kind == "O" else None, pos)
+        if kind is pgoutput.Update and before is None:  # key unchanged, REPLICA IDENTITY DEFAULT: no old image
+            before = {k: after[k] for k in version.meta.key_columns}
+        return row_change(name, pos, version.meta.key_columns, before, after, ts)
+
+    @staticmethod
+    def _image(version: _Version, values, key_only: bool = False) -> dict:
+        if len(values) != len(version.converters):
+            raise DblogError(f"a change of {version.meta.qualified} has {len(values)} columns, its Relation "
+                             f"{len(version.converters)}: the stream is out of step; report it")
+        image = {}
+        for name, convert, value in zip(version.names, version.converters, values):
+            if value is None:
+                if not key_only:
+                    image[name] = None
+            elif value is UNCHANGED_TOAST:
+                image[name] = value
+            else:
+                image[name] = convert(value)
+        return image
+
+    @staticmethod
+    def _fill_toast(name: str, after: dict, old: dict | None, pos: BinlogPosition) -> dict:
+        missing = [c for c, v in after.items() if v is UNCHANGED_TOAST]
+        if old is None or any(old.get(c) is UNCHANGED_TOAST for c in missing):
+            raise DblogError(f"an UPDATE of {name} at {pos} left {', '.join(missing)} unchanged and TOASTed, so the "
+                             f"WAL does not hold its value; dblog stops before it rather than write a NULL: "
+                             + TOAST_FIX.format(table=name))
+        return {c: (old[c] if v is UNCHANGED_TOAST else v) for c, v in after.items()}
+
+
+def _relation_columns(meta: TableMeta) -> list[pgoutput.Column]:
+    """A meta's columns as the decoder's ``Column`` s (for ``values.column_converters``)."""
+    return [pgoutput.Column(1 if c.name in meta.key_columns else 0, c.name, c.type_oid or 0,
+                            -1 if c.typmod is None else c.typmod) for c in meta.columns]

@@ -1,0 +1,248 @@
+"""PostgreSQL streaming captures against a private PostgreSQL (issue 26, the stream): ``dblog run`` with the
+default ``--startup initial`` plans a slot and a publication, snapshots the tables under a concurrent writer
+(inserts, updates, deletes, key changes, TOASTed values), and the tail reads the slot into the lake: compared
+with the source row by row and column by column, the changelog replaying to ``current``, each change once. The
+slot is advanced only to what the lake holds (a tail killed before its commit loses and repeats nothing); a
+TRUNCATE and an ADD COLUMN are followed; an unchanged TOASTed value under REPLICA IDENTITY DEFAULT stops the tail
+in one line and is never written as NULL; ``dblog drop`` removes the slot and the publication; one-line refusals
+for a replica identity that does not name the key and for a server without logical decoding."""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from decimal import Decimal
+
+import psycopg2
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from airflow_provider_dblog.core.positions import position_lsn
+from airflow_provider_dblog.source.postgres.pgoutput import parse_lsn
+from airflow_provider_dblog.source.postgres.values import libpq_options
+from airflow_provider_dblog.store.state import StateDir
+from tests.support.cli import dblog, one_error_line
+from tests.support.lakecheck import assert_each_change_once, assert_replay_equals_current
+from tests.support.postgres_fixtures import pg_db, postgres  # noqa: F401  (fixtures)
+
+PASSWORD = "pg-Stream-5ecret"
+BIG = 5000  # characters of a value PostgreSQL TOASTs (compressed or out of line: > ~2 kB)
+
+
+def uri(pg, db) -> str:
+    return pg.uri(db, password=PASSWORD)
+
+
+def connect(pg, db):
+    conn = psycopg2.connect(pg.dsn(db), options=libpq_options())
+    conn.autocommit = True
+    return conn
+
+
+def create_tables(pg, db) -> None:
+    pg.sql(
+        "CREATE TABLE public.orders (id bigint PRIMARY KEY, amount numeric(12,2), note text, at timestamptz, "
+        "doc jsonb, raw bytea, flag boolean)",
+        "INSERT INTO public.orders SELECT g, g * 1.25, 'note ' || g, timestamptz '2024-01-01 00:00:00+00' + "
+        "g * interval '1.5 second', jsonb_build_object('g', g), decode(lpad(to_hex(g), 8, '0'), 'hex'), g % 2 = 0 "
+        "FROM generate_series(1, 600) g",
+        # TOASTed text; FULL identity: an UPDATE leaving it unchanged carries it in the old row
+        "CREATE TABLE public.docs (id int PRIMARY KEY, body text, n int)",
+        "ALTER TABLE public.docs REPLICA IDENTITY FULL",
+        "ALTER TABLE public.docs ALTER COLUMN body SET STORAGE EXTERNAL",  # out of line, not compressed
+        f"INSERT INTO public.docs SELECT g, repeat(md5(g::text), {BIG // 32}), g FROM generate_series(1, 50) g",
+        "CREATE TABLE public.noise (id serial PRIMARY KEY, v text)",  # written to, not captured
+        db=db,
+    )
+
+
+def write_some(pg, db, rnd: random.Random, rounds: int, first_id: int) -> int:
+    """Random inserts, updates, deletes and key changes on the captured tables (and noise elsewhere)."""
+    conn = connect(pg, db)
+    next_id = first_id
+    try:
+        with conn.cursor() as cur:
+            for _ in range(rounds):
+                kind = rnd.random()
+                oid = rnd.randint(1, next_id)
+                if kind < 0.3:
+                    cur.execute("INSERT INTO public.orders VALUES (%s, %s, %s, now(), %s, %s, %s) ON CONFLICT DO NOTHING",
+                                (next_id, Decimal(rnd.randint(0, 10 ** 6)) / 100, f"new {next_id}",
+                                 f'{{"k": {next_id}}}', bytes([rnd.randint(0, 255) for _ in range(4)]), True))
+                    next_id += 1
+                elif kind < 0.6:
+                    cur.execute("UPDATE public.orders SET amount = amount + 1, note = note || '+', doc = doc || "
+                                "'{\"u\": 1}' WHERE id = %s", (oid,))
+                elif kind < 0.7:
+                    cur.execute("DELETE FROM public.orders WHERE id = %s", (oid,))
+                elif kind < 0.75:
+                    cur.execute("UPDATE public.orders SET id = %s WHERE id = %s AND NOT EXISTS (SELECT 1 FROM "
+                                "public.orders WHERE id = %s)", (next_id, oid, next_id))  # a key change
+                    next_id += 1
+                elif kind < 0.85:
+                    cur.execute("UPDATE public.docs SET n = n + 1 WHERE id = %s", (rnd.randint(1, 50),))  # TOAST kept
+                elif kind < 0.9:
+                    cur.execute("UPDATE public.docs SET body = %s WHERE id = %s",
+                                ("x" * rnd.randint(10, BIG), rnd.randint(1, 50)))
+                else:
+                    cur.execute("INSERT INTO public.noise (v) VALUES (repeat('z', 100))")
+                if rnd.random() < 0.05:  # a multi-statement transaction now and then
+                    cur.execute("BEGIN")
+                    cur.execute("UPDATE public.orders SET flag = NOT flag WHERE id BETWEEN %s AND %s", (oid, oid + 5))
+                    cur.execute("DELETE FROM public.docs WHERE id = %s", (rnd.randint(40, 50),))
+                    cur.execute("COMMIT")
+    finally:
+        conn.close()
+    return next_id
+
+
+def typed(value):
+    if isinstance(value, memoryview):
+        return bytes(value)
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.timezone.utc)
+    return value
+
+
+def assert_lake_equals_source(pg, db, sink: str, table: str, columns: list[str]) -> int:
+    """Row by row, column by column (jsonb as PostgreSQL prints it, the rest typed)."""
+    conn = connect(pg, db)
+    try:
+        with conn.cursor() as cur:
+            select = ", ".join(f"{c}::text" if c == "doc" else c for c in columns)
+            cur.execute(f"SELECT {select} FROM {table} ORDER BY id")
+            source = {r[0]: tuple(typed(v) for v in r) for r in cur.fetchall()}
+    finally:
+        conn.close()
+    lake_rows = DeltaTable(f"{sink}/{table}/current").to_pyarrow_table(columns=columns).to_pylist()
+    lake = {r["id"]: tuple(typed(r[c]) for c in columns) for r in lake_rows}
+    missing, extra = sorted(set(source) - set(lake)), sorted(set(lake) - set(source))
+    assert not missing and not extra, f"{table}: keys missing {missing[:10]}, extra {extra[:10]}"
+    differ = [(k, source[k], lake[k]) for k in source if source[k] != lake[k]]
+    assert not differ, f"{table}: {len(differ)} rows differ, e.g. {differ[:2]}"
+    return len(source)
+
+
+ORDERS = ["id", "amount", "note", "at", "doc", "raw", "flag"]
+DOCS = ["id", "body", "n"]
+
+
+def slot_of(state: str) -> tuple[str, str]:
+    options = StateDir(state).options()
+    return options["slot"], options["publication"]
+
+
+def test_a_database_is_snapshotted_under_writes_and_tailed_from_its_slot(postgres, pg_db, tmp_path):
+    pg, db = postgres, pg_db
+    pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
+    create_tables(pg, db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    rnd = random.Random(26)
+    stop, ids = threading.Event(), [700]
+
+    def writer():
+        while not stop.is_set():
+            ids[0] = write_some(pg, db, rnd, 20, ids[0])
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        code, out, err = dblog("run", "--source", uri(pg, db), "--tables", "public.orders,public.docs",
+                               "--state", state, "--sink", sink, "--chunk-size", "100")
+    finally:
+        stop.set()
+        thread.join()
+    assert code == 0, err
+    assert PASSWORD not in out + err
+    slot, publication = slot_of(state)
+    assert pg.sql(f"SELECT plugin FROM pg_replication_slots WHERE slot_name = '{slot}'", db=db) == [("pgoutput",)]
+
+    ids[0] = write_some(pg, db, rnd, 300, ids[0])
+    code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+    assert code == 0, err
+    assert assert_lake_equals_source(pg, db, sink, "public.orders", ORDERS) > 500
+    assert assert_lake_equals_source(pg, db, sink, "public.docs", DOCS) > 0
+    for table in ("public.orders", "public.docs"):
+        assert_each_change_once(sink, table)
+        assert_replay_equals_current(sink, table)
+
+    # the slot holds nothing the lake has: advanced to the smallest position a table still needs
+    confirmed = parse_lsn(pg.sql(f"SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = "
+                                 f"'{slot}'", db=db)[0][0])
+    positions = StateDir(state).tail_positions()
+    assert confirmed == min(position_lsn(p[0]) for p in positions.values())
+
+    # a tail killed after reading, before its commit: the slot did not move, the next tail repeats nothing
+    ids[0] = write_some(pg, db, rnd, 200, ids[0])
+    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "dblog"), "tail", "--state", state,
+                             "--sink", sink, "--available-now"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(rnd.uniform(1.0, 3.0))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    pg.sql("TRUNCATE public.docs", db=db)  # followed: the table is read again
+    pg.sql("INSERT INTO public.docs VALUES (1, repeat('y', 3000), 1), (2, 'short', 2)", db=db)
+    pg.sql("ALTER TABLE public.orders ADD COLUMN region text DEFAULT 'eu'", db=db)
+    pg.sql("UPDATE public.orders SET region = 'us' WHERE id % 7 = 0", db=db)
+    ids[0] = write_some(pg, db, rnd, 100, ids[0])
+    code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+    assert code == 0, err
+    assert assert_lake_equals_source(pg, db, sink, "public.orders", ORDERS + ["region"]) > 500
+    assert assert_lake_equals_source(pg, db, sink, "public.docs", DOCS) == 2
+    for table in ("public.orders", "public.docs"):
+        assert_each_change_once(sink, table)
+        assert_replay_equals_current(sink, table)
+
+    # dblog drop: the slot and the publication are gone; a later tail says so in one line
+    code, out, err = dblog("drop", "--state", state)
+    assert code == 0, err
+    assert not pg.sql(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{slot}'", db=db)
+    assert not pg.sql(f"SELECT 1 FROM pg_publication WHERE pubname = '{publication}'", db=db)
+    code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+    assert code != 0 and "is gone" in one_error_line(err), err
+
+
+def test_an_unchanged_toasted_value_is_never_written_as_null(postgres, pg_db, tmp_path):
+    pg, db = postgres, pg_db
+    pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
+    pg.sql("CREATE TABLE public.notes (id int PRIMARY KEY, body text, n int)",
+           "ALTER TABLE public.notes ALTER COLUMN body SET STORAGE EXTERNAL",
+           f"INSERT INTO public.notes SELECT g, repeat(md5(g::text), {BIG // 32}), g FROM generate_series(1, 20) g",
+           db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, out, err = dblog("run", "--source", uri(pg, db), "--tables", "public.notes", "--state", state, "--sink", sink)
+    assert code == 0, err
+    pg.sql("UPDATE public.notes SET n = n + 100 WHERE id = 3", db=db)  # body unchanged: not in the WAL
+    code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+    assert code != 0
+    line = one_error_line(err)
+    assert "left body unchanged and TOASTed" in line and "REPLICA IDENTITY FULL" in line, line
+    lake = {r["id"]: r for r in DeltaTable(f"{sink}/public.notes/current").to_pyarrow_table().to_pylist()}
+    assert lake[3]["n"] == 3 and lake[3]["body"] is not None  # nothing written past it
+    code, out, err = dblog("drop", "--state", state)
+    assert code == 0, err
+
+
+def test_replica_identity_and_settings_are_checked_in_one_line_before_anything_is_written(postgres, pg_db, tmp_path):
+    pg, db = postgres, pg_db
+    pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
+    pg.sql("CREATE TABLE public.keyed_by_index (a int NOT NULL, b text, UNIQUE (a))", db=db)
+    state, sink = tmp_path / "state", tmp_path / "lake"
+    code, out, err = dblog("run", "--source", uri(pg, db), "--tables", "public.keyed_by_index", "--state", str(state),
+                           "--sink", str(sink))
+    assert code != 0
+    line = one_error_line(err)
+    assert "the replica identity does not name the capture's key" in line and "REPLICA IDENTITY FULL" in line, line
+    assert not state.exists() and not sink.exists()
+    assert not pg.sql("SELECT 1 FROM pg_replication_slots", db=db)
+    # with an identity naming the key, it streams
+    pg.sql("ALTER TABLE public.keyed_by_index REPLICA IDENTITY USING INDEX keyed_by_index_a_key", db=db)
+    code, out, err = dblog("run", "--source", uri(pg, db), "--tables", "public.keyed_by_index", "--state", str(state),
+                           "--sink", str(sink))
+    assert code == 0, err
+    assert dblog("drop", "--state", str(state))[0] == 0
