@@ -6,8 +6,12 @@
 3. runs the ``dblog_initial_load`` DAG with ``airflow dags test`` (plan -> one mapped Spark
    application per chunk batch -> report -> available-now tail) while a writer thread keeps
    updating, inserting, deleting and re-keying rows;
-4. stops the writer and runs the ``dblog_tail`` DAG (catch-up tail + health check);
-5. writes each table's mirror (greatest ``_pos`` per key) and compares it with the source;
+4. adds a column with a DEFAULT to ``customer`` (``ALTER TABLE``) while the writer runs, which then sets it on
+   the customers it updates; stops the writer and runs the ``dblog_tail`` DAG (catch-up tail, following the
+   schema change, + health check);
+5. writes each table's mirror (greatest ``_pos`` per key) and compares it with the source; ``dblog status``;
+   ``dblog verify`` (chunk checksums computed in MariaDB vs the lake); DuckDB queries of the Delta tables
+   (the new column's values: rows from before the ALTER carry its DEFAULT);
 6. prints a summary, and stops everything it started -- also on failure or Ctrl-C.
 
 Everything lives under ``.demo/`` (gitignored). Options: ``python scripts/demo.py --help``.
@@ -50,6 +54,9 @@ SCHEMA = {
         c_mktsegment CHAR(10) NOT NULL, c_comment VARCHAR(117) NOT NULL,
         PRIMARY KEY (c_custkey)) ENGINE=InnoDB""",
 }
+# made while the writer runs, after the initial load: followed in place by the tail (docs/schema-changes.md)
+ALTER = "ALTER TABLE tpch.customer ADD COLUMN c_tier VARCHAR(8) NOT NULL DEFAULT 'std'"
+DBLOG = str(BIN / "dblog")
 STARTED = time.time()
 
 
@@ -118,6 +125,7 @@ class Writer(threading.Thread):
         self.counts = {"transactions": 0, "updates": 0, "inserts": 0, "deletes": 0, "key changes": 0}
         self.error: BaseException | None = None
         self.last_commit = 0.0
+        self.tier = False  # after ALTER: customer updates also set the new column
 
     def run(self) -> None:
         import pymysql
@@ -163,6 +171,11 @@ class Writer(threading.Thread):
                             if cur.rowcount:
                                 keys[i] = key
                             self.counts["key changes"] += 1
+                        elif self.tier:
+                            cur.execute("UPDATE customer SET c_acctbal = c_acctbal + 0.01, c_tier = %s "
+                                        "WHERE c_custkey = %s", (rng.choice(("gold", "silver")),
+                                                                 rng.randint(1, customers)))
+                            self.counts["updates"] += 1
                         else:
                             cur.execute("UPDATE customer SET c_acctbal = c_acctbal + 0.01 WHERE c_custkey = %s",
                                         (rng.randint(1, customers),))
@@ -439,10 +452,14 @@ def run(args, base: Path, parts: dict) -> int:
     step("airflow dags test dblog_initial_load (plan -> mapped Spark snapshots -> report -> tail) ...")
     load_seconds = dags_test(airflow, "dblog_initial_load", logs)
     after_load = tail_status(state, server)
-    time.sleep(2)  # a few more changes after the load's tail, for the scheduled tail to pick up
+    step(f"dblog_initial_load succeeded in {load_seconds:.0f}s")
+    time.sleep(1)  # a few more changes after the load's tail, for the scheduled tail to pick up
+    server.sql(ALTER)  # a schema change while the writer runs; from now on it sets the new column too
+    writer.tier = True
+    step(f"{ALTER} (writer running; it now sets c_tier on the customers it updates)")
+    time.sleep(2)
     ops = writer.stop()
-    step(f"dblog_initial_load succeeded in {load_seconds:.0f}s; writer stopped after {ops['transactions']:,} "
-         f"transactions")
+    step(f"writer stopped after {ops['transactions']:,} transactions")
 
     # 4. the scheduled tail
     step("airflow dags test dblog_tail (available-now tail + health check) ...")
@@ -458,30 +475,58 @@ def run(args, base: Path, parts: dict) -> int:
     from airflow_provider_dblog.steps.mirror import compare_with_source, mirror as write_mirror
 
     results, stream_rows = {}, {}
+    duck = duckdb_connect(base)
     for table in TABLES:
         write_mirror(str(state), str(sink), table, str(mirror / table))
         results[table] = compare_with_source(str(state), str(mirror / table), table)
-        stream_rows[table] = duckdb_count(base, f"SELECT count(*) FROM delta_scan('{sink / table / 'changelog'}') "
-                                                f"WHERE _op <> 'r'")
+        stream_rows[table] = int(duck.sql(f"SELECT count(*) FROM delta_scan('{sink / table / 'changelog'}') "
+                                          f"WHERE _op <> 'r'").fetchone()[0])
+
+    # 6. what a user asks: where each table is (dblog status), is the lake right (checksum verify), and the lake
+    # queried in place (DuckDB): the new column in current, the DEFAULT on rows from before the ALTER
+    cli_env = {**env, "DBLOG_SOURCE_PASSWORD": PASSWORD}
+    status = dblog_cli(cli_env, logs, "status", "--state", str(state), "--sink", str(sink))
+    step("dblog status done")
+    started = time.time()
+    verify = json.loads(dblog_cli(cli_env, logs, "verify", "--state", str(state), "--sink", str(sink),
+                                  "--tables", "tpch.*"))
+    verify["seconds"] = time.time() - started
+    step(f"dblog verify (chunk checksums) done in {verify['seconds']:.0f}s")
+    tier_sql = ("SELECT c_tier, count(*) AS n FROM delta_scan('{}') GROUP BY c_tier ORDER BY c_tier"
+                .format(sink / "tpch.customer" / "current"))
+    tiers = {"sql": tier_sql, "lake": dict(duck.sql(tier_sql).fetchall()),
+             "source": {t: n for t, n in server.sql("SELECT c_tier, COUNT(*) FROM tpch.customer GROUP BY c_tier")}}
+    duck.close()
 
     summarize(args, base, version, server, airflow, counts, ops, load_seconds, tail_seconds, after_load, after_tail,
-              results, stream_rows)
-    return 0 if all(r["equal"] for r in results.values()) else 1
+              results, stream_rows, status, verify, tiers)
+    ok = all(r["equal"] for r in results.values()) and verify.get("equal") and tiers["lake"] == tiers["source"]
+    return 0 if ok else 1
 
 
-def duckdb_count(base: Path, sql: str) -> int:
-    """One number from DuckDB 1.5.5 with the Delta extension installed from its PyPI wheel."""
+def duckdb_connect(base: Path):
+    """DuckDB 1.5.5 with the Delta extension installed from its PyPI wheel (nothing downloaded)."""
     import duckdb
     from duckdb_extensions import import_extension
 
     con = duckdb.connect(config={"extension_directory": str(base / "duckdb-extensions")})
     import_extension("delta", con=con)
     con.sql("LOAD delta")
-    return int(con.sql(sql).fetchone()[0])
+    return con
+
+
+def dblog_cli(env: dict, logs: Path, *args: str) -> str:
+    """``dblog ARGS`` as a user runs it (the venv's console script); its stdout, or DemoError with its error."""
+    result = subprocess.run([DBLOG, *args], env=env, capture_output=True, text=True, timeout=600)
+    (logs / f"dblog-{args[0]}.log").write_text(result.stderr)
+    if result.returncode != 0:
+        raise DemoError(f"`dblog {' '.join(args)}` exited with {result.returncode}: "
+                        + (result.stderr.strip().splitlines() or ["(no output)"])[-1])
+    return result.stdout
 
 
 def summarize(args, base, version, server, airflow, counts, ops, load_seconds, tail_seconds, after_load, after_tail,
-              results, stream_rows) -> None:
+              results, stream_rows, status, verify, tiers) -> None:
     from airflow_provider_dblog.store.state import StateDir
 
     plan = StateDir(base / "state").tables()
@@ -516,6 +561,21 @@ def summarize(args, base, version, server, airflow, counts, ops, load_seconds, t
                      f"{r['missing']} missing, {r['extra']} extra, {r['different']} different -> {verdict}")
         if not r["equal"]:
             lines.append(f"           examples: {r['examples']}")
+    before = tiers["lake"].get("std", 0)
+    lines += [f"schema     {ALTER}",
+              f"             made while the writer ran, followed by the tail: tpch.customer/current has c_tier; "
+              f"{before:,} rows carry the DEFAULT 'std' (rows from before it, no row event rewrote them)",
+              f"             lake {tiers['lake']} vs source {tiers['source']} -> "
+              + ("EQUAL" if tiers["lake"] == tiers["source"] else "DIFFERENT")]
+    drifted = sum(len(t.get("drifted") or []) for t in verify.get("tables", {}).values())
+    lines.append(f"checksums  dblog verify --tables 'tpch.*': {verify.get('chunks')} chunks, checksums computed in "
+                 f"MariaDB vs the lake at one binlog position: {drifted} drifted -> "
+                 + ("EQUAL" if verify.get("equal") else "DIFFERENT") + f" ({verify['seconds']:.0f}s)")
+    lines += ["duckdb     " + tiers["sql"].replace(str(base / "lake"), rel(base / "lake")),
+              "             -> " + ", ".join(f"{k}: {v:,}" for k, v in tiers["lake"].items())
+              + "  (DuckDB 1.5.5 delta_scan, extension from the duckdb-extension-delta wheel)"]
+    lines += ["status     dblog status --state " + rel(base / "state") + " --sink " + rel(base / "lake")]
+    lines += [("  " + line).rstrip() for line in status.rstrip().splitlines()]
     lines += [
         f"lake       {rel(sink)}/DB.TABLE/current and {rel(sink)}/DB.TABLE/changelog (Delta tables: live rows, "
         f"every change with _pos)",
