@@ -178,19 +178,31 @@ def test_a_database_is_snapshotted_under_writes_and_tailed_from_its_slot(postgre
     positions = StateDir(state).tail_positions()
     assert confirmed == min(position_lsn(p[0]) for p in positions.values())
 
-    # a tail killed after reading, before its commit: the slot did not move, the next tail repeats nothing
-    ids[0] = write_some(pg, db, rnd, 200, ids[0])
+    # a continuous tail on Spark, writes while it runs, SIGKILLed: the slot moved only to what the lake
+    # committed, so the next tail (Spark, available-now) loses and repeats nothing
     proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "dblog"), "tail", "--state", state,
-                             "--sink", sink, "--available-now"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(rnd.uniform(1.0, 3.0))
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+                             "--sink", sink, "--continuous", "--trigger-seconds", "0.5"], stdout=subprocess.DEVNULL,
+                            stderr=open(tmp_path / "tail.log", "w"))
+    try:
+        before = StateDir(state).tail_positions()
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            ids[0] = write_some(pg, db, rnd, 10, ids[0])
+            time.sleep(0.5)
+            if StateDir(state).tail_positions() != before:
+                break
+        assert StateDir(state).tail_positions() != before, (tmp_path / "tail.log").read_text()[-3000:]
+        ids[0] = write_some(pg, db, rnd, 100, ids[0])
+        time.sleep(rnd.uniform(0.0, 1.5))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     pg.sql("TRUNCATE public.docs", db=db)  # followed: the table is read again
     pg.sql("INSERT INTO public.docs VALUES (1, repeat('y', 3000), 1), (2, 'short', 2)", db=db)
     pg.sql("ALTER TABLE public.orders ADD COLUMN region text DEFAULT 'eu'", db=db)
     pg.sql("UPDATE public.orders SET region = 'us' WHERE id % 7 = 0", db=db)
     ids[0] = write_some(pg, db, rnd, 100, ids[0])
-    code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+    code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now", "--driver-catch-up-mb", "0")
     assert code == 0, err
     assert assert_lake_equals_source(pg, db, sink, "public.orders", ORDERS + ["region"]) > 500
     assert assert_lake_equals_source(pg, db, sink, "public.docs", DOCS) == 2
