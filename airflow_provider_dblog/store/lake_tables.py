@@ -28,6 +28,7 @@ import math
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 import pyarrow as pa
@@ -35,6 +36,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.store import key_ranges
 from airflow_provider_dblog.store.atomic import dictionary_columns
 from airflow_provider_dblog.store.lake import (
     changelog_schema, changelog_uri, current_schema, current_uri, position_rows,
@@ -50,6 +52,7 @@ _OPENED = threading.local()  # DeltaTable objects of this thread, by URI
 MAX_ATTEMPTS = 30
 MEMORY_BYTES = 256 * 1024 * 1024  # changes applied to ``current`` in one MERGE; more go chunk by chunk
 SCAN_BATCH_ROWS = 65_536
+REWRITE_THREADS = 2  # files of ``current`` rewritten at once by an update
 
 
 def chunk_app(chunk_id: int) -> str:
@@ -95,6 +98,9 @@ class LakeTables:
     """``changelog`` and ``current`` of one captured table."""
 
     memory_bytes = MEMORY_BYTES  # more changes than this are applied to ``current`` chunk by chunk
+    file_rows = key_ranges.FILE_ROWS  # rows of one key-range file of ``current``
+    apply_mode = "files"  # "merge": every update of ``current`` as one delta-rs MERGE (the old path, a baseline)
+    rewritten = (0, 0)  # files rewritten and rows written by the last key-range update (benchmarks, tests)
 
     def __init__(self, sink: str, table: str, source: pa.Schema, key_columns: Sequence[str],
                  storage_options: dict | None = None):
@@ -560,9 +566,9 @@ class LakeTables:
         return "committed"
 
     def _apply_changes(self, end: BinlogPosition) -> None:
-        """Bring ``current`` from its recorded tail position to ``end`` with the changelog's changes."""
-        from deltalake import CommitProperties, Transaction
-
+        """Bring ``current`` from its recorded tail position to ``end`` with the changelog's changes: the
+        files of ``current`` whose key range holds a changed key are rewritten (``_apply_to_files``), in one
+        commit with the tail position; past ``memory_bytes`` of changes, chunk by chunk from a spill."""
         current = self.current()
         applied = _version_position(current.transaction_version(TAIL_APP))
         if applied is not None and applied >= end:
@@ -570,16 +576,28 @@ class LakeTables:
         window = [pc.field("_pos") <= end.as_snapshot().encode()]
         if applied is not None:
             window.append(pc.field("_pos") > applied.as_snapshot().encode())
-        if self._window_bytes(window) > self.memory_bytes:
+        if self.apply_mode != "merge" and self._window_bytes(window) > self.memory_bytes:
             self._apply_by_chunk(current, window, end)
             return
         changes = latest_per_key(self._changes(*window), self.keys)
-        commit = CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())])
         if changes.num_rows == 0:  # nothing to change: record the position alone
             self._empty_commit(current, TAIL_APP, end)
             return
         hws = {c: _version_position(current.transaction_version(chunk_app(c)))
                for c in pc.unique(changes["_chunk"]).to_pylist()}
+        if self.apply_mode == "merge" or any(hw is None for hw in hws.values()):
+            # a chunk never read (no HW to carry again, so a first read of it committed meanwhile could not
+            # conflict with a plain commit of files): delta-rs's MERGE, whose conflict check covers it
+            self._merge_changes(current, changes, hws, end)
+            return
+        self._apply_to_files(current, changes, hws, end)
+
+    def _merge_changes(self, current, changes: pa.Table, hws: dict, end: BinlogPosition) -> None:
+        """The changes applied by one delta-rs MERGE (copy-on-write: it rewrites every file of the chunks
+        the changes fall in; the layout before key-range files, kept for never-read chunks)."""
+        from deltalake import CommitProperties, Transaction
+
+        commit = CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())])
         chunk_hw = pa.array([(hws[c].as_snapshot().encode() if hws[c] else "") for c in changes["_chunk"].to_pylist()],
                             pa.string())
         source = changes.select(self.current_schema.names).append_column("_chunk_hw", chunk_hw)
@@ -591,6 +609,97 @@ class LakeTables:
          .when_not_matched_insert(columns, "s._op <> 'd' AND s._pos > s._chunk_hw")
          .execute())
 
+    def _apply_to_files(self, current, changes: pa.Table, hws: dict, end: BinlogPosition) -> None:
+        """The changes (one per key) applied to the files of ``current`` they touch (``_rewrite_chunk``): one
+        commit removes those files and adds their rewrites, records ``end`` as ``dblog-tail`` and carries
+        each touched chunk's HW again, so a chunk read committed meanwhile conflicts with it (Delta's check
+        of app transactions) and this is retried from a fresh read; a compaction or another update that
+        removed one of the files meanwhile conflicts too (Delta's check of removed files)."""
+        from deltalake import Transaction
+
+        started = time.monotonic()
+        files = key_ranges.range_files(current, self._bounded())
+        removes, adds = [], []
+        versions = [Transaction(TAIL_APP, end.boundary().to_version())]
+        with ThreadPoolExecutor(REWRITE_THREADS) as pool:
+            for chunk_id in sorted(hws):
+                removed, added = self._rewrite_chunk(current, chunk_id,
+                                                     changes.filter(pc.equal(changes["_chunk"], chunk_id)),
+                                                     hws[chunk_id], [f for f in files if f.chunk == chunk_id], pool)
+                removes += removed
+                adds += added
+                versions.append(Transaction(chunk_app(chunk_id), hws[chunk_id].boundary().to_version()))
+        self._commit_files(current, removes, adds, versions)
+        self.rewritten = (len(removes), sum(f.rows for f in adds))
+        log.debug("lake: %s: current brought to %s, %d of %d files rewritten (%d rows) in %.2fs", self.table, end,
+                  len(removes), len(files), self.rewritten[1], time.monotonic() - started)
+
+    def _bounded(self) -> list[str]:
+        return key_ranges.bounded_columns(self.current_schema, self.keys)
+
+    def _commit_files(self, current, removes: list, adds: list, versions: list) -> None:
+        from deltalake import CommitProperties
+
+        current.create_write_transaction([*add_actions(adds), *removes], "append", current.schema(),
+                                         partition_by=["_chunk"],
+                                         commit_properties=CommitProperties(app_transactions=versions))
+
+    def _rewrite_chunk(self, current, chunk_id: int, changes: pa.Table, hw: BinlogPosition | None,
+                       files: list, pool=None) -> tuple[list, list[StagedFile]]:
+        """The files of one chunk that ``changes`` (one per key, of this chunk) touch, rewritten: the remove
+        actions of the old files and the staged new ones. Files whose range cannot hold a changed key are
+        not read; of those that can, only the key columns are read to find where each key lives; a file is
+        rewritten when a key lives in it or a new key goes to it (``key_ranges``). New keys a change may not
+        insert (deletes, changes at or before the chunk's HW: ``merge_changes``) go nowhere."""
+        from deltalake.transaction import RemoveAction
+
+        bounded = self._bounded()
+        fragments = _fragments(current, chunk_id) if files else {}
+        keys = changes.select(list(self.keys))
+        owner = [-1] * changes.num_rows  # the file each change's key lives in or goes to
+        held_by = [key_ranges.holds(f, keys, bounded) for f in files]
+        for i, (f, mask) in enumerate(zip(files, held_by)):
+            if not pc.any(mask).as_py():
+                continue
+            have = _key_table(fragments[_base(f.path)](list(self.keys)), keys.schema)
+            probe = keys.filter(mask).append_column("_i", pc.indices_nonzero(mask).cast(pa.int64()))
+            for at in probe.join(have, list(self.keys), join_type="left semi")["_i"].to_pylist():
+                owner[at] = i
+        new = [j for j, o in enumerate(owner) if o < 0]
+        if new:
+            hw_pos = hw.as_snapshot().encode() if hw else ""
+            ops, poss = changes["_op"].to_pylist(), changes["_pos"].to_pylist()
+            new = [j for j in new if ops[j] != "d" and poss[j] > hw_pos]
+        if new and files:
+            held = [[mask[j].as_py() for mask in held_by] for j in new]
+            below = key_ranges.nearest_below(files, keys.take(new), bounded)
+            for j, inside, near in zip(new, held, below):
+                owner[j] = inside.index(True) if any(inside) else near
+        now = int(time.time() * 1000)
+        partition = {"_chunk": str(chunk_id)}
+        owners = pa.array(owner, pa.int64())
+
+        def rewrite(i: int) -> list[StagedFile]:
+            data = conform(fragments[_base(files[i].path)](), self.current_schema)
+            merged = merge_changes(data, changes.filter(pc.equal(owners, i)), self.keys, {chunk_id: hw})
+            return self._stage_sorted(merged, partition)
+
+        touched = sorted({o for o in owner if o >= 0})
+        # the files are rewritten on a few threads (reading, sorting and encoding Parquet release the GIL)
+        adds = [a for added in (pool.map(rewrite, touched) if pool else map(rewrite, touched)) for a in added]
+        removes = [RemoveAction(files[i].path, True, now, files[i].size, partition) for i in touched]
+        if not files and new:
+            adds += self._stage_sorted(changes.take(new).filter(pc.not_equal(changes.take(new)["_op"], "d")), partition)
+        return removes, adds
+
+    def _stage_sorted(self, rows: pa.Table, partition: dict) -> list[StagedFile]:
+        """``rows`` of one chunk sorted by key, as key-range files with the key in their statistics."""
+        if not rows.num_rows:
+            return []
+        rows = rows.select(self.current_schema.names).sort_by([(k, "ascending") for k in self.keys])
+        return [stage(self.current_uri, piece, partition, self._bounded())
+                for piece in key_ranges.pieces(rows, self.file_rows)]
+
     def _window_bytes(self, window: list) -> int:
         """About how much memory the changes in ``window`` take in ``current``'s columns (a count of rows,
         which reads only ``_op`` and ``_pos``)."""
@@ -601,15 +710,14 @@ class LakeTables:
 
     def _apply_by_chunk(self, current, window: list, end: BinlogPosition) -> None:
         """``_apply_changes`` for more changes than ``memory_bytes``: the changes are sorted into a file per
-        chunk on local disk in one pass over the changelog, then each touched chunk of ``current`` is
-        rewritten as one new file (its rows and its changes: ``merge_changes``), and one commit removes the
-        chunks' old files and adds the new ones, so a reader sees all the changes or none. Memory holds one
-        chunk and its changes at a time. The commit carries each touched chunk's HW again: a chunk read
+        chunk on local disk in one pass over the changelog, then in each touched chunk of ``current`` the
+        files its changes touch are rewritten (``_rewrite_chunk``), and one commit removes the old files and
+        adds the new ones, so a reader sees all the changes or none. Memory holds one chunk's changes and
+        a file per rewriting thread (``REWRITE_THREADS``) at a time. The commit carries each touched chunk's HW again: a chunk read
         committed meanwhile conflicts with it (Delta's check of app transactions) and this is retried."""
         import tempfile
 
-        from deltalake import CommitProperties, Transaction
-        from deltalake.transaction import RemoveAction
+        from deltalake import Transaction
 
         expression = pc.field("_op") != "r"
         for f in window:
@@ -634,28 +742,22 @@ class LakeTables:
             finally:
                 for writer in writers.values():
                     writer.close()
-            files = pa.table(current.get_add_actions(flatten=True)).to_pydict()
+            files = key_ranges.range_files(current, self._bounded())
             removes, adds, versions = [], [], [Transaction(TAIL_APP, end.boundary().to_version())]
-            now = int(time.time() * 1000)
-            for chunk_id in sorted(writers):
-                with pa.memory_map(f"{spill}/{chunk_id}.arrow") as source:
-                    changes = latest_per_key(pa.ipc.open_file(source).read_all(), self.keys)
-                data = conform(current.to_pyarrow_dataset().to_table(filter=pc.field("_chunk") == chunk_id),
-                               self.current_schema)
-                hw = _version_position(current.transaction_version(chunk_app(chunk_id)))
-                merged = merge_changes(data, changes, self.keys, {chunk_id: hw})
-                if merged.num_rows:
-                    adds.append(stage(self.current_uri, merged, {"_chunk": str(chunk_id)}))
-                removes += [RemoveAction(path, True, now, size, {"_chunk": str(chunk_id)})
-                            for path, size, c in zip(files["path"], files["size_bytes"], files["partition._chunk"])
-                            if c == chunk_id]
-                if hw is not None:
-                    versions.append(Transaction(chunk_app(chunk_id), hw.boundary().to_version()))
-        current.create_write_transaction([*add_actions(adds), *removes], "append", current.schema(),
-                                         partition_by=["_chunk"],
-                                         commit_properties=CommitProperties(app_transactions=versions))
-        log.info("lake: %s: current brought to %s chunk by chunk (%d chunks rewritten in %.1fs)", self.table, end,
-                 len(writers), time.monotonic() - started)
+            with ThreadPoolExecutor(REWRITE_THREADS) as pool:
+                for chunk_id in sorted(writers):
+                    with pa.memory_map(f"{spill}/{chunk_id}.arrow") as source:
+                        changes = latest_per_key(pa.ipc.open_file(source).read_all(), self.keys)
+                    hw = _version_position(current.transaction_version(chunk_app(chunk_id)))
+                    removed, added = self._rewrite_chunk(current, chunk_id, changes, hw,
+                                                         [f for f in files if f.chunk == chunk_id], pool)
+                    removes += removed
+                    adds += added
+                    if hw is not None:
+                        versions.append(Transaction(chunk_app(chunk_id), hw.boundary().to_version()))
+        self._commit_files(current, removes, adds, versions)
+        log.info("lake: %s: current brought to %s chunk by chunk (%d chunks, %d files rewritten in %.1fs)", self.table,
+                 end, len(writers), len(removes), time.monotonic() - started)
 
     def _changes(self, *filters, schema: pa.Schema | None = None) -> pa.Table:
         """Changelog rows that are changes (not snapshot rows), in current-state columns (or ``schema``),
@@ -673,10 +775,12 @@ class LakeTables:
     # ---- maintenance ----
     def maintain(self, retention_hours: float) -> dict:
         """Compact small files, write a log checkpoint, and delete files no version newer than
-        ``retention_hours`` needs, on both tables (a compaction that races a tail commit is retried)."""
+        ``retention_hours`` needs, on both tables (a compaction that races a tail commit is retried).
+        ``current``'s compaction keeps its files key ranges (``_compact_current``)."""
         out = {}
         for name, open_table in (("current", self.current), ("changelog", self.changelog)):
-            metrics = _retrying(f"compacting {name} of {self.table}", lambda: open_table().optimize.compact())
+            compact = self._compact_current if name == "current" else lambda: self.changelog().optimize.compact()
+            metrics = _retrying(f"compacting {name} of {self.table}", compact)
             table = open_table()
             table.create_checkpoint()
             # full: also the files no log entry names (a write whose commit failed, or a retried write),
@@ -687,6 +791,33 @@ class LakeTables:
             out[name] = {"version": table.version(), "files_added": metrics.get("numFilesAdded"),
                          "files_removed": metrics.get("numFilesRemoved"), "vacuumed": len(removed)}
         return out
+
+    def _compact_current(self) -> dict:
+        """Merge neighbouring small files of ``current`` into key ranges of about ``file_rows`` (delta-rs's
+        compaction would bin-pack a chunk's files into one, and the next update would rewrite it all);
+        one commit, no data change. A tail update that removed one of the files meanwhile conflicts with it
+        (Delta's check of removed files) and the compaction is retried."""
+        from deltalake.transaction import RemoveAction
+
+        bounded = self._bounded()
+        current = self.current()
+        if not bounded:  # nothing bounds a file's keys: every update reads the whole chunk anyway
+            return current.optimize.compact()
+        groups = key_ranges.compaction_groups(key_ranges.range_files(current, bounded), self.file_rows)
+        removes, adds = [], []
+        now = int(time.time() * 1000)
+        for group in groups:
+            chunk_id = group[0].chunk
+            fragments = _fragments(current, chunk_id)
+            partition = {"_chunk": str(chunk_id)}
+            rows = pa.concat_tables([conform(fragments[_base(f.path)](), self.current_schema) for f in group])
+            adds += self._stage_sorted(rows, partition)
+            removes += [RemoveAction(f.path, False, now, f.size, partition) for f in group]
+        if removes:
+            # dataChange false: readers of the table's changes (streaming, CDF) see no change
+            current.create_write_transaction([*add_actions(adds, data_change=False), *removes], "append",
+                                             current.schema(), partition_by=["_chunk"])
+        return {"numFilesAdded": len(adds), "numFilesRemoved": len(removes)}
 
     # ---- reading ----
     def read_current(self, columns: Sequence[str] | None = None) -> pa.Table:
@@ -888,6 +1019,25 @@ def _conform_column(column, field: pa.Field, n: int):
         if pa.types.is_string(field.type):
             return pc.cast(column, pa.string(), safe=False) if not pa.types.is_binary(column.type) else pa.nulls(n, field.type)
         return pa.nulls(n, field.type)
+
+
+def _fragments(table, chunk_id: int) -> dict:
+    """Per file name of one chunk of ``current`` (a DeltaTable), a reader of that file's rows (``columns``:
+    all by default), partition values included."""
+    dataset = table.to_pyarrow_dataset(partitions=[("_chunk", "=", str(int(chunk_id)))])
+    schema = dataset.schema
+
+    def reader(fragment):
+        return lambda columns=None: fragment.to_table(schema=schema, columns=columns)
+    return {_base(f.path): reader(f) for f in dataset.get_fragments()}
+
+
+def _base(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def _key_table(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_arrays([rows[f.name].cast(f.type) for f in schema], schema=schema)
 
 
 def _version_position(version: int | None) -> BinlogPosition | None:

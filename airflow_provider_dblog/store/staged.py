@@ -52,9 +52,12 @@ class StagedFile:
                    dict(data.get("partition") or {}))
 
 
-def stage(table_uri: str, rows: pa.Table, partition: dict[str, str] | None = None) -> StagedFile:
+def stage(table_uri: str, rows: pa.Table, partition: dict[str, str] | None = None,
+          stats_columns: Sequence[str] = ()) -> StagedFile:
     """Write ``rows`` as one Parquet file under ``table_uri`` (in the folder of ``partition``, whose columns
-    the file does not hold, as Delta lays partitions out); returns what a commit needs to add it."""
+    the file does not hold, as Delta lays partitions out); returns what a commit needs to add it. Its Delta
+    statistics cover the metadata columns and ``stats_columns`` (e.g. the key: readers and the key-range
+    update of ``current`` skip files by them; integer and text columns only, exact values)."""
     import pyarrow.parquet as pq
 
     partition = {k: str(v) for k, v in (partition or {}).items()}
@@ -69,15 +72,16 @@ def stage(table_uri: str, rows: pa.Table, partition: dict[str, str] | None = Non
         pq.write_table(rows, out, compression="snappy", use_dictionary=dictionary_columns(rows.schema) or False,
                        row_group_size=ROW_GROUP_ROWS)
     size = files.fs.get_file_info(path).size
-    return StagedFile(name, size, rows.num_rows, file_stats(rows), base64.b64encode(
+    return StagedFile(name, size, rows.num_rows, file_stats(rows, stats_columns), base64.b64encode(
         rows.schema.serialize().to_pybytes()).decode(), partition)
 
 
-def file_stats(rows: pa.Table) -> str:
+def file_stats(rows: pa.Table, extra: Sequence[str] = ()) -> str:
     """Delta statistics of a file: its row count, and min, max and null count of the metadata columns
-    readers filter on (a partial set, as the Delta protocol allows: other columns are read, not skipped)."""
+    readers filter on and of ``extra`` columns (a partial set, as the Delta protocol allows: other columns
+    are read, not skipped). ``extra`` columns must be integer or text (their values go to JSON as they are)."""
     stats: dict = {"numRecords": rows.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
-    for name in STATS_COLUMNS:
+    for name in (*STATS_COLUMNS, *(c for c in extra if c not in STATS_COLUMNS)):
         if name not in rows.column_names or not rows.num_rows:
             continue
         column = rows[name]
@@ -88,11 +92,12 @@ def file_stats(rows: pa.Table) -> str:
     return json.dumps(stats)
 
 
-def add_actions(files: Sequence[StagedFile]) -> list:
+def add_actions(files: Sequence[StagedFile], data_change: bool = True) -> list:
+    """Add actions of staged files (``data_change`` False: a rewrite of rows already there, e.g. a compaction)."""
     from deltalake.transaction import AddAction
 
     now = int(time.time() * 1000)
-    return [AddAction(f.path, f.size, dict(f.partition), now, True, f.stats) for f in files]
+    return [AddAction(f.path, f.size, dict(f.partition), now, data_change, f.stats) for f in files]
 
 
 def read_staged(table_uri: str, files: Sequence[StagedFile]) -> list[pa.Table]:

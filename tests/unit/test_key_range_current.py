@@ -1,0 +1,225 @@
+"""``current`` in key-range files: an update rewrites only the files whose keys changed, and gives the same
+``current`` as one delta-rs MERGE of the same changes (the old path); a chunk read committed meanwhile makes
+it retry; compaction keeps the ranges (delta-rs on a local path; no database, no Spark)."""
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_dblog.core.events import ChangeEvent
+from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.store import key_ranges
+from airflow_provider_dblog.store.lake import event_rows, snapshot_rows
+from airflow_provider_dblog.store.lake_tables import LakeTables
+
+SOURCE = pa.schema([pa.field("id", pa.int64(), False), pa.field("v", pa.int64()), pa.field("s", pa.string())])
+CHUNKS = {0: (0, 100), 1: (100, 200), 2: (200, 300)}  # chunk 2 is the last: keys past 299 fall in it
+HWS = {0: 40, 1: 60, 2: 80}  # changes start at position 20: some come before their chunk's HW
+
+
+def _pos(offset: int) -> BinlogPosition:
+    return BinlogPosition.at("mysql-bin.000001", offset)
+
+
+def _chunk_of(key: int) -> int:
+    return min(2, key // 100)
+
+
+def _snapshotted(path, file_rows: int = 10, apply_mode: str = "files") -> LakeTables:
+    lake = LakeTables(str(path), "db.t", SOURCE, ["id"])
+    lake.file_rows, lake.apply_mode = file_rows, apply_mode
+    for chunk, (lo, hi) in CHUNKS.items():
+        rows = pa.table({"id": pa.array(range(lo, hi), pa.int64()), "v": pa.array(range(lo, hi), pa.int64()),
+                         "s": pa.array([f"r{k}" for k in range(lo, hi)])}, schema=SOURCE)
+        hw = _pos(HWS[chunk])
+        lake.commit_chunk(chunk, hw, snapshot_rows(rows, hw.as_snapshot().encode(), chunk, 0, SOURCE))
+    return lake
+
+
+def _events(changes: list[tuple[int, str, int]], first: int) -> pa.Table:
+    events, chunks = [], []
+    for i, (key, op, value) in enumerate(changes):
+        image = {"id": key, "v": value, "s": f"s{value}"}
+        before, after = (None, image) if op == "c" else (image, None) if op == "d" else (image, image)
+        events.append(ChangeEvent("db.t", op, _pos(first + i), (key,), after, before))
+        chunks.append(_chunk_of(key))
+    return event_rows(events, chunks, SOURCE)
+
+
+def _current(lake: LakeTables) -> list[tuple]:
+    table = DeltaTable(lake.current_uri).to_pyarrow_table(columns=["id", "v", "s", "_op", "_pos", "_chunk"])
+    return sorted(zip(*(table[c].to_pylist() for c in table.column_names)))
+
+
+def _ranges(lake: LakeTables) -> dict[int, list[tuple]]:
+    """Per chunk the (min, max) key of each file, sorted."""
+    files = key_ranges.range_files(DeltaTable(lake.current_uri), ["id"])
+    out: dict[int, list[tuple]] = {}
+    for f in files:
+        out.setdefault(f.chunk, []).append((f.low[0], f.high[0], f.rows))
+    return {c: sorted(r) for c, r in out.items()}
+
+
+def _assert_disjoint(lake: LakeTables) -> None:
+    for chunk, ranges in _ranges(lake).items():
+        assert all(lo is not None and hi is not None for lo, hi, _ in ranges), f"chunk {chunk}: a file has no key stats"
+        for (_, hi, _), (lo, _, _) in zip(ranges, ranges[1:]):
+            assert hi < lo, f"chunk {chunk}: files' key ranges overlap: {ranges}"
+
+
+change = st.tuples(st.integers(0, 340), st.sampled_from("cud"), st.integers(0, 10**6))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.lists(change, min_size=1, max_size=60), min_size=1, max_size=4))
+def test_key_range_update_gives_the_lake_of_one_merge(tmp_path_factory, batches):
+    """Random inserts, updates and deletes (keys past the last chunk's end included, some before their
+    chunk's HW) in several micro-batches: ``current`` equals what the old MERGE path makes, and its files
+    stay disjoint key ranges."""
+    root = tmp_path_factory.mktemp("lakes")
+    files, merged = _snapshotted(root / "files"), _snapshotted(root / "merge", apply_mode="merge")
+    first = 20
+    for batch in batches:
+        rows, end = _events(batch, first), _pos(first + len(batch) + 1)
+        first += len(batch) + 2
+        for lake in (files, merged):
+            lake.commit_stream(rows, end)
+        assert _current(files) == _current(merged)
+        ids = [r[0] for r in _current(files)]
+        assert len(ids) == len(set(ids)), "a key is in current twice"
+        _assert_disjoint(files)
+        assert DeltaTable(files.current_uri).transaction_version("dblog-tail") == end.boundary().to_version()
+
+
+def test_an_update_rewrites_only_the_files_whose_keys_changed(tmp_path):
+    lake = _snapshotted(tmp_path, file_rows=10)
+    lake.commit_stream(_events([(0, "u", 1), (150, "u", 1), (250, "u", 1)], 100), _pos(200))
+    assert lake.rewritten == (3, 300), "the first update of a chunk rewrites its one snapshot file"
+    assert [len(r) for r in _ranges(lake).values()] == [10, 10, 10], "each chunk split into 10-row key ranges"
+    before = set(DeltaTable(lake.current_uri).file_uris())
+
+    # an update of key 155 and a delete of 157 (one file), an insert past the end (the last file)
+    lake.commit_stream(_events([(155, "u", 7), (157, "d", 0), (305, "c", 9)], 300), _pos(400))
+    after = set(DeltaTable(lake.current_uri).file_uris())
+    assert lake.rewritten == (2, 9 + 11)
+    assert len(before - after) == 2 and len(after - before) == 2, "only the two touched files were replaced"
+    ranges = _ranges(lake)
+    assert (150, 159, 9) in ranges[1] and (290, 305, 11) in ranges[2]
+    rows = {r[0]: r for r in _current(lake)}
+    assert rows[155][1] == 7 and 157 not in rows and rows[305][1] == 9 and rows[154][1] == 154
+
+    # a key inside a gap goes to the file below it; a file that grows past twice file_rows is split
+    lake.commit_stream(_events([(306 + i, "c", i) for i in range(12)], 500), _pos(600))
+    ranges = _ranges(lake)[2]
+    assert sum(r for _, _, r in ranges) == 100 + 1 + 12
+    assert max(r for _, _, r in ranges) <= 20 and ranges[-1][1] == 317
+    _assert_disjoint(lake)
+
+
+def test_a_chunk_read_committed_meanwhile_makes_the_update_retry(tmp_path):
+    """A chunk read that commits between the update's read of ``current`` and its commit conflicts with it
+    (the update carries the chunk's HW again): retried, no row lost or doubled, the later read kept."""
+    lake = _snapshotted(tmp_path)
+    lake.commit_stream(_events([(k, "u", -k) for k in range(100, 300, 3)], 100), _pos(800), update_current=False)
+    reread = pa.table({"id": pa.array(range(100, 200), pa.int64()), "v": pa.array([-1] * 100, pa.int64()),
+                       "s": pa.array(["again"] * 100)}, schema=SOURCE)
+    hw = _pos(900)
+    original, calls = lake._apply_to_files, []
+
+    def read_commits_in_between(current, changes, hws, end):
+        calls.append(1)
+        if len(calls) == 1:
+            other = LakeTables(str(tmp_path), "db.t", SOURCE, ["id"])
+            thread = threading.Thread(target=lambda: other.commit_chunk(
+                1, hw, snapshot_rows(reread, hw.as_snapshot().encode(), 1, 0, SOURCE)))
+            thread.start()
+            thread.join()
+        return original(current, changes, hws, end)
+
+    lake._apply_to_files = read_commits_in_between
+    lake.update_current(_pos(800))
+    assert len(calls) == 2, "the update that read current before the chunk read committed was not retried"
+    current = DeltaTable(lake.current_uri).to_pyarrow_table()
+    ids = current["id"].to_pylist()
+    assert len(ids) == len(set(ids)) == 300
+    chunk1 = current.filter(pc.equal(current["_chunk"], 1))
+    assert set(chunk1["v"].to_pylist()) == {-1}, "the chunk read at a later HW was overwritten"
+    chunk2 = current.filter(pc.equal(current["_chunk"], 2))
+    assert sorted(chunk2.filter(pc.less(chunk2["v"], 0))["id"].to_pylist()) == list(range(202, 300, 3))
+
+
+def test_a_never_read_chunk_takes_the_merge(tmp_path):
+    """Changes in a chunk with no HW recorded (never read) go through delta-rs's MERGE, whose conflict
+    check covers a first read committed meanwhile: same rows as ever."""
+    lake = LakeTables(str(tmp_path), "db.t", SOURCE, ["id"])
+    hw = _pos(40)
+    rows = pa.table({"id": pa.array(range(0, 100), pa.int64()), "v": pa.array(range(100), pa.int64()),
+                     "s": pa.array(["r"] * 100)}, schema=SOURCE)
+    lake.commit_chunk(0, hw, snapshot_rows(rows, hw.as_snapshot().encode(), 0, 0, SOURCE))
+    lake.commit_stream(_events([(5, "u", 50), (150, "c", 51), (250, "c", 52)], 100), _pos(200))
+    got = {r[0]: r[1] for r in _current(lake)}
+    assert got[5] == 50 and got[150] == 51 and got[250] == 52 and len(got) == 102
+
+
+def test_compaction_merges_small_neighbours_and_keeps_ranges(tmp_path):
+    lake = _snapshotted(tmp_path, file_rows=10)
+    lake.commit_stream(_events([(0, "u", 1), (150, "u", 1), (250, "u", 1)], 100), _pos(200))
+    # deletes leave small files in chunk 1
+    lake.commit_stream(_events([(k, "d", 0) for k in range(100, 200) if k % 10 > 2], 300), _pos(500))
+    before = _current(lake)
+    small = sum(1 for lo, hi, rows in _ranges(lake)[1] if rows < 5)
+    assert small == 10
+    lake.maintain(retention_hours=168)
+    assert _current(lake) == before
+    assert [rows for _, _, rows in _ranges(lake)[1]] == [9, 9, 9, 3], \
+        "the 3-row files of chunk 1 were not merged into files of at most 10 rows"
+    assert len(_ranges(lake)[0]) == 10, "full files were rewritten"
+    _assert_disjoint(lake)
+    lake.commit_stream(_events([(55, "u", 5)], 600), _pos(700))
+    assert lake.rewritten[0] == 1, "after compaction an update still rewrites one file"
+
+
+MERGE_ON_READ = """
+SELECT * EXCLUDE (_rn) FROM (
+  SELECT *, row_number() OVER (PARTITION BY id ORDER BY _pos DESC) AS _rn FROM (
+    SELECT id, v, s, _op, _pos FROM delta_scan('{lake}/current')
+    UNION ALL
+    SELECT id, v, s, _op, _pos FROM delta_scan('{lake}/changelog') WHERE _pos > '{since}'))
+WHERE _rn = 1 AND _op <> 'd'
+"""
+
+
+def test_merge_on_read_in_duckdb_gives_the_current_of_the_changelog_head(tmp_path):
+    """docs/lake.md's merge-on-read view: ``current`` plus the changelog after the position ``current``
+    records (read from its Delta log with delta-rs alone, as docs/lake.md shows), newest ``_pos`` per key,
+    deletes dropped: equals ``current`` once it has caught up; with no position (the whole changelog) too."""
+    import duckdb
+    from duckdb_extensions import import_extension
+
+    lake = _snapshotted(tmp_path)
+    lake.commit_stream(_events([(k, "u", k + 1000) for k in range(0, 300, 7)], 100), _pos(200))
+    behind = _events([(5, "d", 0), (7, "u", -7), (150, "u", -150), (320, "c", 320), (7, "d", 0), (7, "c", 77)], 300)
+    lake.commit_stream(behind, _pos(400), update_current=False)  # a merge interval: current lags
+
+    v = DeltaTable(lake.current_uri).transaction_version("dblog-tail")
+    since = f"{v >> 40:08d}.{v & ((1 << 40) - 1):012d}"  # docs/lake.md: the position current records
+    con = duckdb.connect(config={"extension_directory": str(tmp_path / "ext")})
+    import_extension("delta", con=con)
+    con.sql("LOAD delta")
+    table = f"{tmp_path}/db.t"
+    fresh = con.sql(MERGE_ON_READ.format(lake=table, since=since)).arrow().read_all()
+    replayed = con.sql(MERGE_ON_READ.format(lake=table, since="")).arrow().read_all()
+    stale = {r[0]: r[1] for r in _current(lake)}
+    assert stale[5] == 5 and 320 not in stale, "current was expected to lag in this test"
+
+    lake.update_current()
+    caught_up = [(r[0], r[1], r[2], r[3], r[4]) for r in _current(lake)]
+    for view in (fresh, replayed):
+        got = sorted(zip(*(view[c].to_pylist() for c in ("id", "v", "s", "_op", "_pos"))))
+        assert got == caught_up
+    assert {r[0]: r[1] for r in caught_up}[7] == 77
