@@ -12,7 +12,7 @@ $(BIN)/dblog: pyproject.toml
 	$(MAKE) system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip uv
-	$(BIN)/uv pip install --python $(BIN)/python --compile-bytecode -e '.[airflow,sqlserver,dev,bench]'
+	$(BIN)/uv pip install --python $(BIN)/python --compile-bytecode -e '.[airflow,openlineage,sqlserver,dev,bench]'
 	@# the Spark provider pulls pyspark-client 4.2, which shares pyspark's files: make 4.3's win
 	$(BIN)/uv pip install --python $(BIN)/python --compile-bytecode --reinstall-package pyspark 'pyspark>=4.3.0,<4.4'
 	@# bytecode up front: every Spark Python worker imports pyspark/pyarrow, and PYTHONDONTWRITEBYTECODE

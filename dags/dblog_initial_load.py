@@ -26,6 +26,7 @@ from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import DAG
 
 from airflow_provider_dblog.airflow.dag_config import SPARK_CONN_ID, params, spark_conf, template
+from airflow_provider_dblog.airflow.lake_events import lake_alias
 from airflow_provider_dblog.airflow.operators import (
     ChunkPlannerOperator, DblogReportOperator, DblogSparkSubmitOperator, follows_binlog, tail_kwargs,
 )
@@ -60,6 +61,7 @@ with DAG(
         dblog_conn_id=template("conn_id"),
         aws_conn_id=template("aws_conn_id"),
         map_index_template="{{ task.batch_label }}",
+        outlets=[lake_alias()],  # an asset event per lake table the batch advanced
     ).expand_kwargs(plan.output)
     # none_failed: a startup mode without a snapshot maps no batch, and the skipped snapshot must not skip this
     report = DblogReportOperator(task_id="report", state_dir=template("state"), aws_conn_id=template("aws_conn_id"),
@@ -72,6 +74,7 @@ with DAG(
         conf=spark_conf(),
         dblog_conn_id=template("conn_id"),
         aws_conn_id=template("aws_conn_id"),
+        outlets=[lake_alias()],  # an asset event per lake table the tail advanced
         **tail_kwargs(template("state"), template("sink"), checkpoint=template("checkpoint"),
                       schema_changes=template("schema_changes")),
     )

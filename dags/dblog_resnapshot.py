@@ -23,6 +23,7 @@ from __future__ import annotations
 from airflow.sdk import DAG, Param
 
 from airflow_provider_dblog.airflow.dag_config import SPARK_CONN_ID, params, spark_conf, template
+from airflow_provider_dblog.airflow.lake_events import lake_alias
 from airflow_provider_dblog.airflow.operators import DblogSparkSubmitOperator, ResnapshotPlannerOperator
 from airflow_provider_dblog.steps.resnapshot import FILTER_PARAM_PATTERN, MAX_FILTER_LENGTH
 
@@ -64,4 +65,5 @@ with DAG(
         dblog_conn_id=template("conn_id"),
         aws_conn_id=template("aws_conn_id"),
         map_index_template="{{ task.batch_label }}",
+        outlets=[lake_alias()],  # an asset event per lake table the batch advanced
     ).expand_kwargs(select.output)

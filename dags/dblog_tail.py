@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG
 
 from airflow_provider_dblog.airflow.dag_config import SPARK_CONN_ID, params, spark_conf, template
+from airflow_provider_dblog.airflow.lake_events import lake_alias
 from airflow_provider_dblog.airflow.operators import DblogMaintainOperator, DblogSparkSubmitOperator, tail_kwargs
 from airflow_provider_dblog.airflow.sensors import DblogTailHealthSensor
 
@@ -46,6 +47,7 @@ with DAG(
             dblog_conn_id=template("conn_id"),
         aws_conn_id=template("aws_conn_id"),
             execution_timeout=timedelta(hours=1),
+            outlets=[lake_alias()],  # an asset event per lake table the tail advanced
             **tail_kwargs(template("state"), template("sink"), checkpoint=template("checkpoint"),
                           schema_changes=template("schema_changes")),
         )

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG
 
 from airflow_provider_dblog.airflow.dag_config import SPARK_CONN_ID, params, spark_conf, template
+from airflow_provider_dblog.airflow.lake_events import lake_alias
 from airflow_provider_dblog.airflow.operators import DblogSparkSubmitOperator, DblogVerifyOperator
 
 with DAG(
@@ -41,6 +42,7 @@ with DAG(
         dblog_conn_id=template("conn_id"),
         aws_conn_id=template("aws_conn_id"),
         map_index_template="{{ task.batch_label }}",
+        outlets=[lake_alias()],  # an asset event per lake table the batch advanced
     ).expand_kwargs(verify.output)
     verify_after_repair = DblogVerifyOperator(task_id="verify_after_repair", repair=False,
                                               trigger_rule="none_failed", **settings)

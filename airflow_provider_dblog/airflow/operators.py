@@ -38,6 +38,12 @@ import airflow_provider_dblog
 from airflow_provider_dblog.airflow.hooks import (
     DblogHook, checked_spark_hook, object_store_env, object_store_environment,
 )
+from airflow_provider_dblog.airflow.lake_events import (
+    LAKE_ALIAS, Application, add_asset_events, advanced, event_extras, lake_alias, lake_marks, lake_schemas,
+    lineage_available, operator_lineage,
+)
+from airflow_provider_dblog.airflow.metrics import install as install_metrics
+from airflow_provider_dblog.airflow.metrics import spark_env as metrics_env
 from airflow_provider_dblog.core.config import chunk_keys, compress_ids, positive_int, truthy
 from airflow_provider_dblog.core.errors import DblogError
 
@@ -201,6 +207,8 @@ class DblogSparkSubmitOperator(SparkSubmitOperator):
                  force_on_rerun: bool = True, application: str = SUBMIT_APPLICATION, aws_conn_id: str | None = None,
                  **kwargs) -> None:
         kwargs.setdefault("name", "dblog")
+        if kwargs.get("outlets") is None:  # asset events of the tables it advances (airflow/lake_events.py)
+            kwargs["outlets"] = [lake_alias()]
         super().__init__(application=application, **kwargs)
         self.dblog_conn_id = dblog_conn_id
         self.aws_conn_id = aws_conn_id
@@ -236,9 +244,67 @@ class DblogSparkSubmitOperator(SparkSubmitOperator):
                              "provide them to the driver as cluster secrets", ", ".join(sorted(secret_env)))
         else:
             env.update(secret_env)
+        env.update(metrics_env())  # the application's metrics go through Airflow's stats too
         self.env_vars = env
         self._hook = checked_spark_hook(self, env)  # built from the attributes above; its spark-submit found first
-        return super().execute(context)
+        install_metrics()
+        app = Application.from_args(args)
+        before = self._lake_marks(app)
+        result = super().execute(context)
+        if before is not None:
+            self._tell_airflow(app, before, context)
+        return result
+
+    # ---- what the application wrote: metrics, asset events (airflow/lake_events.py) ----------------
+    def _lake_marks(self, app: Application) -> dict | None:
+        """Each table's lake versions before the application runs (None: nothing to watch)."""
+        if not app.writes_lake:
+            return None
+        try:
+            with object_store_environment(self.aws_conn_id):
+                return lake_marks(app.sink, app.tables())
+        except Exception as exc:  # noqa: BLE001 - the figures never stop the capture
+            self.log.warning("no asset events for this run: the lake could not be read before it (%s)", exc)
+            return None
+
+    def _tell_airflow(self, app: Application, before: dict, context) -> None:
+        """After the application: an asset event per lake table that advanced, with its figures (position,
+        rows changed, lag; ``steps.status``, which also sends the per-table gauges), through ``dblog_lake``."""
+        from airflow_provider_dblog.steps.status import capture_status
+
+        try:
+            with object_store_environment(self.aws_conn_id):
+                tables = sorted(set(app.tables()) | set(before))
+                moved = advanced(before, lake_marks(app.sink, tables))
+                source = DblogHook(self.dblog_conn_id).source_config() if self.dblog_conn_id else None
+                status = capture_status(app.state, app.sink, tables, source=source)["tables"] if tables else {}
+                if lineage_available():  # built here: the OpenLineage listener asks for it in a fork
+                    self._complete_lineage = operator_lineage(app, lake_schemas(app.sink, tables))
+            extras = event_extras(app, moved, status)
+            if "outlet_events" in context and any(getattr(o, "name", None) == LAKE_ALIAS for o in self.outlets or ()):
+                add_asset_events(context["outlet_events"], app.sink, extras)
+            for (table, kind), extra in sorted(extras.items()):
+                self.log.info("lake advanced: %s %s at %s (%s changes; lag %s s)", table, kind, extra["position"],
+                              extra["rows_changed"], extra["lag_seconds"])
+        except Exception as exc:  # noqa: BLE001 - the data is committed: the figures never fail the task
+            self.log.warning("no asset events for this run: %s", exc)
+
+    def get_openlineage_facets_on_start(self):
+        """OpenLineage: the source tables in, their Delta tables out (``lake_events.operator_lineage``)."""
+        return self._lineage(None)
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """As at the start, with the Delta tables' schemas (built by ``execute``: this runs in a fork, where
+        delta-rs, already used by the task, can hang)."""
+        return getattr(self, "_complete_lineage", None) or self._lineage(None)
+
+    def _lineage(self, schemas: dict | None):
+        try:
+            with object_store_environment(self.aws_conn_id):
+                return operator_lineage(Application.from_args(self.application_args), schemas)
+        except Exception as exc:  # noqa: BLE001 - lineage never fails the task
+            self.log.warning("no OpenLineage datasets: %s", exc)
+            return None
 
 
 def follows_binlog(startup: str | None) -> bool:

@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 
+from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.config import chunk_keys, parse_chunk_ids
 from airflow_provider_dblog.core.errors import DblogError, root_cause
 from airflow_provider_dblog.core.schema_events import SCHEMA_CHANGE_BEHAVIOURS
@@ -449,6 +450,7 @@ def main(argv: list[str] | None = None, spark_submit: bool = False) -> int:
     _setup_logging(args.verbose)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     _redact(os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
+    metrics.install_from_env()  # $DBLOG_METRICS=airflow: Airflow's stats (set by the operators for spark-submit)
     try:
         result = args.func(args)
     except DblogError as exc:

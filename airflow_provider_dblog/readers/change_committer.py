@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
@@ -75,7 +76,15 @@ class ChangeCommitter:
                end: BinlogPosition, update_current: bool = True, staged: Sequence[StagedFile] = ()) -> str:
         """Commit the changelog rows ``parts`` (and the ``staged`` files of more of them: ``readers.staging``)
         and schema ``changes`` of ``[start, end)``; returns what ``LakeTables.commit_stream`` says
-        ("committed" or "replayed")."""
+        ("committed" or "replayed"). Counts the rows committed in the ``changes_committed`` metric."""
+        outcome = self._commit(parts, changes, end, update_current, staged)
+        if outcome == "committed":
+            metrics.incr(metrics.CHANGES_COMMITTED, sum(p.num_rows for p in parts) + sum(f.rows for f in staged),
+                         table=self.lake.table)
+        return outcome
+
+    def _commit(self, parts: Sequence[pa.Table | pa.RecordBatch], changes: Sequence[SchemaChange],
+                end: BinlogPosition, update_current: bool, staged: Sequence[StagedFile]) -> str:
         if staged and not self._adds_staged(parts, changes, staged, end):
             log.warning("%s: %d staged files of changes come with a schema change: their rows are committed from "
                         "memory", self.lake.table, len(staged))

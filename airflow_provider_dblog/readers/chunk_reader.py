@@ -14,6 +14,7 @@ from typing import Sequence
 
 import pyarrow as pa
 
+from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.config import compress_ids
 from airflow_provider_dblog.core.errors import DblogError, SchemaChangedError
@@ -124,6 +125,8 @@ def persist_reports(state: StateDir, sink: str, plan: TablePlan, chunk_ids: Sequ
               and commits[c] >= BinlogPosition.from_dict(done[c]["hw"]).boundary()]
     for chunk_id in landed:
         state.write_report(table, chunk_id, done[chunk_id])
+    if landed:
+        _chunk_metrics(state, plan, [done[c] for c in landed])
     problems = [f"chunk {c} failed: {errors[c]}" for c in chunk_ids if c in errors][:3]
     unseen = [c for c in chunk_ids if c in done and c not in landed]
     if unseen:
@@ -137,3 +140,14 @@ def persist_reports(state: StateDir, sink: str, plan: TablePlan, chunk_ids: Sequ
         raise DblogError(f"snapshot of {table}: " + "; ".join(problems) + " (a rerun reads only the chunks "
                          f"without a report)")
     return [done[c] for c in landed]
+
+
+def _chunk_metrics(state: StateDir, plan: TablePlan, saved: Sequence[dict]) -> None:
+    """``rows_snapshotted`` (the rows these chunks read) and ``chunks_done`` / ``chunks_total`` of the plan."""
+    if not metrics.enabled():
+        return
+    table = plan.meta.qualified
+    metrics.incr(metrics.ROWS_SNAPSHOTTED, sum(int(r.get("rows") or 0) for r in saved), table=table)
+    planned = {c.id for c in plan.chunks}
+    metrics.gauge(metrics.CHUNKS_DONE, len(planned & state.reported_chunks(table)), table=table)
+    metrics.gauge(metrics.CHUNKS_TOTAL, len(planned), table=table)

@@ -9,6 +9,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
+from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.errors import DblogError, root_cause
 from airflow_provider_dblog.core.positions import BinlogPosition, merge_gtids
 from airflow_provider_dblog.readers.change_committer import REPLANNED, ChangeCommitter
@@ -40,6 +41,7 @@ class LakeSink:
         self._pending: dict[str, BinlogPosition] = {}  # tables whose current lags their changelog
         self._gtid: tuple[BinlogPosition, str] | None | bool = None  # (position, GTID state there); False: none
         self._threads: list[ThreadPoolExecutor] = []
+        self._source_tag: str | None = None
 
     def committer(self, name: str) -> ChangeCommitter:
         if name not in self.committers:
@@ -86,6 +88,22 @@ class LakeSink:
         log.info("tail: micro-batch %d to %s: %d of %d tables changed; read %.1fs, changelog commits %.1fs, "
                  "current %.1fs", batch_id, batch.end, len(touched), len(batch.read), read - started,
                  committed - read, time.monotonic() - committed)
+        self._batch_metrics(batch.end, time.monotonic() - started)
+
+    def _batch_metrics(self, end: BinlogPosition, seconds: float) -> None:
+        """``micro_batch_seconds`` and ``binlog_bytes_behind`` (from the batch's end to the server's position
+        now) of this tail, tagged with its source's ``host:port``."""
+        if not metrics.enabled():
+            return
+        try:
+            if self._source_tag is None:
+                source = self.state.source()
+                self._source_tag = metrics.source_tag(source.host, source.port)
+            metrics.timing(metrics.MICRO_BATCH_SECONDS, seconds, source=self._source_tag)
+            metrics.gauge(metrics.BINLOG_BYTES_BEHIND, self.dialect.range_bytes(end, self.dialect.current_position()),
+                          source=self._source_tag)
+        except Exception as exc:  # noqa: BLE001 - a figure, not the capture: never fails a micro-batch
+            log.debug("tail: no metrics for this micro-batch: %s", exc)
 
     def _gtid_at_end(self, batch) -> str | None:
         """The server's GTID state at the batch's end: the state at its start (the previous batch's end, or

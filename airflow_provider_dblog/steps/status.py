@@ -13,6 +13,7 @@ import time
 from datetime import datetime, timezone
 from typing import Sequence
 
+from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
@@ -85,10 +86,21 @@ def capture_status(state_dir: str, sink: str, tables: Sequence[str] | None = Non
         if risk is not None:
             entry.update(risk.fields())
         report[name] = entry
+    status_metrics(report)
     summary = summarize(report)
     summary.update({"source_position": None if source_position is None else str(source_position),
                     "source_error": source_error, "checked_at": _iso(now)})
     return {"tables": report, "summary": summary}
+
+
+def status_metrics(tables: dict[str, dict]) -> None:
+    """The per-table gauges of a status report: ``lag_seconds``, ``lag_bytes``, ``chunks_done``,
+    ``chunks_total``, ``rows_current`` (an unknown figure is not sent)."""
+    for name, entry in tables.items():
+        for metric, key in ((metrics.LAG_SECONDS, "lag_seconds"), (metrics.LAG_BYTES, "lag_bytes"),
+                            (metrics.CHUNKS_DONE, "chunks_done"), (metrics.CHUNKS_TOTAL, "chunks_total"),
+                            (metrics.ROWS_CURRENT, "rows_current")):
+            metrics.gauge(metric, entry.get(key), table=name)
 
 
 def _tail_health(state_dir: str, names: list[str], position: BinlogPosition, max_stall_seconds: float,

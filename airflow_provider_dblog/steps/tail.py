@@ -16,6 +16,7 @@ from collections import deque
 from contextlib import contextmanager
 from typing import Callable
 
+from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
@@ -140,7 +141,9 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                     if time.time() - last_log[0] >= progress_seconds:
                         last_log[0] = time.time()
                         done, positions = progress()
-                        log.info("tail: %s rows so far; lag %s", done, tracker.lag(positions))
+                        lag_now = tracker.lag(positions)
+                        log.info("tail: %s rows so far; lag %s", done, lag_now)
+                        lag_metrics(lag_now)
 
                 def restart():
                     """A table was planned again (a new key): the query starts again with the new plan."""
@@ -160,6 +163,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                 restarts = len(sinks) - 1
             release_log(state, dialect)  # what the lake now holds, the source need not keep (a PostgreSQL slot)
             lag = tracker.lag(settled)
+            lag_metrics(lag, tracker, settled, state)
         finally:
             dialect.close()
     rows = {name: rows.get(name, 0) for name in sorted(names)}
@@ -307,6 +311,25 @@ def skip_catch_ups(state: StateDir, dialect, min_hws: dict[str, BinlogPosition],
                  scan.events if scan else 0)
         skipped.append(table)
     return skipped
+
+
+def lag_metrics(lag: dict, tracker: "LagTracker | None" = None, positions: dict | None = None,
+                state: StateDir | None = None) -> None:
+    """Per table ``lag_seconds`` (``LagTracker.lag``'s figures); with the tracker, the tables' positions and
+    the state, also this tail's ``binlog_bytes_behind``: from its slowest table to the server's position."""
+    if not metrics.enabled():
+        return
+    for name, figures in lag.items():
+        metrics.gauge(metrics.LAG_SECONDS, figures["seconds_behind"], table=name)
+    if tracker is None or not positions or state is None:
+        return
+    try:
+        source = state.source()
+        now = tracker.samples[-1][1] if tracker.samples else tracker.dialect.current_position()
+        metrics.gauge(metrics.BINLOG_BYTES_BEHIND, tracker.dialect.range_bytes(min(positions.values()), now),
+                      source=metrics.source_tag(source.host, source.port))
+    except Exception as exc:  # noqa: BLE001 - a figure, not the capture
+        log.debug("tail: no binlog_bytes_behind: %s", exc)
 
 
 class LagTracker:

@@ -55,3 +55,40 @@ def _open(uri: str, storage_options: dict | None):
 def _tail(table) -> BinlogPosition | None:
     version = None if table is None else table.transaction_version(TAIL_APP)
     return None if version is None else BinlogPosition.from_version(version)
+
+
+@dataclass(frozen=True)
+class LakeMark:
+    """Where ``SINK/TABLE``'s two Delta tables are: their versions (None: not created yet) and the rows the
+    append-only changelog holds (compaction keeps them): two marks taken around a run say whether the
+    table's lake advanced and by how many changes."""
+
+    changelog_version: int | None = None
+    current_version: int | None = None
+    changelog_rows: int = 0
+
+    def changes_since(self, before: "LakeMark") -> int:
+        return max(0, self.changelog_rows - before.changelog_rows)
+
+
+def lake_mark(sink: str, table: str, storage_options: dict | None = None) -> LakeMark:
+    """The table's ``LakeMark``: two Delta logs read, no data file."""
+    changelog, current = _open(changelog_uri(sink, table), storage_options), _open(current_uri(sink, table),
+                                                                                   storage_options)
+    rows = 0
+    if changelog is not None:
+        records = pa.table(changelog.get_add_actions(flatten=True))["num_records"]
+        rows = int(pc.sum(records).as_py() or 0)
+    return LakeMark(None if changelog is None else changelog.version(),
+                    None if current is None else current.version(), rows)
+
+
+def lake_schema(sink: str, kind: str, table: str, storage_options: dict | None = None) -> list[tuple[str, str]] | None:
+    """The (column, type) pairs of ``SINK/TABLE/KIND`` (None: no such Delta table yet)."""
+    from airflow_provider_dblog.store.lake import lake_uri
+
+    delta = _open(lake_uri(sink, table, kind), storage_options)
+    if delta is None:
+        return None
+    schema = pa.schema(delta.schema().to_arrow())
+    return [(f.name, str(f.type)) for f in schema]

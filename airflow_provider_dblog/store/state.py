@@ -225,6 +225,11 @@ class StateDir:
         reports = self.files.read_all([f"{folder}/{n}" for n in names])
         return {int(n[len("chunk-"):-len(".json")]): report for n, report in zip(names, reports)}
 
+    def reported_chunks(self, table: str) -> set[int]:
+        """The ids of the chunks of ``table`` that have a report (their files listed, none read)."""
+        names = self.files.names(f"reports/{table}", ".json")
+        return {int(n[len("chunk-"):-len(".json")]) for n in names if n.startswith("chunk-")}
+
     def pending_chunks(self, batch_index: int, force: bool = False, chunk_ids: Sequence[int] | None = None,
                        table: str | None = None) -> list[BatchGroup]:
         """The batch's chunks to read, per table: those of ``table`` (default every table of the batch),

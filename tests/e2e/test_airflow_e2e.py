@@ -21,6 +21,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -69,10 +70,89 @@ class AirflowHome:
         return LocalAirflowMetadata(self.home)
 
 
+class StatsdListener:
+    """A StatsD server on loopback (UDP): keeps every metric line Airflow sends."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self.lines: list[str] = []
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                data = self.sock.recv(65535)
+            except socket.timeout:
+                continue
+            self.lines.extend(data.decode(errors="replace").splitlines())
+
+    def metrics(self) -> dict[str, list[tuple[str, str]]]:
+        """name -> [(value, type)] of every line received so far (``name:value|type``)."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        for line in list(self.lines):
+            name, _, rest = line.partition(":")
+            value, _, kind = rest.partition("|")
+            out.setdefault(name, []).append((value, kind.split("|")[0]))
+        return out
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+DOWNSTREAM_DAG = """
+import os
+from airflow.sdk import DAG, task
+from airflow_provider_dblog.airflow.lake_events import lake_asset
+
+# scheduled on one captured table's current state: runs when a dblog task advanced it
+with DAG("dblog_test_downstream", schedule=[lake_asset(os.environ["DBLOG_SINK"], os.environ["DBLOG_TABLES"])],
+         catchup=False, tags=["test"]):
+    @task
+    def changed(triggering_asset_events=None):
+        return [{"uri": asset.uri, "extra": event.extra}
+                for asset, events in triggering_asset_events.items() for event in events]
+
+    changed()
+"""
+
+
 @pytest.fixture(scope="module")
-def airflow(mariadb, tmp_path_factory) -> AirflowHome:
+def statsd():
+    listener = StatsdListener()
+    yield listener
+    listener.close()
+
+
+@pytest.fixture(scope="module")
+def airflow(mariadb, tmp_path_factory, statsd) -> AirflowHome:
+    """The DAGs plus a downstream DAG scheduled on the table's ``current`` Asset, with Airflow's metrics sent
+    to a StatsD listener and OpenLineage events written to a file (``home/openlineage.jsonl``)."""
     base = tmp_path_factory.mktemp("airflow")
-    return airflow_home(mariadb, base, f"af{os.getpid()}", str(base / "state"), str(base / "lake"))
+    dags = base / "dags"
+    dags.mkdir()
+    for path in (ROOT / "dags").glob("*.py"):
+        (dags / path.name).symlink_to(path)
+    (dags / "dblog_test_downstream.py").write_text(DOWNSTREAM_DAG)
+    af = airflow_home(mariadb, base, f"af{os.getpid()}", str(base / "state"), str(base / "lake"), {
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "dblog-test",
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "append": True,
+                                                       "log_file_path": str(base / "home" / "openlineage.jsonl")}),
+    })
+    for args in (("dags", "reserialize"), ("dags", "unpause", "dblog_test_downstream")):
+        proc = af.run(*args, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return af
 
 
 def airflow_home(mariadb, base: Path, database: str, state: str, sink: str, extra: dict | None = None
@@ -350,6 +430,81 @@ def test_initial_load_then_scheduled_tail_converge(airflow, initial_load, spark,
     assert states[("verify_after_repair", -1)]["state"] == "success", states
     assert_mirror_equals_source(airflow, spark, tmp_path, monkeypatch)
     assert_no_password_anywhere(airflow)
+
+
+@pytest.mark.slow
+def test_the_load_sends_metrics_asset_events_and_lineage(airflow, initial_load, statsd):
+    """From the ``dblog_initial_load`` run above (snapshot batches on spark-submit, then the tail):
+
+    * metrics reach the StatsD listener under the names docs/operations.md gives, per table and per tail,
+      sent by the spark-submit applications (rows read, changes committed, micro-batches) and by the
+      operator after each (lag, chunks);
+    * an asset event with its figures (position, rows changed, lag) for the table's ``current`` and
+      ``changelog`` Assets, and the downstream DAG scheduled on ``current`` is queued;
+    * OpenLineage START and COMPLETE events of the snapshot and tail tasks name the source table (namespace
+      ``mysql://HOST:PORT``) as input and both Delta tables as outputs, with schema facets;
+    * the password is in none of them."""
+    from airflow_provider_dblog.airflow.lake_events import asset_uri
+
+    table, named = airflow.table, airflow.table.replace(".", "__")
+    source = f"127_0_0_1_{airflow.mariadb.port}"
+    deadline = time.time() + 10  # UDP: the last datagrams may still be on their way
+    expected = {f"airflow.dblog.{m}.{named}": kind for m, kind in (
+        ("rows_snapshotted", "c"), ("chunks_done", "g"), ("chunks_total", "g"), ("changes_committed", "c"),
+        ("lag_seconds", "g"), ("rows_current", "g"))}
+    expected.update({f"airflow.dblog.micro_batch_seconds.{source}": "ms",
+                     f"airflow.dblog.binlog_bytes_behind.{source}": "g",
+                     "airflow.dblog.lag_seconds": "g", "airflow.dblog.changes_committed": "c"})
+    while set(expected) - set(statsd.metrics()) and time.time() < deadline:
+        time.sleep(0.5)
+    got = statsd.metrics()
+    missing = sorted(set(expected) - set(got))
+    assert not missing, (missing, sorted(n for n in got if "dblog" in n))
+    for name, kind in expected.items():
+        assert {k for _, k in got[name]} == {kind}, (name, got[name])
+    rows_read = sum(int(v) for v, _ in got[f"airflow.dblog.rows_snapshotted.{named}"])
+    assert rows_read >= ROWS * 0.8, rows_read  # every chunk's rows (the writer deletes some)
+    assert got[f"airflow.dblog.chunks_done.{named}"][-1][0] == "6", got[f"airflow.dblog.chunks_done.{named}"]
+    assert sum(int(v) for v, _ in got[f"airflow.dblog.changes_committed.{named}"]) > 0
+    assert all(PASSWORD not in line for line in statsd.lines)
+
+    with airflow.metadata.connect() as conn:
+        events = conn.execute("SELECT a.uri, e.extra, e.source_dag_id, e.source_task_id FROM asset_event e "
+                              "JOIN asset a ON a.id = e.asset_id ORDER BY e.id").fetchall()
+        queued = {r[0] for r in conn.execute("SELECT target_dag_id FROM asset_dag_run_queue")}
+    by_uri: dict[str, list[dict]] = {}
+    for uri, extra, dag_id, task_id in events:
+        by_uri.setdefault(uri, []).append({**json.loads(extra or "{}"), "_task": (dag_id, task_id)})
+    for kind in ("current", "changelog"):
+        mine = by_uri.get(asset_uri(airflow.sink, table, kind), [])
+        tasks = {e["_task"] for e in mine}
+        assert {("dblog_initial_load", "snapshot"), ("dblog_initial_load", "tail")} <= tasks, (kind, by_uri)
+        for event in mine:
+            assert event["table"] == table and event["lake"] == kind and event["position"], event
+            assert event["rows_changed"] > 0 and "lag_seconds" in event and "lag_bytes" in event, event
+        tail_event = [e for e in mine if e["_task"] == ("dblog_initial_load", "tail")][-1]
+        assert tail_event["phase"] == "streaming" and tail_event["lag_seconds"] is not None, tail_event
+    assert "dblog_test_downstream" in queued, queued
+    assert PASSWORD not in json.dumps(events, default=str)
+
+    lineage = [json.loads(line) for line in (airflow.home / "openlineage.jsonl").read_text().splitlines() if line]
+    assert PASSWORD not in json.dumps(lineage)
+    source_ns = f"mysql://127.0.0.1:{airflow.mariadb.port}"
+    outputs = {("file", f"{airflow.sink}/{table}/{kind}") for kind in ("current", "changelog")}
+    for task in ("snapshot", "tail"):
+        runs = [e for e in lineage if e["job"]["name"] == f"dblog_initial_load.{task}"]
+        for event_type in ("START", "COMPLETE"):
+            found = [e for e in runs if e["eventType"] == event_type]
+            assert found, (task, event_type, [(e["job"]["name"], e["eventType"]) for e in lineage])
+            event = found[-1]
+            assert [(i["namespace"], i["name"]) for i in event["inputs"]] == [(source_ns, table)], event["inputs"]
+            assert {(o["namespace"], o["name"]) for o in event["outputs"]} == outputs, event["outputs"]
+            fields = [f["name"] for f in event["inputs"][0]["facets"]["schema"]["fields"]]
+            assert fields == ["id", "status", "amount", "note", "updated"], fields
+        complete = found[-1]
+        for output in complete["outputs"]:
+            columns = {f["name"] for f in output["facets"]["schema"]["fields"]}
+            assert {"id", "status", "amount", "_pos"} <= columns, (output["name"], columns)
 
 
 class Servers:
