@@ -9,6 +9,7 @@ for a replica identity that does not name the key and for a server without logic
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import random
 import signal
@@ -209,6 +210,18 @@ def test_a_database_is_snapshotted_under_writes_and_tailed_from_its_slot(postgre
     for table in ("public.orders", "public.docs"):
         assert_each_change_once(sink, table)
         assert_replay_equals_current(sink, table)
+
+    # the operator's views work on the slot: health (WAL the slot holds), status, a row-by-row verify
+    code, out, err = dblog("health", "--state", state)
+    assert code == 0, err
+    health = json.loads(out)["tables"]
+    assert set(health) >= {"public.orders", "public.docs"}, health
+    assert all(not info.get("binlog_purged") for info in health.values()), health
+    code, out, err = dblog("status", "--state", state, "--sink", sink, "--json")
+    assert code == 0, err
+    assert "public.orders" in out
+    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--tables", "public.*", "--rows")
+    assert code == 0, err + out
 
     # dblog drop: the slot and the publication are gone; a later tail says so in one line
     code, out, err = dblog("drop", "--state", state)
