@@ -24,7 +24,7 @@ from airflow_provider_dblog.core.retention import BinlogRetention
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
-from airflow_provider_dblog.source.postgres import reader, retention, schema, slot, splitter, watermarks
+from airflow_provider_dblog.source.postgres import checksum, reader, retention, schema, slot, splitter, watermarks
 from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
 from airflow_provider_dblog.source.postgres.keys import KeyOrder
 from airflow_provider_dblog.source.postgres.pgoutput import format_lsn
@@ -222,8 +222,12 @@ class PostgresDialect:
     # ---- drift detection ----
     def checksum_chunks(self, meta: TableMeta, chunks: Sequence[ChunkRange]
                         ) -> tuple[BinlogPosition, dict[int, ChunkChecksum]]:
-        raise DblogError("dblog verify by checksums is not available for PostgreSQL sources yet: compare row by row "
-                         "with dblog verify --rows")
+        """Checksums in one REPEATABLE READ snapshot, at the exact position the slot's commits give it
+        (``checksum``); a snapshot-only capture has no stream to bring the lake to it."""
+        if not self.slot:
+            raise DblogError(f"dblog verify by checksums needs the capture's stream (this capture was planned with "
+                             f"--startup snapshot-only): compare row by row with dblog verify --rows")
+        return checksum.checksum_chunks(self.client, self.stream, meta, arrow_schema(meta), chunks)
 
     # ---- re-snapshot selection ----
     def quote_identifier(self, name: str) -> str:

@@ -98,6 +98,26 @@ class SlotReader:
         finally:
             conn.close()
 
+    def transactions(self, lo: int, hi: int, table: str) -> list[tuple[int, int]]:
+        """``(final_lsn, xid)`` of each transaction with ``lo <= final_lsn < hi`` that changes ``table``, in
+        commit order (``checksum`` finds the position of a snapshot with them)."""
+        found: list[tuple[int, int]] = []
+        names: dict[int, str] = {}
+        begin = None
+        for payload in self._messages(hi):
+            message = pgoutput.decode(payload)
+            kind = type(message)
+            if kind is pgoutput.Begin:
+                begin = (message.final_lsn, message.xid) if lo <= message.final_lsn < hi else None
+            elif kind is pgoutput.Relation:
+                names[message.oid] = f"{message.namespace or 'pg_catalog'}.{message.name}"
+            elif begin is not None and kind in (pgoutput.Insert, pgoutput.Update, pgoutput.Delete, pgoutput.Truncate):
+                oids = message.relation_oids if kind is pgoutput.Truncate else (message.relation_oid,)
+                if any(names.get(oid) == table for oid in oids):
+                    found.append(begin)
+                    begin = None
+        return found
+
     # ---- the captured tables' changes ----
     def changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[TableMeta]
                 ) -> Iterator[ChangeEvent | SchemaVersion | SchemaChange]:
