@@ -157,8 +157,11 @@ def assert_replay_equals_current(sink: str, table: str, key: tuple[str, ...] = (
         k = _row_key(row, key)
         if k not in latest or row["_pos"] > latest[k]["_pos"]:
             latest[k] = row
-    replayed = {k: {c: r[c] for c in columns} for k, r in latest.items() if r["_op"] != "d"}
-    held = {_row_key(r, key): {c: r[c] for c in columns} for r in current.to_pylist()}
+    def same_nan(value):  # NaN is one value here (a float column may hold it)
+        return "NaN" if isinstance(value, float) and value != value else value
+
+    replayed = {k: {c: same_nan(r[c]) for c in columns} for k, r in latest.items() if r["_op"] != "d"}
+    held = {_row_key(r, key): {c: same_nan(r[c]) for c in columns} for r in current.to_pylist()}
     assert replayed.keys() == held.keys(), (f"replay has {len(replayed.keys() - held.keys())} keys current lacks, "
                                             f"current {len(held.keys() - replayed.keys())} the replay lacks: "
                                             f"{sorted(replayed.keys() ^ held.keys())[:5]}")
