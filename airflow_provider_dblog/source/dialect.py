@@ -70,9 +70,10 @@ class DataSourceDialect(Protocol):
         """Make the source ready to stream ``metas``' tables (PostgreSQL: the capture's slot and publication)
         before any position is read; returns what the state's options record of it ({} where nothing is needed)."""
 
-    def check_stream(self) -> None:
-        """Raise ``DblogError`` in one line if this capture cannot stream (PostgreSQL: planned snapshot-only,
-        so it has no slot); the tail asks before it reads anything."""
+    def check_stream(self, tables: Sequence[str]) -> None:
+        """Raise ``DblogError`` in one line if this capture cannot stream ``tables`` (PostgreSQL: planned
+        snapshot-only so it has no slot, the slot dropped, a table no longer in the publication); the tail asks
+        before it reads anything."""
 
     def drop_stream(self) -> list[str]:
         """Remove what ``prepare_stream`` made at the source (``dblog drop``); what was removed."""

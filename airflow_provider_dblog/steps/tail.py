@@ -69,7 +69,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                              f"report it first")
         dialect = open_dialect(state.source(), state.options())
         try:
-            dialect.check_stream()
+            dialect.check_stream(names)
             recorded = state.tail_positions()
             dialect, again = follow_promoted_server(state, sink, dialect, sorted(offsets), offsets, recorded)
             recorded = state.tail_positions()

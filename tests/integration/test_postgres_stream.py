@@ -300,6 +300,15 @@ def test_replica_identity_and_settings_are_checked_in_one_line_before_anything_i
     code, out, err = dblog("run", "--source", uri(pg, db), "--tables", "public.keyed_by_index", "--state", str(state),
                            "--sink", str(sink))
     assert code == 0, err
+    # a table taken out of the publication: its changes would be missing from the stream; the tail says so
+    publication = slot_of(str(state))[1]
+    pg.sql(f"ALTER PUBLICATION {publication} DROP TABLE public.keyed_by_index", db=db)
+    code, out, err = dblog("tail", "--state", str(state), "--sink", str(sink), "--available-now")
+    assert code != 0
+    line = one_error_line(err)
+    assert f"no longer names public.keyed_by_index" in line and "ADD TABLE" in line and "resnapshot" in line, line
+    pg.sql(f"ALTER PUBLICATION {publication} ADD TABLE public.keyed_by_index", db=db)
+    assert dblog("tail", "--state", str(state), "--sink", str(sink), "--available-now")[0] == 0
     assert dblog("drop", "--state", str(state))[0] == 0
 
 

@@ -165,7 +165,7 @@ class InMemoryDialect:
     def prepare_stream(self, metas) -> dict:
         return {}
 
-    def check_stream(self) -> None:
+    def check_stream(self, tables) -> None:
         pass
 
     def drop_stream(self) -> list[str]:

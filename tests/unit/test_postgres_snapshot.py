@@ -74,7 +74,7 @@ def test_startup_modes_without_a_slot_position_are_refused_without_touching_the_
         dialect.read_changes(lsn_position(1), None, [])
     assert str(exc.value) == f"reading changes: {NO_STREAM}"
     with pytest.raises(DblogError, match="snapshot-only"):
-        dialect.check_stream()
+        dialect.check_stream([])
     dialect.close()
 
 

@@ -65,7 +65,7 @@ class MySqlDialect:
     def prepare_stream(self, metas: Sequence[TableMeta]) -> dict:
         return {}  # the binlog streams without anything made for it
 
-    def check_stream(self) -> None:
+    def check_stream(self, tables: Sequence[str]) -> None:
         """A binlog can be streamed from wherever a capture was planned."""
 
     def drop_stream(self) -> list[str]:
