@@ -82,6 +82,9 @@ def _capture(args):
     if args.exclude and not args.tables:
         raise DblogError("--exclude needs --tables PATTERNS")
     source = _source(args.source)
+    signal_table = getattr(args, "signal_table", None)
+    if signal_table and args.tables:  # read by the tail, never captured (also by tables joining the patterns)
+        args.exclude = ",".join(p for p in (args.exclude, signal_table) if p)
     tables = resolve_tables(source, args.table, args.tables, args.exclude)
     return source, tables, chunk_keys(args.chunk_key, tables)
 
@@ -92,8 +95,9 @@ def cmd_plan(args) -> dict:
     source, tables, keys = _capture(args)
     return plan_tables(source, tables, args.state, keys, chunk_size=args.chunk_size, batch_size=args.batch_size,
                        watermark=args.watermark, watermark_table=args.watermark_table, batch_rows=args.batch_rows,
-                       startup=args.startup, options=capture_options(args.tables, args.exclude, args.chunk_size,
-                                                                     args.batch_size, args.batch_rows, args.watermark),
+                       startup=args.startup, options={**capture_options(args.tables, args.exclude, args.chunk_size,
+                                                                       args.batch_size, args.batch_rows, args.watermark),
+                                                      **_signal_option(args)},
                        sink=args.sink, checkpoint=args.checkpoint or "")
 
 
@@ -135,7 +139,8 @@ def cmd_tail(args) -> dict:
                     stop_event=_stop_on_signals(), spark=_session(args, "dblog-tail", short_lived=False),
                     driver_catch_up_bytes=catch_up, merge_interval=args.merge_interval,
                     schema_changes=args.schema_changes, checkpoint=args.checkpoint, on_purge=args.on_purge,
-                    batch_memory_bytes=int(args.batch_memory_mb * 2**20))
+                    batch_memory_bytes=int(args.batch_memory_mb * 2**20), signal_table=args.signal_table,
+                    signal_seconds=args.signal_seconds)
 
 
 def cmd_failover(args) -> dict:
@@ -238,8 +243,18 @@ def cmd_run(args) -> dict:
     return run_capture(source, tables, args.state, args.sink, args.chunk_size, args.batch_size, keys, args.watermark,
                        args.watermark_table, args.driver_threads, args.batch_rows, args.startup,
                        schema_changes=args.schema_changes, checkpoint=args.checkpoint,
-                       options=capture_options(args.tables, args.exclude, args.chunk_size, args.batch_size,
-                                               args.batch_rows, args.watermark))
+                       options={**capture_options(args.tables, args.exclude, args.chunk_size, args.batch_size,
+                                                  args.batch_rows, args.watermark), **_signal_option(args)})
+
+
+def _signal_option(args) -> dict:
+    """The plan's record of ``--signal-table`` (``steps.signals``)."""
+    table = getattr(args, "signal_table", None)
+    if not table:
+        return {}
+    if "." not in table.strip(".") or table.count(".") != 1:
+        raise DblogError(f"--signal-table {table}: name it DB.TABLE (PostgreSQL: SCHEMA.TABLE)")
+    return {"signal_table": table}
 
 
 def _schema_changes_option(p: argparse.ArgumentParser) -> None:
@@ -274,13 +289,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="estimated rows per Spark application (default: --batch-size x --chunk-size)")
         p.add_argument("--startup", default="initial",
                        help="initial (snapshot, then tail; default) | snapshot-only | latest | position:FILE:POS | "
-                            "gtid:SET | timestamp:EPOCH_MS (docs/startup-modes.md; PostgreSQL: snapshot-only for now)")
+                            "gtid:SET | timestamp:EPOCH_MS (docs/startup-modes.md; PostgreSQL: initial, latest, snapshot-only)")
         p.add_argument("--chunk-key", action="append",
                        help="DB.TABLE=COL[,COL] (repeatable; COL[,COL] with --table): split on these columns "
                             "(tables without a primary key)")
         p.add_argument("--watermark", default="auto",
                        help="auto | position | watermark_table | consistent_snapshot (default auto)")
         p.add_argument("--watermark-table", help="DB.TABLE for watermark_table (default DB._dblog_watermark)")
+        p.add_argument("--signal-table", help="DB.TABLE (SCHEMA.TABLE) of Debezium-style signals: an execute-snapshot "
+                                              "row written there makes the running tail read those tables again "
+                                              "(docs/signals.md)")
 
     def checkpoint(p):
         p.add_argument("--checkpoint", help="directory of the tail's Spark checkpoints, on the driver's disk or a "
@@ -323,6 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge-interval", type=float, default=0.0,
                    help="update the lake's current tables at most every this many seconds (default 0: every "
                         "micro-batch); the changelog commits every micro-batch either way")
+    p.add_argument("--signal-table", help="DB.TABLE of execute-snapshot signals to act on (default: the plan's)")
+    p.add_argument("--signal-seconds", type=float, default=5.0,
+                   help="how often a continuous tail reads the signal table (default 5)")
     p.add_argument("--batch-memory-mb", type=float, default=256,
                    help="changes of a micro-batch held in the driver's memory (default 256): more (one huge "
                         "transaction) are staged as files by the readers and applied to current chunk by chunk")

@@ -70,6 +70,10 @@ class DataSourceDialect(Protocol):
         """Make the source ready to stream ``metas``' tables (PostgreSQL: the capture's slot and publication)
         before any position is read; returns what the state's options record of it ({} where nothing is needed)."""
 
+    def read_signals(self, table: str) -> list[tuple[str, str, str | None]]:
+        """``(id, type, data)`` of every row of the signal table ``table`` (``core.signals``); ``DblogError`` in
+        one line when it does not exist or cannot be read."""
+
     def check_stream(self, tables: Sequence[str]) -> None:
         """Raise ``DblogError`` in one line if this capture cannot stream ``tables`` (PostgreSQL: planned
         snapshot-only so it has no slot, the slot dropped, a table no longer in the publication); the tail asks

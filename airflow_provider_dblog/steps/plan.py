@@ -63,6 +63,8 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
                                                                 startup)
     check_later_steps(state_dir, mode, sink=sink, checkpoint=checkpoint, spark_submit=spark_submit)
     chunk_keys = chunk_keys or {}
+    signal_table = (options or {}).get("signal_table")
+    tables = [t for t in tables if t != signal_table]  # the signal table is read by the tail, not captured
     unknown_keys = sorted(set(chunk_keys) - set(tables))
     if unknown_keys:
         raise DblogError(f"--chunk-key names {', '.join(unknown_keys)}, which the plan does not capture: "

@@ -25,6 +25,7 @@ from airflow_provider_dblog.readers.change_committer import unfollowed_schema_ch
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.steps.failover import follow_promoted_server
 from airflow_provider_dblog.steps.health import check_same_server
+from airflow_provider_dblog.steps.signals import SIGNAL_SECONDS, SignalWatcher
 from airflow_provider_dblog.spark.tail_queries import start_query, watch
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.object_store import check_sink
@@ -41,7 +42,8 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
              decode_parallelism: int = 0, driver_catch_up_bytes: int = 0, merge_interval: float = 0.0,
              checkpoint: str | None = None, schema_changes: str = "evolve",
              table_scan_seconds: float = TABLE_SCAN_SECONDS, on_purge: str = "resnapshot",
-             batch_memory_bytes: int = BATCH_MEMORY_BYTES) -> dict:
+             batch_memory_bytes: int = BATCH_MEMORY_BYTES, signal_table: str | None = None,
+             signal_seconds: float = SIGNAL_SECONDS) -> dict:
     """Run the tail; ``checkpoint``: the directory of its Spark checkpoints (default STATE/checkpoints; required
     for an object-store state); ``driver_catch_up_bytes`` > 0 lets a cold available-now catch-up of at most that much
     binlog run in this process (local runs only: ``local.catch_up``); ``merge_interval``: update the
@@ -53,7 +55,9 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
     at the source and matching the plan's patterns: ``steps.new_tables``, looked for every
     ``table_scan_seconds``): its query reads them from their own floor in its next micro-batch.
     ``on_purge``: what a table whose binlog was purged past its floor does (``reread_purged``).
-    ``batch_memory_bytes``: the changes of a micro-batch the driver holds in memory (``readers.staging``)."""
+    ``batch_memory_bytes``: the changes of a micro-batch the driver holds in memory (``readers.staging``).
+    ``signal_table`` (default: the plan's ``--signal-table``): the source table whose ``execute-snapshot`` rows
+    are acted on at the start and every ``signal_seconds`` while the tail runs (``steps.signals``)."""
     state = StateDir(state_dir, checkpoint)
     check_sink(sink)
     with tail_lock(state):
@@ -84,6 +88,10 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                 offsets = state.offsets()
             create_unread_tables(state, sink, dialect, names)
             bring_current_up_to_date(state, sink, dialect, names, batch_memory_bytes)
+            signal_table = signal_table or state.options().get("signal_table")
+            signals = SignalWatcher(state, sink, dialect, signal_table, signal_seconds, spark) if signal_table else None
+            if signals is not None:
+                signals.poll()
             settled: dict[str, BinlogPosition] = {}
             rows: dict[str, int] = {}
             skipped, in_driver = [], []
@@ -135,6 +143,8 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                     return {**rows, **done}, {**settled, **positions}
 
                 def tick() -> None:
+                    if signals is not None and signals.due():
+                        signals.poll()
                     tracker.sample()
                     if follow_all and time.time() - last_scan[0] >= table_scan_seconds:
                         join_new_tables()

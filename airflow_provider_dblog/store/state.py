@@ -390,6 +390,18 @@ class StateDir:
         versions = self.schema_history(table)["versions"]
         return TableMeta.from_dict(versions[-1]["meta"]) if versions else self.table(table).meta
 
+    # ---- signals (core.signals) ----
+    SIGNALS = "signals.json"
+
+    def signals(self) -> dict[str, dict]:
+        """Every signal row the tail acted on, ignored or refused, by id."""
+        return self.files.read_json(self.SIGNALS) if self.files.exists(self.SIGNALS) else {}
+
+    def record_signal(self, signal_id: str, outcome: dict) -> None:
+        done = self.signals()
+        done[signal_id] = {**outcome, "at": time.time()}
+        self.files.write_json(self.SIGNALS, done)
+
     # ---- catch-up checks ----
     def caught_up_file(self, table: str) -> str:
         return f"caught_up/{table}.json"

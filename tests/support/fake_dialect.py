@@ -165,6 +165,9 @@ class InMemoryDialect:
     def prepare_stream(self, metas) -> dict:
         return {}
 
+    def read_signals(self, table) -> list:
+        return []
+
     def check_stream(self, tables) -> None:
         pass
 

@@ -65,6 +65,16 @@ class MySqlDialect:
     def prepare_stream(self, metas: Sequence[TableMeta]) -> dict:
         return {}  # the binlog streams without anything made for it
 
+    def read_signals(self, table: str) -> list[tuple[str, str, str | None]]:
+        database, _, name = table.partition(".")
+        try:
+            rows = self.client.query(f"SELECT id, type, data FROM {quote_ident(database)}.{quote_ident(name)}")
+        except pymysql.MySQLError as exc:
+            raise DblogError(f"cannot read the signal table {table}: {exc.args[-1]}; create it (CREATE TABLE {table} "
+                             f"(id VARCHAR(64) PRIMARY KEY, type VARCHAR(32) NOT NULL, data TEXT)) and let "
+                             f"{self.config.user} SELECT it") from None
+        return [(str(i), str(t), None if d is None else str(d)) for i, t, d in rows]
+
     def check_stream(self, tables: Sequence[str]) -> None:
         """A binlog can be streamed from wherever a capture was planned."""
 

@@ -85,6 +85,17 @@ class PostgresDialect:
         slot.ensure_slot(self.client, self.slot)
         return {"slot": self.slot, "publication": self.publication}
 
+    def read_signals(self, table: str) -> list[tuple[str, str, str | None]]:
+        schema_name, name = schema.split_name(table)
+        try:
+            rows = self.client.query(f"SELECT id::text, type::text, data::text FROM {quote_ident(schema_name)}."
+                                     f"{quote_ident(name)}", ())
+        except psycopg2.Error as exc:
+            raise DblogError(f"cannot read the signal table {table}: {first_line(exc, self.config.password)}; create "
+                             f"it (CREATE TABLE {table} (id text PRIMARY KEY, type text NOT NULL, data text)) and let "
+                             f"{self.config.user} SELECT it") from None
+        return [(i, t, d) for i, t, d in rows]
+
     def check_stream(self, tables: Sequence[str]) -> None:
         """A snapshot-only capture has no slot; a dropped slot (``dblog drop``, a DBA) took the changes with it;
         a table taken out of the publication has its changes left out of the stream."""
