@@ -53,6 +53,7 @@ with DAG(
         batch_size=template("batch_size"),
         batch_rows=template("batch_rows"),
         startup=template("startup"),
+        checkpoint=template("checkpoint"),  # the tail's: an s3:// state without one fails here, not after the load
     )
     snapshot = DblogSparkSubmitOperator.partial(
         task_id="snapshot",
