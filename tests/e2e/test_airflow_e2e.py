@@ -108,16 +108,20 @@ class StatsdListener:
 
 DOWNSTREAM_DAG = """
 import os
+from datetime import timedelta
 from airflow.sdk import DAG, task
 from airflow_provider_dblog.airflow.lake_events import lake_asset
 
 # scheduled on one captured table's current state: runs when a dblog task advanced it
+# (retries: a task the scheduler starts while the API server is still busy starting can be refused once)
 with DAG("dblog_test_downstream", schedule=[lake_asset(os.environ["DBLOG_SINK"], os.environ["DBLOG_TABLES"])],
-         catchup=False, tags=["test"]):
+         catchup=False, tags=["test"], default_args={"retries": 2, "retry_delay": timedelta(seconds=3)}):
     @task
     def changed(triggering_asset_events=None):
-        return [{"uri": asset.uri, "extra": event.extra}
-                for asset, events in triggering_asset_events.items() for event in events]
+        # keyed by the Asset and by the alias the events came through: the same events, by their asset's URI
+        seen = {(event.asset.uri, repr(sorted(event.extra.items()))): event.extra
+                for events in triggering_asset_events.values() for event in events}
+        return [{"uri": uri, "extra": extra} for (uri, _), extra in sorted(seen.items())]
 
     changed()
 """
@@ -593,6 +597,19 @@ class Servers:
                 p.wait(10)
 
 
+def wait_asset_triggered_run(servers: Servers, dag_id: str, timeout: float = 180) -> dict:
+    """The first successful run of ``dag_id`` (scheduled on an Asset), once the scheduler ran it."""
+    deadline = time.time() + timeout
+    runs: list = []
+    while time.time() < deadline:
+        runs = servers.ok("GET", f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]
+        done = [r for r in runs if r["state"] == "success"]
+        if done:
+            return done[0]
+        time.sleep(2)
+    raise AssertionError(f"no successful {dag_id} run after {timeout}s: {runs} {servers.tail_logs()}")
+
+
 def continuous_tail(af: AirflowHome) -> subprocess.Popen:
     """The detached ``--continuous`` tail of docs/airflow.md (here the CLI, without spark-submit)."""
     env = {**af.env, "DBLOG_SOURCE_PASSWORD": PASSWORD, "PYSPARK_PYTHON": sys.executable,
@@ -620,6 +637,7 @@ def wait_tail_caught_up(af: AirflowHome, tail: subprocess.Popen, timeout: float 
 @pytest.mark.slow
 def test_api_resnapshot_and_cleared_instance_converge_while_the_tail_runs(airflow, initial_load, spark, tmp_path,
                                                                          monkeypatch):
+    from airflow_provider_dblog.airflow.lake_events import asset_uri
     from airflow_provider_dblog.store.state import StateDir
 
     state = StateDir(airflow.state)
@@ -657,12 +675,25 @@ def test_api_resnapshot_and_cleared_instance_converge_while_the_tail_runs(airflo
         assert servers.wait_run("dblog_initial_load", load_run, 300) == "success", servers.tail_logs()
         writer.stop()
         wait_tail_caught_up(airflow, tail)
+        # the asset events of the runs above queued the DAG scheduled on the table's current: the scheduler ran it
+        downstream = wait_asset_triggered_run(servers, "dblog_test_downstream")
+        api_events = servers.ok("GET", "/api/v2/assets/events?limit=200&order_by=-timestamp")["asset_events"]
     finally:
         if writer is not None and writer.is_alive():
             writer.stop_event.set()
         if tail is not None:
             stop_group(tail, grace=60)
         servers.stop()
+
+    assert downstream["run_type"] == "asset_triggered", downstream
+    for kind in ("current", "changelog"):  # the REST API shows the events, their extra included
+        uri = asset_uri(airflow.sink, airflow.table, kind)
+        extras = [e["extra"] for e in api_events if e["uri"] == uri]
+        assert extras and all(x["table"] == airflow.table and x["lake"] == kind and x["position"] for x in extras), (
+            kind, [(e["uri"], e["extra"]) for e in api_events][:10])
+    seen = airflow.metadata.xcom("dblog_test_downstream", "changed")
+    assert seen and {e["uri"] for e in seen} == {asset_uri(airflow.sink, airflow.table)}, seen
+    assert all(e["extra"]["table"] == airflow.table and e["extra"]["position"] for e in seen), seen
 
     # the mapped instance's second try re-read its own chunks with --force; the re-snapshot the range's
     resnap = airflow.metadata.task_states("dblog_resnapshot")

@@ -111,3 +111,18 @@ def test_advanced_tables_and_event_extras():
         "lag_bytes": 120, "phase": "streaming", "rows_current": 99, "chunks_done": None, "chunks_total": None,
         "last_commit_at": None, "by": "tail"}
     assert extras[("a.z", "current")]["position"] is None and extras[("a.z", "current")]["rows_changed"] == 7
+
+
+def test_lineage_is_silent_without_the_openlineage_provider(monkeypatch, tmp_path):
+    """``operator_lineage`` answers None (no error) where ``apache-airflow-providers-openlineage`` is missing,
+    and for an application that writes no lake table."""
+    import sys
+
+    from airflow_provider_dblog.airflow.lake_events import Application, operator_lineage
+
+    app = Application.from_args(["tail", "--state", str(tmp_path / "state"), "--sink", str(tmp_path / "lake")])
+    monkeypatch.setitem(sys.modules, "airflow.providers.openlineage.extractors", None)  # import -> ImportError
+    assert operator_lineage(app) is None
+    monkeypatch.delitem(sys.modules, "airflow.providers.openlineage.extractors")
+    assert operator_lineage(Application.from_args(["report", "--state", str(tmp_path)])) is None
+    assert operator_lineage(app) is None  # no plan in the state yet: nothing to name
