@@ -184,6 +184,8 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=375_076)
     parser.add_argument("--rate", type=float, default=2000)
     parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--uniform-seconds", type=float, default=None,
+                        help="how long the uniform workload runs (default --seconds): a batch of it may take a minute")
     parser.add_argument("--warmup", type=float, default=10)
     parser.add_argument("--hot-mean", type=float, default=50_000)
     parser.add_argument("--insert-share", type=float, default=0.25)
@@ -205,7 +207,8 @@ def main() -> None:
                 sink = work / f"{rows}-{workload}-{variant}"  # a new path: LakeTables caches tables by URI
                 shutil.rmtree(sink, ignore_errors=True)
                 shutil.copytree(base, sink)
-                result = run(sink, workload, variant, rows, chunks, args.chunk_size, args.rate, args.seconds,
+                seconds = args.uniform_seconds if workload == "uniform" and args.uniform_seconds else args.seconds
+                result = run(sink, workload, variant, rows, chunks, args.chunk_size, args.rate, seconds,
                              args.warmup, args.hot_mean, args.insert_share)
                 results.append(result)
                 print(json.dumps(result), flush=True)
