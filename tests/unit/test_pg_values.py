@@ -19,7 +19,7 @@ def numeric_typmod(precision: int, scale: int) -> int:
 UTC = dt.timezone.utc
 
 
-@pytest.mark.parametrize("oid, typmod, text, expected", [
+CONVERSIONS = [  # (type OID, typmod, pgoutput text, the lake's value): also tests/unit/test_pg_row_decoder.py
     (V.INT2, -1, "-32768", -32768),
     (V.INT4, -1, "2147483647", 2147483647),
     (V.INT8, -1, "-9223372036854775808", -9223372036854775808),
@@ -53,7 +53,10 @@ UTC = dt.timezone.utc
     (V.INTERVAL, -1, "P1Y2M3DT4H5M6.789S", "P1Y2M3DT4H5M6.789S"),
     (1007, -1, "{1,2,NULL}", "{1,2,NULL}"),  # int4[]: text for now
     (16385, -1, "happy", "happy"),  # an enum (a user type OID)
-])
+]
+
+
+@pytest.mark.parametrize("oid, typmod, text, expected", CONVERSIONS)
 def test_converter(oid, typmod, text, expected):
     value = V.converter(oid, typmod)(text)
     assert value == expected and type(value) is type(expected)
@@ -70,7 +73,7 @@ def test_float4_keeps_its_single_precision_value():
     assert math.isnan(V.converter(V.FLOAT4)("NaN"))
 
 
-@pytest.mark.parametrize("oid, typmod, text", [
+REFUSALS = [  # values with no lake value: (type OID, typmod, text)
     (V.DATE, -1, "infinity"),
     (V.DATE, -1, "0044-03-15 BC"),
     (V.TIMESTAMP, -1, "-infinity"),
@@ -78,7 +81,10 @@ def test_float4_keeps_its_single_precision_value():
     (V.TIMESTAMPTZ, -1, "infinity"),
     (V.TIMESTAMPTZ, -1, "2024-01-02 03:04:05"),  # no offset: not ISO output of timestamptz
     (V.NUMERIC, numeric_typmod(10, 2), "NaN"),
-])
+]
+
+
+@pytest.mark.parametrize("oid, typmod, text", REFUSALS)
 def test_values_without_a_lake_twin_are_refused(oid, typmod, text):
     with pytest.raises(V.UnrepresentableValue):
         V.converter(oid, typmod)(text)

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.tables import Column, TableMeta
+from airflow_provider_dblog.source.codegen import Builder, compile_function
 from airflow_provider_dblog.source.mysql.field_types import (
     BIT, BLOB, DATE, DATETIME2, DOUBLE, ENUM, FLOAT, GEOMETRY, INT24, JSON, LONG, LONG_BLOB, LONGLONG, MEDIUM_BLOB,
     NEWDECIMAL, SET, SHORT, STRING, TIME2, TIMESTAMP2, TINY, TINY_BLOB, VAR_STRING, VARCHAR, YEAR,
@@ -110,7 +111,7 @@ def _time2_reader(fsp: int):
     return 3 + width, read
 
 
-def _decimal_code(b: "_Builder", v: str, precision: int, scale: int, as_text: bool) -> None:
+def _decimal_code(b: Builder, v: str, precision: int, scale: int, as_text: bool) -> None:
     """Lines that set ``v`` to DECIMAL(precision, scale) in MySQL's binary format: big-endian groups
     of 9 digits in 4 bytes, the leftover digits in 1–4 bytes, the sign in the first bit (set for
     positive values), negative values bit-inverted. One integer holds it all; digits are sliced out."""
@@ -148,11 +149,11 @@ def _decimal_text(scale: int, as_text: bool) -> Callable[[int], object]:
 
 def _decimal_reader(precision: int, scale: int, as_text: bool) -> tuple[int, Callable[[bytes, int], object]]:
     """(size, reader) of one DECIMAL value, compiled like a row decoder's column."""
-    b = _Builder()
+    b = Builder()
     b.emit("if buf:  # a column's lines sit one level deeper, under a row decoder's NULL check", 1)
     _decimal_code(b, "v", precision, scale, as_text)
     b.emit("return v, p", 1)
-    read = _compile(b, "read", "decimal")
+    read = compile_function(b, "read", "decimal")
     return read(bytes(66), 0)[1], lambda buf, p: read(buf, p)[0]
 
 
@@ -168,7 +169,7 @@ def _json_reader(length_size: int):
     return read
 
 
-def _text_expression(b: "_Builder", charset: str | None, data: str) -> str | None:
+def _text_expression(b: Builder, charset: str | None, data: str) -> str | None:
     """The expression that decodes ``data`` (bytes) of a text column, or None for an unknown charset."""
     name = MYSQL_TO_PYTHON_CHARSET.get(charset or "utf8mb4", charset)
     if name is None:
@@ -185,21 +186,7 @@ def _text_expression(b: "_Builder", charset: str | None, data: str) -> str | Non
 
 
 # ---- code generation ----------------------------------------------------------------------------------------
-class _Builder:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.env: dict = {}
-
-    def const(self, prefix: str, value) -> str:
-        name = f"{prefix}{len(self.env)}"
-        self.env[name] = value
-        return name
-
-    def emit(self, text: str, indent: int = 2) -> None:
-        self.lines.append("    " * indent + text)
-
-
-def _column_code(b: _Builder, i: int, tm, col: Column) -> bool:
+def _column_code(b: Builder, i: int, tm, col: Column) -> bool:
     """Lines that set ``v{i}`` and advance ``p`` for one non-NULL value; False if it can't be decoded."""
     t, target = tm.type, arrow_type(col)
     v = f"v{i}"
@@ -259,7 +246,7 @@ def compile_row_decoder(columns: Sequence, meta: TableMeta) -> RowDecoder | None
     names = [c.name for c in meta.columns]
     if [getattr(c, "name", None) for c in columns] != names:
         return None  # a table map without column names (binlog_row_metadata not FULL)
-    b = _Builder()
+    b = Builder()
     null_bytes = (len(columns) + 7) // 8
     b.emit(f"nulls = int.from_bytes(buf[p:p + {null_bytes}], 'little'); p += {null_bytes}", 1)
     for i, (tm, col) in enumerate(zip(columns, meta.columns)):
@@ -270,13 +257,7 @@ def compile_row_decoder(columns: Sequence, meta: TableMeta) -> RowDecoder | None
             return None
     items = ", ".join(f"{name!r}: v{i}" for i, name in enumerate(names))
     b.emit(f"return {{{items}}}, p", 1)
-    return _compile(b, "decode", f"row decoder {meta.qualified}")
-
-
-def _compile(b: _Builder, name: str, label: str):
-    source = f"def {name}(buf, p):\n" + "\n".join(b.lines) + "\n"
-    exec(compile(source, f"<{label}>", "exec"), b.env)  # noqa: S102 (generated from type metadata only)
-    return b.env[name]
+    return compile_function(b, "decode", f"row decoder {meta.qualified}")
 
 
 def decode_rows(decoder: RowDecoder, buf: bytes, p: int, end: int, images: int) -> list[tuple]:

@@ -22,6 +22,7 @@ REPLICA IDENTITY FULL; without it the read stops in one line naming the fix: nev
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from dataclasses import replace
 from typing import Iterator, Sequence
@@ -36,12 +37,17 @@ from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.postgres import pgoutput
 from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
+from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name
 from airflow_provider_dblog.source.postgres.slot import BUSY_RETRY_SECONDS
-from airflow_provider_dblog.source.postgres.values import UnrepresentableValue, column_converters
+from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 
 log = logging.getLogger("dblog")
 FETCH_ROWS = 5000  # messages per round trip of the server-side cursor
+_UPDATE = ord("U")
+_ROW_TAGS = frozenset((ord("I"), _UPDATE, ord("D")))
+_OID = struct.Struct("!I").unpack_from
+_NOT_CAPTURED = ("", None)
 TOAST_FIX = ("ALTER TABLE {table} REPLICA IDENTITY FULL (the old row then carries it), then re-snapshot the table "
              "(dblog resnapshot --table {table})")
 
@@ -52,10 +58,11 @@ def change_position(final_lsn: int, row: int = 0) -> BinlogPosition:
 
 
 class _Version:
-    """A captured table's columns as a ``Relation`` message gave them: its meta, names and value converters."""
+    """A captured table's columns as a ``Relation`` message gave them: its meta and its tuple decoder."""
 
-    def __init__(self, meta: TableMeta, converters):
-        self.meta, self.names, self.converters = meta, meta.column_names, converters
+    def __init__(self, meta: TableMeta):
+        self.meta, self.key_columns = meta, tuple(meta.key_columns)
+        self.decode = compile_tuple_decoder(meta)
         self.signature = tuple((c.name, c.type_oid, c.typmod) for c in meta.columns)
 
 
@@ -64,6 +71,7 @@ class SlotReader:
 
     def __init__(self, client: PostgresClient, slot: str, publication: str):
         self.client, self.slot, self.publication = client, slot, publication
+        self._planned_versions: dict[str, _Version] = {}
 
     # ---- the rows of the slot ----
     def _messages(self, end: int) -> Iterator[bytes]:
@@ -129,14 +137,31 @@ class SlotReader:
         relations: dict[int, tuple[str, _Version | None]] = {}  # relation OID -> (its table, version if captured)
         oids = self._oids(metas)
         after, upto = start.as_snapshot(), end.as_snapshot()
-        final, row, ts, boundary = 0, 0, 0, start
+        final, row, ts, boundary, skip, first = 0, 0, 0, start, True, start
         for payload in self._messages(position_lsn(end)):
+            tag = payload[0]
+            if tag in _ROW_TAGS:  # Insert, Update, Delete: the hot path, decoded by the table version's decoder
+                position_row, row = row, row + 1
+                if skip:  # the transaction is at or before ``start`` (a whole transaction is on one side)
+                    continue
+                name, version = relations.get(_OID(payload, 1)[0], _NOT_CAPTURED)
+                if version is None:
+                    continue
+                pos = BinlogPosition(first.seq, first.offset, position_row, first.file)  # change_position(final, row)
+                if versions.get(name) is not version:
+                    if version.signature != self._planned(metas[name]).signature or name in versions:
+                        yield SchemaVersion(version.meta, pos)
+                    versions[name] = version
+                yield from self._row_events(name, version, tag, payload, pos, ts)
+                continue
             message = pgoutput.decode(payload)
             kind = type(message)
             if kind is pgoutput.Begin:
                 final, row, ts = message.final_lsn, 0, message.commit_ts_us // 1000
-                if change_position(final) > upto:
+                first = change_position(final)
+                if first > upto:
                     return
+                skip = first <= after  # and so is every row of it: ``after`` is a snapshot position
                 boundary = lsn_position(final)
                 continue
             if kind is pgoutput.Relation:
@@ -152,18 +177,6 @@ class SlotReader:
                 version = self._version(message, versions.get(name) or self._planned(metas[name]))
                 relations[message.oid] = (name, version)
                 continue
-            if kind in (pgoutput.Insert, pgoutput.Update, pgoutput.Delete):
-                pos = change_position(final, row)
-                row += 1
-                name, version = relations.get(message.relation_oid, ("", None))
-                if version is None or pos <= after:
-                    continue
-                if versions.get(name) is not version:
-                    if version.signature != self._planned(metas[name]).signature or name in versions:
-                        yield SchemaVersion(version.meta, pos)
-                    versions[name] = version
-                yield from self._row_events(name, version, message, pos, ts)
-                continue
             if kind is pgoutput.Truncate:
                 pos = change_position(final, row)
                 row += 1
@@ -176,7 +189,10 @@ class SlotReader:
             # Commit, Origin, Type, LogicalMessage: nothing to emit (positions come from Begin)
 
     def _planned(self, meta: TableMeta) -> _Version:
-        return _Version(meta, column_converters(_relation_columns(meta)))
+        version = self._planned_versions.get(meta.qualified)
+        if version is None or version.meta is not meta:
+            version = self._planned_versions[meta.qualified] = _Version(meta)
+        return version
 
     def _version(self, relation: pgoutput.Relation, current: _Version) -> _Version:
         """The version a Relation message describes: ``current`` when its columns are the same (a domain is
@@ -203,7 +219,7 @@ class SlotReader:
         if not set(key) <= {c.name for c in columns}:
             key = relation.key_columns
         meta = replace(current.meta, columns=tuple(columns), key_columns=tuple(key))
-        return _Version(meta, column_converters(_relation_columns(meta)))
+        return _Version(meta)
 
     def _oids(self, metas: dict[str, TableMeta]) -> dict[int, str]:
         """The captured tables' OIDs now (a RENAME keeps the OID: a later Relation under another name is one)."""
@@ -217,38 +233,18 @@ class SlotReader:
                 found[int(rows[0][0])] = name
         return found
 
-    def _row_events(self, name: str, version: _Version, message, pos: BinlogPosition, ts: int
+    def _row_events(self, name: str, version: _Version, tag: int, buf: bytes, pos: BinlogPosition, ts: int
                     ) -> list[ChangeEvent]:
-        kind = type(message)
-        after = before = None
+        """The events of one Insert / Update / Delete message (``tag``) of ``name``, decoded by ``version``."""
         try:
-            if kind is not pgoutput.Delete:
-                after = self._image(version, message.new)
-            if kind is not pgoutput.Insert and message.old is not None:
-                before = self._image(version, message.old, key_only=message.old_kind == "K")
+            after, before, old_kind, toast = decode_row_message(buf, version.decode)
         except UnrepresentableValue as exc:
             raise DblogError(f"a change of {name} at {pos}: {exc}; the lake has no value for it") from None
-        if after is not None and any(v is UNCHANGED_TOAST for v in after.values()):
-            after = self._fill_toast(name, after, before if message.old_kind == "O" else None, pos)
-        if kind is pgoutput.Update and before is None:  # key unchanged, REPLICA IDENTITY DEFAULT: no old image
-            before = {k: after[k] for k in version.meta.key_columns}
-        return row_change(name, pos, version.meta.key_columns, before, after, ts)
-
-    @staticmethod
-    def _image(version: _Version, values, key_only: bool = False) -> dict:
-        if len(values) != len(version.converters):
-            raise DblogError(f"a change of {version.meta.qualified} has {len(values)} columns, its Relation "
-                             f"{len(version.converters)}: the stream is out of step; report it")
-        image = {}
-        for name, convert, value in zip(version.names, version.converters, values):
-            if value is None:
-                if not key_only:
-                    image[name] = None
-            elif value is UNCHANGED_TOAST:
-                image[name] = value
-            else:
-                image[name] = convert(value)
-        return image
+        if toast:
+            after = self._fill_toast(name, after, before if old_kind == "O" else None, pos)
+        if tag == _UPDATE and before is None:  # key unchanged, REPLICA IDENTITY DEFAULT: no old image
+            before = {k: after[k] for k in version.key_columns}
+        return row_change(name, pos, version.key_columns, before, after, ts)
 
     @staticmethod
     def _fill_toast(name: str, after: dict, old: dict | None, pos: BinlogPosition) -> dict:
@@ -259,8 +255,3 @@ class SlotReader:
                              + TOAST_FIX.format(table=name))
         return {c: (old[c] if v is UNCHANGED_TOAST else v) for c, v in after.items()}
 
-
-def _relation_columns(meta: TableMeta) -> list[pgoutput.Column]:
-    """A meta's columns as the decoder's ``Column`` s (for ``values.column_converters``)."""
-    return [pgoutput.Column(1 if c.name in meta.key_columns else 0, c.name, c.type_oid or 0,
-                            -1 if c.typmod is None else c.typmod) for c in meta.columns]
