@@ -139,6 +139,7 @@ def slot_of(state: str) -> tuple[str, str]:
     return options["slot"], options["publication"]
 
 
+@pytest.mark.slow  # a continuous and an available-now tail on Spark
 def test_a_database_is_snapshotted_under_writes_and_tailed_from_its_slot(postgres, pg_db, tmp_path):
     pg, db = postgres, pg_db
     pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
