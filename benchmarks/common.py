@@ -429,47 +429,35 @@ def dblog(args: list[str], log_path: Path | None = None, check: bool = True) -> 
 
 
 # ---- writers --------------------------------------------------------------------------------
-class PacedWriter(threading.Thread):
-    """Changes ``rate`` rows per second: every ``tick`` seconds one transaction updating
-    ``rate * tick`` rows (an UPDATE ... WHERE key IN (...)). Catches up after a late tick instead of
-    drifting, so the achieved rate is the asked one unless the server cannot keep up
-    (``achieved_rate`` tells)."""
+class PacedThread(threading.Thread):
+    """Runs one transaction (``write``) every ``tick`` seconds until ``stop()``. Catches up after a late tick
+    instead of drifting, so the achieved rate is the asked one unless the server cannot keep up
+    (``achieved_rate`` tells). Subclasses say how to connect (``open``) and what a transaction writes."""
 
-    def __init__(self, server, table: str, rate: float, keys: list, key_columns: tuple[str, ...],
-                 set_sql: str, tick: float = 0.01, token_start: int = 1, on_commit=None, seed: int = 7):
+    def __init__(self, rate: float, tick: float):
         super().__init__(daemon=True)
-        self.server, self.table, self.rate, self.keys = server, table, rate, keys
-        self.key_columns, self.set_sql, self.tick = key_columns, set_sql, tick
+        self.rate, self.tick = rate, tick
         self.per_tick = max(1, round(rate * tick))
-        self.token = token_start
-        self.on_commit = on_commit
         self.stop_event = threading.Event()
         self.rows = 0
         self.transactions = 0
         self.started_at = self.ended_at = 0.0
         self.error: BaseException | None = None
-        self.random = random.Random(seed)
+
+    def open(self):
+        raise NotImplementedError
+
+    def write(self, cur) -> None:
+        """One transaction of ``per_tick`` rows."""
+        raise NotImplementedError
 
     def run(self) -> None:
         try:
-            conn = connect(self.server)
+            conn = self.open()
             cur = conn.cursor()
-            cols = ", ".join(self.key_columns)
-            one = "(" + ", ".join(["%s"] * len(self.key_columns)) + ")"
-            where = f"({cols}) IN ({', '.join([one] * self.per_tick)})" if len(self.key_columns) > 1 else \
-                f"{cols} IN ({', '.join(['%s'] * self.per_tick)})"
-            sql = f"UPDATE {self.table} SET {self.set_sql} WHERE {where}"
             self.started_at = next_tick = time.time()
             while not self.stop_event.is_set():
-                picked = self.random.sample(self.keys, self.per_tick)
-                args = [self.token] if "%s" in self.set_sql else []
-                for key in picked:
-                    args.extend(key if isinstance(key, (tuple, list)) else (key,))
-                cur.execute(sql, args)  # autocommit: one transaction
-                committed = time.time()
-                if self.on_commit:
-                    self.on_commit(self.token, committed, self.per_tick)
-                self.token += 1
+                self.write(cur)
                 self.transactions += 1
                 self.rows += self.per_tick
                 next_tick += self.tick
@@ -477,7 +465,7 @@ class PacedWriter(threading.Thread):
                 if delay > 0:
                     time.sleep(delay)
             conn.close()
-        except BaseException as exc:  # noqa: BLE001 - reported by the harness
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
             self.error = exc
         finally:
             self.ended_at = time.time()
@@ -490,6 +478,39 @@ class PacedWriter(threading.Thread):
         elapsed = max(self.ended_at - self.started_at, 1e-6)
         return {"rows": self.rows, "transactions": self.transactions, "seconds": round(elapsed, 2),
                 "achieved_rate": round(self.rows / elapsed, 1), "asked_rate": self.rate}
+
+
+class PacedWriter(PacedThread):
+    """Changes ``rate`` rows per second of a MariaDB table: every ``tick`` seconds one transaction updating
+    ``rate * tick`` rows (an UPDATE ... WHERE key IN (...)); ``on_commit(token, time, rows)`` after each."""
+
+    def __init__(self, server, table: str, rate: float, keys: list, key_columns: tuple[str, ...],
+                 set_sql: str, tick: float = 0.01, token_start: int = 1, on_commit=None, seed: int = 7):
+        super().__init__(rate, tick)
+        self.server, self.table, self.keys = server, table, keys
+        self.key_columns, self.set_sql = key_columns, set_sql
+        self.token = token_start
+        self.on_commit = on_commit
+        self.random = random.Random(seed)
+        cols = ", ".join(key_columns)
+        one = "(" + ", ".join(["%s"] * len(key_columns)) + ")"
+        where = f"({cols}) IN ({', '.join([one] * self.per_tick)})" if len(key_columns) > 1 else \
+            f"{cols} IN ({', '.join(['%s'] * self.per_tick)})"
+        self.sql = f"UPDATE {table} SET {set_sql} WHERE {where}"
+
+    def open(self):
+        return connect(self.server)
+
+    def write(self, cur) -> None:
+        picked = self.random.sample(self.keys, self.per_tick)
+        args = [self.token] if "%s" in self.set_sql else []
+        for key in picked:
+            args.extend(key if isinstance(key, (tuple, list)) else (key,))
+        cur.execute(self.sql, args)  # autocommit: one transaction
+        committed = time.time()
+        if self.on_commit:
+            self.on_commit(self.token, committed, self.per_tick)
+        self.token += 1
 
 
 def sample_keys(server, table: str, n: int, seed: int = 11) -> list:

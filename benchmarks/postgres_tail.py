@@ -42,7 +42,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 from decimal import Decimal
@@ -51,8 +50,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    BENCH_DIR, DBLOG, PYTHON, ROOT, SPARK_MASTER, bench_env, code_version, log, machine_info, percentile,
-    run_timed, spark_conf,
+    BENCH_DIR, DBLOG, PYTHON, ROOT, SPARK_MASTER, PacedThread, bench_env, code_version, log, machine_info,
+    percentile, run_timed, spark_conf,
 )
 
 TABLE = "public.orders"
@@ -428,49 +427,26 @@ def lake_delays(table_dir: Path, since: float, until: float) -> dict:
             "p99_s_from_clock_timestamp": round(percentile(by_updated, 0.99), 3)}
 
 
-class Paced(threading.Thread):
-    """``rate`` row changes/s: every 10 ms one transaction of rate/100 rows (UPDATEs of random rows of ``table``,
-    or INSERTs into the noise table)."""
+class Paced(PacedThread):
+    """``rate`` row changes/s: every 10 ms one transaction of rate/100 rows (UPDATEs of random rows of
+    ``public.orders``, or INSERTs into the noise table)."""
 
     def __init__(self, server, rate: int, keys_upto: int, noise: bool = False):
-        super().__init__(daemon=True)
-        self.server, self.rate, self.keys_upto, self.noise = server, rate, keys_upto, noise
-        self.stopped, self.rows, self.error = threading.Event(), 0, None
-        self.started_at = self.ended_at = 0.0
+        super().__init__(rate, 0.01)
+        self.server, self.keys_upto, self.noise = server, keys_upto, noise
+        self.random = random.Random(5)
 
-    def run(self) -> None:
-        try:
-            conn = connect(self.server)
-            cur = conn.cursor()
-            per = max(1, self.rate // 100)
-            rnd = random.Random(5)
-            self.started_at = next_tick = time.time()
-            while not self.stopped.is_set():
-                if self.noise:
-                    cur.execute("INSERT INTO public.noise (v) SELECT repeat('z', 100) FROM generate_series(1, %s)",
-                                (per,))
-                else:
-                    cur.execute("UPDATE public.orders SET o_shippriority = o_shippriority + 1, o_updated = "
-                                "clock_timestamp() WHERE o_orderkey = ANY(%s)",
-                                (rnd.sample(range(1, self.keys_upto + 1), per),))
-                self.rows += per
-                next_tick += 0.01
-                delay = next_tick - time.time()
-                if delay > 0:
-                    time.sleep(delay)
-            conn.close()
-        except BaseException as exc:  # noqa: BLE001 - reported by stop()
-            self.error = exc
-        finally:
-            self.ended_at = time.time()
+    def open(self):
+        return connect(self.server)
 
-    def stop(self) -> dict:
-        self.stopped.set()
-        self.join(30)
-        if self.error:
-            raise RuntimeError(f"writer failed: {self.error!r}")
-        seconds = self.ended_at - self.started_at
-        return {"rows": self.rows, "seconds": round(seconds, 1), "achieved_rate": round(self.rows / seconds)}
+    def write(self, cur) -> None:
+        if self.noise:
+            cur.execute("INSERT INTO public.noise (v) SELECT repeat('z', 100) FROM generate_series(1, %s)",
+                        (self.per_tick,))
+        else:
+            cur.execute("UPDATE public.orders SET o_shippriority = o_shippriority + 1, o_updated = "
+                        "clock_timestamp() WHERE o_orderkey = ANY(%s)",
+                        (self.random.sample(range(1, self.keys_upto + 1), self.per_tick),))
 
 
 def wait_for(predicate, timeout: float, poll: float = 0.5) -> bool:
