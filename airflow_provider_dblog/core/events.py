@@ -16,7 +16,9 @@ class ChangeEvent:
     """One row change. ``op`` is c (insert), u (update), d (delete).
 
     A primary-key-changing update never appears here: ``split_key_change`` turns it into a delete of
-    the old key and an insert of the new one before anything else sees it.
+    the old key and an insert of the new one before anything else sees it. ``unchanged`` names columns
+    of ``after`` the source did not send (PostgreSQL's unchanged TOASTed values: ``None`` in ``after``,
+    not NULL): the committer takes them from the key's previous image (``readers.unchanged_values``).
     """
 
     table: str
@@ -26,6 +28,7 @@ class ChangeEvent:
     after: Row | None
     before: Row | None
     ts_ms: int = 0
+    unchanged: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -38,21 +41,23 @@ def key_of(row: Row, key_columns: tuple[str, ...]) -> Key:
 
 
 def row_change(table: str, pos: BinlogPosition, key_columns: tuple[str, ...],
-               before: Row | None, after: Row | None, ts_ms: int = 0) -> list[ChangeEvent]:
+               before: Row | None, after: Row | None, ts_ms: int = 0,
+               unchanged: tuple[str, ...] = ()) -> list[ChangeEvent]:
     """The events for one binlog row: one, or two for an update that changes the key.
 
     Each event gets its own position (row index ``2*i`` / ``2*i+1``) so that no two events share
-    a ``_pos``. Keys compare by exact stored value: an update from 'abc' to 'ABC' is a key change
+    a ``_pos``; ``unchanged`` goes with the after image (for a key change: the insert, whose values the
+    committer takes from the deleted key at the row before it). Keys compare by exact stored value: an update from 'abc' to 'ABC' is a key change
     even under a case-insensitive collation, because the stored key is a different value.
     """
     first = BinlogPosition(pos.seq, pos.offset, pos.row * 2, pos.file)
     if before is None:
-        return [ChangeEvent(table, "c", first, key_of(after, key_columns), after, None, ts_ms)]
+        return [ChangeEvent(table, "c", first, key_of(after, key_columns), after, None, ts_ms, unchanged)]
     if after is None:
         return [ChangeEvent(table, "d", first, key_of(before, key_columns), None, before, ts_ms)]
     old, new = key_of(before, key_columns), key_of(after, key_columns)
     if old == new and tuple(map(type, old)) == tuple(map(type, new)):
-        return [ChangeEvent(table, "u", first, new, after, before, ts_ms)]
+        return [ChangeEvent(table, "u", first, new, after, before, ts_ms, unchanged)]
     second = BinlogPosition(pos.seq, pos.offset, pos.row * 2 + 1, pos.file)
     return [ChangeEvent(table, "d", first, old, None, before, ts_ms),
-            ChangeEvent(table, "c", second, new, after, None, ts_ms)]
+            ChangeEvent(table, "c", second, new, after, None, ts_ms, unchanged)]

@@ -34,7 +34,9 @@ from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange, alter_actions
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.chunk_reader import persist_reports, run_chunk
+from airflow_provider_dblog.readers.unchanged_values import fill_unchanged, has_unchanged
 from airflow_provider_dblog.source.dialect import DataSourceDialect
+from airflow_provider_dblog.store.lake import UNCHANGED
 from airflow_provider_dblog.store.lake_tables import LakeTables, conform, same_columns, source_columns, widens
 from airflow_provider_dblog.store.staged import StagedFile, discard, read_staged
 from airflow_provider_dblog.store.state import StateDir, TablePlan
@@ -85,6 +87,12 @@ class ChangeCommitter:
 
     def _commit(self, parts: Sequence[pa.Table | pa.RecordBatch], changes: Sequence[SchemaChange],
                 end: BinlogPosition, update_current: bool, staged: Sequence[StagedFile]) -> str:
+        if staged and any(UNCHANGED in f.schema.names for f in staged):
+            parts = [*parts, *read_staged(self.lake.changelog_uri, staged)]  # filled from memory: rare beside a
+            discard(self.lake.changelog_uri, staged)                          # transaction too large for it
+            staged = ()
+        if has_unchanged(parts):
+            parts = fill_unchanged(self.lake.table, parts, self.lake.keys, self.lake.previous_images)
         if staged and not self._adds_staged(parts, changes, staged, end):
             log.warning("%s: %d staged files of changes come with a schema change: their rows are committed from "
                         "memory", self.lake.table, len(staged))

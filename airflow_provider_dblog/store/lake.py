@@ -7,6 +7,10 @@ Changelog rows carry ``_op`` (r snapshot, c insert, u update, d delete), ``_pos`
 position: a snapshot row its chunk's HW), ``_ts_ms``, ``_kind`` (Flink's RowKind: +I/+U/-D), ``_chunk``
 (the plan's chunk of the key) and ``_before`` (the before image). ``current`` holds per key the row of
 the greatest ``_pos`` that is not a delete, with ``_op``, ``_pos``, ``_ts_ms`` and ``_chunk``.
+
+Rows on their way to the changelog may carry one more column, ``_unchanged`` (``UNCHANGED``): the columns
+whose value the source did not send (PostgreSQL's unchanged TOASTed values). The committer fills them from
+the key's previous image and drops the column; it is never written.
 """
 from __future__ import annotations
 
@@ -19,6 +23,9 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dblog.core.events import ChangeEvent
+
+UNCHANGED = "_unchanged"
+UNCHANGED_TYPE = pa.list_(pa.string())
 
 
 def changelog_schema(source: pa.Schema) -> pa.Schema:
@@ -91,7 +98,8 @@ def position_rows(rows: pa.Table, source: pa.Schema, op: str, pos: str, chunks: 
 def event_rows(events: Sequence[ChangeEvent], chunks: Sequence[int], source: pa.Schema) -> pa.Table:
     """Stream rows: a delete keeps its key columns (and the rest of its before image) in place;
     ``chunks`` is each event's key's chunk in the plan. The images go to Arrow as structs in one
-    C++ call each (the tail's hot path: no Python dict per row is built here)."""
+    C++ call each (the tail's hot path: no Python dict per row is built here). Events with ``unchanged``
+    columns add the ``UNCHANGED`` column (null where every value was sent)."""
     schema = changelog_schema(source)
     image_type = schema.field("_before").type
     images = pa.array([e.after if e.after is not None else e.before for e in events], image_type)
@@ -99,4 +107,7 @@ def event_rows(events: Sequence[ChangeEvent], chunks: Sequence[int], source: pa.
         pa.array([e.op for e in events], pa.string()), pa.array([e.pos.encode() for e in events], pa.string()),
         pa.array([e.ts_ms for e in events], pa.int64()), pa.array([e.kind for e in events], pa.string()),
         pa.array(chunks, pa.int32()), pa.array([e.before for e in events], image_type)]
+    if any(e.unchanged for e in events):
+        schema = schema.append(pa.field(UNCHANGED, UNCHANGED_TYPE))
+        columns.append(pa.array([list(e.unchanged) if e.unchanged else None for e in events], UNCHANGED_TYPE))
     return pa.Table.from_arrays(columns, schema=schema)

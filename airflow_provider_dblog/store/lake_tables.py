@@ -39,7 +39,7 @@ from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.store import key_ranges
 from airflow_provider_dblog.store.atomic import dictionary_columns
 from airflow_provider_dblog.store.lake import (
-    changelog_schema, changelog_uri, current_schema, current_uri, position_rows,
+    UNCHANGED, changelog_schema, changelog_uri, current_schema, current_uri, position_rows,
 )
 from airflow_provider_dblog.store.staged import StagedFile, add_actions, discard, read_staged, stage
 
@@ -318,6 +318,46 @@ class LakeTables:
             return None
         applied = _version_position(self.current().transaction_version(TAIL_APP))
         return None if applied is not None and applied >= logged else (applied, logged)
+
+    def previous_images(self, wanted: dict[tuple, tuple[str, int]]) -> dict[tuple, dict]:
+        """Per key of ``wanted`` (key -> (``_pos``, chunk)) its latest image before that position, as a dict of
+        the source's columns; a key whose latest image there is a delete, or that has none, is left out.
+        ``current``'s row when it is older than the position (``current`` brought up to the changelog
+        first), else the changelog's latest row before it (a chunk read at a later position is in
+        ``current`` already)."""
+        if self.current_behind():
+            self.update_current()
+        found = {}
+        current = self._rows_of_keys(self.current(), wanted, partitions=True)
+        for row in current.to_pylist():
+            key = tuple(row[k] for k in self.keys)
+            if key in wanted and row["_pos"] < wanted[key][0]:
+                found[key] = row
+        rest = {k: v for k, v in wanted.items() if k not in found}
+        if rest:
+            rows = self._rows_of_keys(self.changelog(), rest, partitions=False)
+            for row in sorted(rows.to_pylist(), key=lambda r: r["_pos"]):
+                key = tuple(row[k] for k in self.keys)
+                if key in rest and row["_pos"] < rest[key][0]:
+                    if row["_op"] == "d":
+                        found.pop(key, None)
+                    else:
+                        found[key] = row
+        return found
+
+    def _rows_of_keys(self, table, wanted: dict[tuple, tuple[str, int]], partitions: bool) -> pa.Table:
+        """The rows of a Delta table whose key columns take the values of ``wanted``'s keys (a superset for a
+        composite key), read through the files' statistics (and ``_chunk`` partitions)."""
+        schema = _arrow_schema(table)
+        expression = pc.field("_pos") < max(p for p, _ in wanted.values())
+        for i, k in enumerate(self.keys):
+            values = pa.array(sorted({key[i] for key in wanted}), schema.field(k).type)
+            expression = expression & pc.field(k).isin(values)
+        if partitions:
+            expression = expression & pc.field("_chunk").isin(pa.array(sorted({c for _, c in wanted.values()}),
+                                                                       pa.int32()))
+        names = [n for n in schema.names if n != "_before"]
+        return table.to_pyarrow_dataset().to_table(columns=names, filter=expression)
 
     # ---- snapshot chunks ----
     def commit_chunk(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> bool:
@@ -938,7 +978,7 @@ def same_columns(a: pa.Schema, b: pa.Schema) -> bool:
 
 def source_columns(schema: pa.Schema) -> pa.Schema:
     """The source's columns of a lake schema (without the ``_``-prefixed metadata)."""
-    return pa.schema([f for f in schema if f.name not in METADATA and f.name not in ("_kind", "_before")])
+    return pa.schema([f for f in schema if f.name not in METADATA and f.name not in ("_kind", "_before", UNCHANGED)])
 
 
 def _names(table) -> set[str]:

@@ -17,7 +17,8 @@ Messages: ``Relation`` (before a table's first change in a read, and after its c
 RENAME), ``Insert`` / ``Update`` / ``Delete`` as whole-row images (an UPDATE that keeps its key has no old
 image under REPLICA IDENTITY DEFAULT: its before image is the key), ``Truncate`` as a TRUNCATE schema change
 (the committer reads the table again). An unchanged TOASTed value (``u``) is taken from the old row under
-REPLICA IDENTITY FULL; without it the read stops in one line naming the fix: never a NULL.
+REPLICA IDENTITY FULL; under DEFAULT the event names it (``ChangeEvent.unchanged``) and the committer takes it
+from the key's previous image in the lake (``readers.unchanged_values``): never a NULL.
 """
 from __future__ import annotations
 
@@ -48,8 +49,7 @@ _UPDATE = ord("U")
 _ROW_TAGS = frozenset((ord("I"), _UPDATE, ord("D")))
 _OID = struct.Struct("!I").unpack_from
 _NOT_CAPTURED = ("", None)
-TOAST_FIX = ("ALTER TABLE {table} REPLICA IDENTITY FULL (the old row then carries it), then re-snapshot the table "
-             "(dblog resnapshot --table {table})")
+TOAST_FIX = "give the key a column that is never TOASTed, or ALTER TABLE {table} REPLICA IDENTITY FULL"
 
 
 def change_position(final_lsn: int, row: int = 0) -> BinlogPosition:
@@ -240,18 +240,23 @@ class SlotReader:
             after, before, old_kind, toast = decode_row_message(buf, version.decode)
         except UnrepresentableValue as exc:
             raise DblogError(f"a change of {name} at {pos}: {exc}; the lake has no value for it") from None
+        unchanged = ()
         if toast:
-            after = self._fill_toast(name, after, before if old_kind == "O" else None, pos)
+            after, unchanged = self._unchanged_toast(name, version, after, before if old_kind == "O" else None, pos)
         if tag == _UPDATE and before is None:  # key unchanged, REPLICA IDENTITY DEFAULT: no old image
             before = {k: after[k] for k in version.key_columns}
-        return row_change(name, pos, version.key_columns, before, after, ts)
+        return row_change(name, pos, version.key_columns, before, after, ts, unchanged)
 
     @staticmethod
-    def _fill_toast(name: str, after: dict, old: dict | None, pos: BinlogPosition) -> dict:
-        missing = [c for c, v in after.items() if v is UNCHANGED_TOAST]
-        if old is None or any(old.get(c) is UNCHANGED_TOAST for c in missing):
-            raise DblogError(f"an UPDATE of {name} at {pos} left {', '.join(missing)} unchanged and TOASTed, so the "
-                             f"WAL does not hold its value; dblog stops before it rather than write a NULL: "
-                             + TOAST_FIX.format(table=name))
-        return {c: (old[c] if v is UNCHANGED_TOAST else v) for c, v in after.items()}
+    def _unchanged_toast(name: str, version: _Version, after: dict, old: dict | None, pos: BinlogPosition
+                         ) -> tuple[dict, tuple[str, ...]]:
+        """``after`` with its unchanged TOASTed values taken from the old row (REPLICA IDENTITY FULL), and the
+        columns still without one (``None`` in ``after``): the committer takes them from the key's previous
+        image (``readers.unchanged_values``)."""
+        missing = [c for c, v in after.items() if v is UNCHANGED_TOAST and (old is None or old.get(c) is UNCHANGED_TOAST)]
+        if set(missing) & set(version.key_columns):
+            raise DblogError(f"an UPDATE of {name} at {pos} left key column(s) {', '.join(missing)} unchanged and "
+                             f"TOASTed, so the WAL does not hold the key: " + TOAST_FIX.format(table=name))
+        filled = {c: (None if c in missing else old[c]) if v is UNCHANGED_TOAST else v for c, v in after.items()}
+        return filled, tuple(missing)
 

@@ -1,0 +1,142 @@
+"""Values the source did not send, taken from the key's previous image before a range is committed.
+
+PostgreSQL leaves an unchanged TOASTed value out of an UPDATE's new row (pgoutput's ``u``), and under
+REPLICA IDENTITY DEFAULT the old row holds only the key, so the change itself cannot say what the value
+is. It is the value the key had just before the change: its latest image at a smaller position. That is
+an earlier row of the same key in the range being committed, or else what the lake holds: every change
+before the range is committed in order, so ``current``'s row of the key is that image when its position is
+smaller than the change's; when a chunk read at a later position is already in ``current``, the changelog's
+latest row of the key before the change is (``LakeTables.previous_images``). A key change is a delete of the
+old key and an insert of the new one at the next row: the insert's values come from the old key.
+
+A value found nowhere stops the commit in one line, before anything is written: never a NULL for it.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import pyarrow as pa
+
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.store.lake import UNCHANGED
+
+# {key: (position, chunk)} -> {key: image}: the lake's latest image of each key before its position
+PreviousImages = Callable[[dict[tuple, tuple[str, int]]], dict[tuple, dict]]
+FIX = ("make the source send whole rows (PostgreSQL: ALTER TABLE {table} REPLICA IDENTITY FULL), then read the "
+       "table again (dblog resnapshot --table {table})")
+
+
+def has_unchanged(parts: Sequence[pa.Table | pa.RecordBatch]) -> bool:
+    return any(UNCHANGED in p.schema.names for p in parts)
+
+
+def fill_unchanged(table: str, parts: Sequence[pa.Table | pa.RecordBatch], key_columns: Sequence[str],
+                   previous_images: PreviousImages) -> list[pa.Table]:
+    """``parts`` (changelog rows in position order per key, some with an ``UNCHANGED`` column) with every
+    value the source did not send filled in, and without that column."""
+    tables = [p if isinstance(p, pa.Table) else pa.Table.from_batches([p]) for p in parts]
+    if not has_unchanged(tables):
+        return tables
+    rows = _Rows(tables, key_columns)
+    marked = rows.marked()
+    if not marked:
+        return [t.drop_columns([UNCHANGED]) if UNCHANGED in t.schema.names else t for t in tables]
+    wanted = rows.lake_requests(marked)
+    found = previous_images(wanted) if wanted else {}
+    fills = rows.fills(marked, found, table)
+    return [_apply(t, fills.get(i, {})) for i, t in enumerate(tables)]
+
+
+class _Rows:
+    """The parts' positions, ops and keys as Python values (only computed when some value is missing)."""
+
+    def __init__(self, tables: list[pa.Table], key_columns: Sequence[str]):
+        self.tables, self.key_columns = tables, tuple(key_columns)
+        self.order = []  # (pos, part, row, op, key, chunk, unchanged columns)
+        for i, t in enumerate(tables):
+            unchanged = t[UNCHANGED].to_pylist() if UNCHANGED in t.schema.names else [None] * t.num_rows
+            keys = zip(*[t[k].to_pylist() for k in self.key_columns])
+            self.order.extend(zip(t["_pos"].to_pylist(), [i] * t.num_rows, range(t.num_rows), t["_op"].to_pylist(),
+                                  keys, t["_chunk"].to_pylist(), unchanged))
+        self.order.sort(key=lambda r: r[0])
+        self.by_pos = {r[0]: r for r in self.order}
+
+    def marked(self) -> list[tuple]:
+        return [r for r in self.order if r[6]]
+
+    def source_of(self, row: tuple) -> tuple:
+        """(key, chunk) whose previous image holds ``row``'s missing values: its own, or for the insert of a
+        key change the deleted old key's (the row before it at the same position)."""
+        if row[3] == "c":
+            pos = BinlogPosition.decode(row[0])
+            deleted = self.by_pos.get(BinlogPosition(pos.seq, pos.offset, pos.row - 1, pos.file).encode())
+            if pos.row % 2 == 1 and deleted is not None and deleted[3] == "d":
+                return deleted[4], deleted[5]
+        return row[4], row[5]
+
+    def lake_requests(self, marked: list[tuple]) -> dict[tuple, tuple[str, int]]:
+        """For each key whose first missing values have no earlier image in the range: (position, chunk)."""
+        first_marked = {}
+        for row in marked:
+            key, chunk = self.source_of(row)
+            first_marked.setdefault(key, (row[0], chunk))
+        live = {}  # key -> position of its first image in the range that holds values
+        for row in self.order:
+            if row[3] != "d":
+                live.setdefault(row[4], row[0])
+        return {k: v for k, v in first_marked.items() if k not in live or live[k] >= v[0]}
+
+    def fills(self, marked: list[tuple], found: dict[tuple, dict], table: str) -> dict[int, dict[int, dict]]:
+        """part -> row -> {column: value}, walking the keys' images in position order."""
+        wanted = {self.source_of(r)[0] for r in marked} | {r[4] for r in marked}
+        rows = [r for r in self.order if r[4] in wanted]
+        images = self._images(rows)
+        latest = dict(found)  # key -> its latest image with values (the lake's, then the range's)
+        fills: dict[int, dict[int, dict]] = {}
+        for row in rows:
+            pos, part, index, op, key = row[:5]
+            if op == "d":
+                continue  # the old key's image stays: a key change's insert reads it
+            image = images[(part, index)]
+            if row[6]:
+                source = self.source_of(row)[0]
+                before = latest.get(source)
+                missing = [c for c in row[6] if before is None or c not in before]
+                if missing:
+                    raise DblogError(f"{table}: the change of key {key} at {BinlogPosition.decode(pos)} left "
+                                     f"{', '.join(missing)} unchanged and the source did not send the value, and "
+                                     f"the lake holds no earlier image of the key to take it from; "
+                                     + FIX.format(table=table))
+                values = {c: before[c] for c in row[6]}
+                fills.setdefault(part, {})[index] = values
+                image = {**image, **values}
+            latest[key] = image
+        return fills
+
+    def _images(self, rows: list[tuple]) -> dict[tuple[int, int], dict]:
+        by_part: dict[int, list[int]] = {}
+        for r in rows:
+            by_part.setdefault(r[1], []).append(r[2])
+        images = {}
+        for part, indices in by_part.items():
+            t = self.tables[part]
+            names = [n for n in t.schema.names if not n.startswith("_")]
+            for index, image in zip(indices, t.select(names).take(indices).to_pylist()):
+                images[(part, index)] = image
+        return images
+
+
+def _apply(table: pa.Table, fills: dict[int, dict]) -> pa.Table:
+    """``table`` with the filled values set, without the ``UNCHANGED`` column."""
+    if UNCHANGED in table.schema.names:
+        table = table.drop_columns([UNCHANGED])
+    columns = sorted({c for values in fills.values() for c in values})
+    for name in columns:
+        i = table.schema.get_field_index(name)
+        values = table[name].to_pylist()
+        for index, filled in fills.items():
+            if name in filled:
+                values[index] = filled[name]
+        table = table.set_column(i, table.schema.field(i), pa.array(values, table.schema.field(i).type))
+    return table
