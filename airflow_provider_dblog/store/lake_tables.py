@@ -322,34 +322,46 @@ class LakeTables:
     def previous_images(self, wanted: dict[tuple, tuple[str, int]]) -> dict[tuple, dict]:
         """Per key of ``wanted`` (key -> (``_pos``, chunk)) its latest image before that position, as a dict of
         the source's columns; a key whose latest image there is a delete, or that has none, is left out.
-        ``current``'s row when it is older than the position (``current`` brought up to the changelog
-        first), else the changelog's latest row before it (a chunk read at a later position is in
-        ``current`` already)."""
-        if self.current_behind():
-            self.update_current()
-        found = {}
-        current = self._rows_of_keys(self.current(), wanted, partitions=True)
-        for row in current.to_pylist():
+        ``current``'s row when it is older than the position, overlaid with the changelog's changes ``current``
+        does not reflect yet (a merge interval); for a key whose row in ``current`` is newer than the position (a
+        chunk read again at a later position) or missing, the changelog's latest row before it."""
+        found, older = {}, {}
+        for row in self._rows_of_keys(self.current(), wanted, partitions=True).to_pylist():
             key = tuple(row[k] for k in self.keys)
             if key in wanted and row["_pos"] < wanted[key][0]:
-                found[key] = row
-        rest = {k: v for k, v in wanted.items() if k not in found}
+                found[key] = older[key] = row
+        behind = self.current_behind()
+        if behind is not None:  # changes after ``current``'s position: only the changelog's newest files
+            since = None if behind[0] is None else behind[0].as_snapshot().encode()
+            self._overlay(found, {k: v for k, v in wanted.items() if k in older}, since)
+        rest = {k: v for k, v in wanted.items() if k not in older}
         if rest:
-            rows = self._rows_of_keys(self.changelog(), rest, partitions=False)
-            for row in sorted(rows.to_pylist(), key=lambda r: r["_pos"]):
-                key = tuple(row[k] for k in self.keys)
-                if key in rest and row["_pos"] < rest[key][0]:
-                    if row["_op"] == "d":
-                        found.pop(key, None)
-                    else:
-                        found[key] = row
+            self._overlay(found, rest, None)
         return found
 
-    def _rows_of_keys(self, table, wanted: dict[tuple, tuple[str, int]], partitions: bool) -> pa.Table:
+    def _overlay(self, found: dict[tuple, dict], wanted: dict[tuple, tuple[str, int]], since: str | None) -> None:
+        """``found`` with the changelog's rows of ``wanted``'s keys after ``since`` and before each key's position
+        applied in position order (a delete removes the key)."""
+        if not wanted:
+            return
+        rows = self._rows_of_keys(self.changelog(), wanted, partitions=False, since=since)
+        for row in sorted(rows.to_pylist(), key=lambda r: r["_pos"]):
+            key = tuple(row[k] for k in self.keys)
+            if key in wanted and row["_pos"] < wanted[key][0]:
+                if row["_op"] == "d":
+                    found.pop(key, None)
+                else:
+                    found[key] = row
+
+    def _rows_of_keys(self, table, wanted: dict[tuple, tuple[str, int]], partitions: bool, since: str | None = None
+                      ) -> pa.Table:
         """The rows of a Delta table whose key columns take the values of ``wanted``'s keys (a superset for a
-        composite key), read through the files' statistics (and ``_chunk`` partitions)."""
+        composite key) and whose ``_pos`` is below the largest wanted one (and above ``since``), read through the
+        files' statistics (and ``_chunk`` partitions)."""
         schema = _arrow_schema(table)
         expression = pc.field("_pos") < max(p for p, _ in wanted.values())
+        if since is not None:
+            expression = expression & (pc.field("_pos") > since)
         for i, k in enumerate(self.keys):
             values = pa.array(sorted({key[i] for key in wanted}), schema.field(k).type)
             expression = expression & pc.field(k).isin(values)
