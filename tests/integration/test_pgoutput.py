@@ -17,7 +17,8 @@ from airflow_provider_dblog.source.postgres.pgoutput import (
     UNCHANGED_TOAST, Begin, Commit, Delete, Insert, LogicalMessage, Origin, Relation, Truncate, Type, Update, decode,
     parse_lsn,
 )
-from airflow_provider_dblog.source.postgres.values import column_converters, convert_tuple, libpq_options
+from airflow_provider_dblog.source.postgres.values import libpq_options
+from tests.support.pg_typing import typed_values
 from tests.support.postgres_fixtures import pg_db, postgres  # noqa: F401  (fixtures)
 
 UTC = dt.timezone.utc
@@ -41,7 +42,7 @@ BIG = "".join(f"{i:06d}-toasted;" for i in range(2_000))  # 22 kB, stored out of
 PI = "3.141592653589793238462643383279502884197169399375105820974944592307816406286"
 WIDE = "1234567890123456789012345678901234567890.0123456789"  # numeric(50,10): wider than decimal128
 
-# what is written, and what the stream must give back for it (Python values after values.convert_tuple)
+# what is written, and what the stream must give back for it (Python values after values.converter)
 ROW_1 = dict(
     id=1, i2=-32768, i4=2147483647, i8=-9223372036854775808, n=Decimal("-12345678901234.567890"), n_unb=PI,
     n_big=WIDE, f4=1.1, f8=0.1, b=True, t='héllo wörld 🎉 "quoted" \\ back\nslash', vc="varchar", ch="ab",
@@ -221,10 +222,10 @@ def test_pgoutput_stream_decodes_to_what_was_written(postgres, pg_db):
     assert Type(mood_oid, "public", "mood") in messages
     assert messages.index(Type(mood_oid, "public", "mood")) < messages.index(plain)
 
-    to_python = {oid: column_converters(rel.columns) for oid, rel in relations.items()}
+    types = {oid: [(c.type_oid, c.typmod) for c in rel.columns] for oid, rel in relations.items()}
 
     def typed(relation_oid, values):
-        return convert_tuple(to_python[relation_oid], values)
+        return typed_values(types[relation_oid], values)
 
     # -- the inserts, value by value -----------------------------------------------------------------------------
     inserts = [m for m in first_changes if isinstance(m, Insert)]

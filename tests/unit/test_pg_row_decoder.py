@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.postgres import values as V
-from airflow_provider_dblog.source.postgres.pgoutput import Column as PgColumn
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, PgOutputError, decode_tuple
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message, key_image
+from tests.support.pg_typing import typed_values
 from tests.unit.test_pg_values import CONVERSIONS, REFUSALS
 from tests.unit.test_pgoutput import tuple_data
 
@@ -27,10 +27,9 @@ def meta_of(types) -> TableMeta:
 
 
 def generic(meta: TableMeta, buf: bytes, p: int) -> tuple[dict, int]:
-    """What the stream did before: the wire decoder, then each column's converter (``values.convert_tuple``)."""
+    """What the stream did before: the wire decoder, then each column's converter (``tests.support.pg_typing``)."""
     raw, end = decode_tuple(buf, p)
-    columns = [PgColumn(0, c.name, c.type_oid, c.typmod) for c in meta.columns]
-    return dict(zip(meta.column_names, V.convert_tuple(V.column_converters(columns), raw))), end
+    return dict(zip(meta.column_names, typed_values([(c.type_oid, c.typmod) for c in meta.columns], raw))), end
 
 
 def same(a, b) -> bool:

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_dblog.source.postgres import values as V
-from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, Column
+from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST
+from tests.support.pg_typing import typed_values
 
 
 def numeric_typmod(precision: int, scale: int) -> int:
@@ -109,21 +110,13 @@ def test_arrow_types():
         assert V.arrow_type(text_oid) == pa.string()
 
 
-def test_relation_converters_and_schema_with_a_domain():
-    columns = (Column(1, "id", V.INT8, -1), Column(0, "amount", 16400, -1), Column(0, "note", V.TEXT, -1),
-               Column(0, "at", V.TIMESTAMPTZ, -1))
-    domains = {16400: (V.NUMERIC, numeric_typmod(10, 2))}  # CREATE DOMAIN money2 AS numeric(10,2)
-    converters = V.column_converters(columns, domains)
-    row = V.convert_tuple(converters, ("7", "12.50", UNCHANGED_TOAST, None))
+def test_null_and_unchanged_toast_pass_through_and_a_short_tuple_is_refused():
+    types = [(V.INT8, -1), (V.NUMERIC, numeric_typmod(10, 2)), (V.TEXT, -1), (V.TIMESTAMPTZ, -1)]
+    row = typed_values(types, ("7", "12.50", UNCHANGED_TOAST, None))
     assert row == (7, Decimal("12.50"), UNCHANGED_TOAST, None)
     assert row[2] is UNCHANGED_TOAST and row[3] is None
-    assert V.arrow_schema(columns, domains) == pa.schema([
-        ("id", pa.int64()), ("amount", pa.decimal128(10, 2)), ("note", pa.string()),
-        ("at", pa.timestamp("us", tz="UTC"))])
-    # without the domain map the domain is text
-    assert V.convert_tuple(V.column_converters(columns), ("7", "12.50", "n", None))[1] == "12.50"
     with pytest.raises(ValueError, match="out of date"):
-        V.convert_tuple(converters, ("7",))
+        typed_values(types, ("7",))
 
 
 def test_session_settings_as_libpq_options():

@@ -1,6 +1,6 @@
 """pgoutput row images decoded straight into the lake's Python values, one generated function per table version.
 
-``pgoutput.decode_tuple`` then ``values.convert_tuple`` walk every column twice through generic code (a kind
+``pgoutput.decode_tuple`` then a converter per value would walk every column twice through generic code (a kind
 dispatch, a text decode, a converter call); on a tail that is most of the time per row. For each version of a
 captured table (its columns' type OIDs and typmods, ``stream._Version``) this module compiles one straight-line
 function that reads a whole TupleData: integers and floats parsed from the wire bytes, ``bool`` from its one

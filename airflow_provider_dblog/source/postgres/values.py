@@ -31,9 +31,9 @@ arrays (PostgreSQL's ``{...}`` literal, for now), enums and every unknown OID
 
 Values with no lake twin raise ``UnrepresentableValue`` (never a silent null or a clamped value):
 ``infinity``/``-infinity`` and BC or year > 9999 dates and timestamps, and ``NaN`` in a bounded
-``numeric``. ``None`` (NULL) and ``UNCHANGED_TOAST`` pass through untouched.
-Domains and other user types arrive with their own OID: pass ``types`` (user OID -> base type OID
-and typmod, from ``pg_type.typbasetype``/``typtypmod``) to type them as their base, else they are text.
+``numeric``. A converter sees only non-null values; ``row_decoder`` compiles them into one function per table
+version (NULL and unchanged TOASTed values never reach them). Domains arrive with their own OID: the stream
+types them as their base (``schema.resolve_types``), as ``schema.describe_table`` does.
 Converters read the text format only (not the ``binary 'true'`` option's ``bytes``).
 """
 from __future__ import annotations
@@ -41,11 +41,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 from decimal import Decimal
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable
 
 import pyarrow as pa
 
-from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, Column
 
 # the output settings the text forms below assume: the replication connection and the snapshot reads
 SESSION_SETTINGS = {
@@ -174,30 +173,3 @@ def converter(oid: int, typmod: int = -1) -> Converter:
     if oid == NUMERIC:
         return _decimal if _decimal_bounds(typmod) else str
     return _SIMPLE_CONVERTERS.get(oid, str)
-
-
-def _resolved(column: Column, types: Mapping[int, tuple[int, int]] | None) -> tuple[int, int]:
-    if types and column.type_oid in types:
-        base_oid, base_typmod = types[column.type_oid]
-        return base_oid, column.typmod if column.typmod >= 0 else base_typmod
-    return column.type_oid, column.typmod
-
-
-def column_converters(columns: Iterable[Column], types: Mapping[int, tuple[int, int]] | None = None
-                      ) -> list[Converter]:
-    """One converter per column of a ``Relation`` (``relation.columns``), in its order."""
-    return [converter(*_resolved(c, types)) for c in columns]
-
-
-def arrow_schema(columns: Iterable[Column], types: Mapping[int, tuple[int, int]] | None = None) -> pa.Schema:
-    """The Arrow fields of a ``Relation``'s columns, named as in the source."""
-    return pa.schema([pa.field(c.name, arrow_type(*_resolved(c, types))) for c in columns])
-
-
-def convert_tuple(converters: Sequence[Converter], values: Sequence[Any]) -> tuple:
-    """A decoded tuple's typed values: NULL stays ``None``, an unchanged TOAST value stays ``UNCHANGED_TOAST``."""
-    if len(converters) != len(values):
-        raise ValueError(f"{len(values)} values for {len(converters)} columns: the Relation is out of date")
-    unchanged = UNCHANGED_TOAST
-    return tuple([value if value is None or value is unchanged else convert(value)
-                  for convert, value in zip(converters, values)])
