@@ -103,3 +103,30 @@ def _seconds(value: float | None, missing: str = "-") -> str:
 
 def _bytes(value: int | None, missing: str = "-") -> str:
     return missing if value is None else _size(value)
+
+
+LISTED_TABLES = 20  # past this many tables, a log line gives totals and the extremes, not every table
+
+
+def rows_text(rows: Mapping[str, int], limit: int = LISTED_TABLES) -> str:
+    """The tail's rows per table for a log line: every table up to ``limit``, else the total, how many tables
+    changed and the busiest (a whole database must not log a line of every table each tick)."""
+    if len(rows) <= limit:
+        return f"{dict(rows)} rows"
+    changed = sorted(((n, t) for t, n in rows.items() if n), reverse=True)
+    busiest = ", ".join(f"{t} {n}" for n, t in changed[:5])
+    return (f"{sum(rows.values())} rows in {len(changed)} of {len(rows)} tables"
+            + (f" (most: {busiest})" if busiest else ""))
+
+
+def lag_text(lag: Mapping[str, dict], limit: int = LISTED_TABLES) -> str:
+    """The tail's lag per table for a log line: every table up to ``limit``, else the furthest behind."""
+    if len(lag) <= limit:
+        return str(dict(lag))
+    if not lag:
+        return "{}"
+    behind = sorted(((e.get("seconds_behind") or 0, e.get("bytes_behind") or 0, t) for t, e in lag.items()),
+                    reverse=True)
+    seconds, size, table = behind[0]
+    late = sum(1 for s, b, _ in behind if s or b)
+    return f"at most {_duration(seconds)} / {_size(size)} behind ({table}); {late} of {len(lag)} tables behind"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable
 
 import pyarrow as pa
@@ -25,6 +26,24 @@ from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
 DRIVER_CATCH_UP_BYTES = 64 * 1024 * 1024
+COMMIT_THREADS = 4  # tables committed side by side: a Delta commit waits on storage more than it computes
+PROGRESS_SECONDS = 5.0
+
+
+def commit_each(commit: Callable[[str], None], names: list[str], threads: int = COMMIT_THREADS) -> None:
+    """``commit(name)`` for every table on ``threads`` threads, logging how many are done every few seconds;
+    the first failure is raised after the others finished (each table's commits are its own)."""
+    done, last, failures = 0, time.monotonic(), []
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="dblog-catch-up") as pool:
+        for future in as_completed([pool.submit(commit, name) for name in names]):
+            if future.exception() is not None:
+                failures.append(future.exception())
+            done += 1
+            if time.monotonic() - last >= PROGRESS_SECONDS and done < len(names):
+                last = time.monotonic()
+                log.info("tail: the driver's catch-up committed %d/%d tables", done, len(names))
+    if failures:
+        raise failures[0]
 
 
 def catch_up_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, table: str, offsets: TableOffsets,
@@ -56,14 +75,19 @@ def catch_up_tables_in_driver(state: StateDir, sink: str, dialect: DataSourceDia
     ddl: dict[str, list[SchemaChange]] = {name: [] for name in tables}
     for name, item in ChangeReader(streams, dialect).batches(now):
         (ddl if isinstance(item, SchemaChange) else parts)[name].append(item)
-    rows = {}
-    for name in tables:
+    read = time.time()
+    at_now = gtid()
+
+    def commit(name: str) -> None:
         lake = LakeTables(sink, name, dialect.arrow_schema(metas[name]), metas[name].key_columns)
         ChangeCommitter(state, lake, dialect, schema_changes, sink=sink).commit(parts[name], ddl[name], now)
-        rows[name] = sum(p.num_rows for p in parts[name])
-        state.write_caught_up(name, floors[name], now, gtid())
-    state.record_tail_positions(dict.fromkeys(tables, now), gtid())
-    log.info("tail: %d tables caught up in the driver: %d rows from %s bytes of binlog [%s, %s) in %.1fs "
-             "(a streaming tail continues from there)", len(tables), sum(rows.values()), f"{size:,}", start, now,
-             time.time() - started)
+        state.write_caught_up(name, floors[name], now, at_now)
+
+    commit_each(commit, sorted(tables))
+    rows = {name: sum(p.num_rows for p in parts[name]) for name in tables}
+    committed = time.time()
+    state.record_tail_positions(dict.fromkeys(tables, now), at_now)
+    log.info("tail: %d tables caught up in the driver: %d rows from %s bytes of binlog [%s, %s) in %.1fs (read "
+             "%.1fs, commits %.1fs; a streaming tail continues from there)", len(tables), sum(rows.values()),
+             f"{size:,}", start, now, time.time() - started, read - started, committed - read)
     return rows

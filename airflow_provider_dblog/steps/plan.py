@@ -13,6 +13,7 @@ from airflow_provider_dblog.core.config import (
 )
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.startup import StartupMode
+from airflow_provider_dblog.core.status import LISTED_TABLES
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.steps.preflight import check_later_steps
 from airflow_provider_dblog.store.credentials import remember
@@ -193,7 +194,9 @@ def resolve_tables(source: SourceConfig, tables=None, patterns=None, exclude=Non
         raise DblogError(f"no table on {source.address} matches --tables {','.join(include)}"
                          + (f" without --exclude {','.join(skip)}" if skip else "")
                          + f": check the names (DB.TABLE, case-sensitive) and that {source.user} may read them")
-    log.info("capturing %d tables: %s", len(matched), ", ".join(matched))
+    listed = matched if len(matched) <= LISTED_TABLES else [*matched[:LISTED_TABLES],
+                                                            f"... and {len(matched) - LISTED_TABLES} more"]
+    log.info("capturing %d tables: %s", len(matched), ", ".join(listed))
     return matched
 
 

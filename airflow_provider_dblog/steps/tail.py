@@ -20,6 +20,7 @@ from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.status import LISTED_TABLES, lag_text, rows_text
 from airflow_provider_dblog.readers.binlog_reader import release_log
 from airflow_provider_dblog.readers.change_committer import unfollowed_schema_changes
 from airflow_provider_dblog.source import open_dialect
@@ -152,7 +153,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                         last_log[0] = time.time()
                         done, positions = progress()
                         lag_now = tracker.lag(positions)
-                        log.info("tail: %s rows so far; lag %s", done, lag_now)
+                        log.info("tail: %s so far; lag %s", rows_text(done), lag_text(lag_now))
                         lag_metrics(lag_now)
 
                 def restart():
@@ -177,7 +178,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
         finally:
             dialect.close()
     rows = {name: rows.get(name, 0) for name in sorted(names)}
-    log.info("tail: %s rows in %.1fs; lag %s", rows, time.time() - started, lag)
+    log.info("tail: %s in %.1fs; lag %s", rows_text(rows), time.time() - started, lag_text(lag))
     summary = {"rows": rows, "lag": lag, "seconds": round(time.time() - started, 1), "query_restarts": restarts}
     if skipped:
         summary["skipped"] = {name: str(settled[name]) for name in sorted(skipped)}
@@ -311,15 +312,20 @@ def skip_catch_ups(state: StateDir, dialect, min_hws: dict[str, BinlogPosition],
     floors = {t: floor for t, floor in floors.items() if floor <= now}
     scans = dialect.scan_each({t: floor for t, floor in floors.items() if floor < now}, now) if floors else {}
     skipped = []
+    level = logging.INFO if len(floors) <= LISTED_TABLES else logging.DEBUG  # many tables: one line for all
     for table, floor in floors.items():
         scan = scans.get(table)
         if scan is not None and not scan.clean:
-            log.info("tail: %s may have changes in [%s, %s) (%s): running the catch-up", table, floor, now, scan.reason)
+            log.log(level, "tail: %s may have changes in [%s, %s) (%s): running the catch-up", table, floor, now,
+                    scan.reason)
             continue
         state.write_caught_up(table, floor, now, gtid())
-        log.info("tail: %s has no changes in [%s, %s): skipped (%d binlog events checked)", table, floor, now,
-                 scan.events if scan else 0)
+        log.log(level, "tail: %s has no changes in [%s, %s): skipped (%d binlog events checked)", table, floor, now,
+                scan.events if scan else 0)
         skipped.append(table)
+    if level == logging.DEBUG:
+        log.info("tail: %d of %d tables may have changes up to %s: running their catch-up; %d have none: skipped",
+                 len(floors) - len(skipped), len(floors), now, len(skipped))
     return skipped
 
 

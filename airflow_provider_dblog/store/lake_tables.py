@@ -107,6 +107,7 @@ class LakeTables:
         self.table, self.keys = table, tuple(key_columns)
         self.changelog_uri, self.current_uri = changelog_uri(sink, table), current_uri(sink, table)
         self.options = storage_options
+        self._appended = None  # (changelog position before, after, its version, rows) of the last tail append
         self._use_source(source)
         self.key_match = key_match(key_columns)
 
@@ -614,7 +615,8 @@ class LakeTables:
             rows = rows.filter(pc.greater(rows["_pos"], recorded.as_snapshot().encode()))
         # appended from the version whose position was read: a batch another tail committed since then
         # conflicts on ``dblog-tail`` and this one is retried from a fresh read
-        self._append(rows, commit, checked=changelog)
+        appended = self._append(rows, commit, checked=changelog)
+        self._appended = (recorded, end.boundary(), appended.version(), rows)
         return "committed"
 
     def _apply_changes(self, end: BinlogPosition) -> None:
@@ -628,10 +630,14 @@ class LakeTables:
         window = [pc.field("_pos") <= end.as_snapshot().encode()]
         if applied is not None:
             window.append(pc.field("_pos") > applied.as_snapshot().encode())
-        if self.apply_mode != "merge" and self._window_bytes(window) > self.memory_bytes:
-            self._apply_by_chunk(current, window, end)
-            return
-        changes = latest_per_key(self._changes(*window), self.keys)
+        appended = self._just_appended(applied, end)
+        if appended is not None:  # the window is what this process just appended: no read of the changelog
+            changes = latest_per_key(conform(appended, self.current_schema), self.keys)
+        else:
+            if self.apply_mode != "merge" and self._window_bytes(window) > self.memory_bytes:
+                self._apply_by_chunk(current, window, end)
+                return
+            changes = latest_per_key(self._changes(*window), self.keys)
         if changes.num_rows == 0:  # nothing to change: record the position alone
             self._empty_commit(current, TAIL_APP, end)
             return
@@ -751,6 +757,20 @@ class LakeTables:
         rows = rows.select(self.current_schema.names).sort_by([(k, "ascending") for k in self.keys])
         return [stage(self.current_uri, piece, partition, self._bounded())
                 for piece in key_ranges.pieces(rows, self.file_rows)]
+
+    def _just_appended(self, applied: BinlogPosition | None, end: BinlogPosition) -> pa.Table | None:
+        """The changes of ``(applied, end]`` when they are exactly the rows this object's last append wrote (that
+        append started at ``applied`` and ended at ``end``, and the changelog has no version after it: no chunk
+        read, schema change or other tail wrote since), in memory and small enough; else None (read them)."""
+        appended, self._appended = self._appended, None
+        if appended is None:
+            return None
+        since, until, version, rows = appended
+        if since != applied or until != end.boundary() or rows.nbytes > self.memory_bytes:
+            return None
+        if self.changelog().version() != version:
+            return None
+        return rows.filter(pc.not_equal(rows["_op"], "r"))
 
     def _window_bytes(self, window: list) -> int:
         """About how much memory the changes in ``window`` take in ``current``'s columns (a count of rows,

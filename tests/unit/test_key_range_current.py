@@ -76,20 +76,25 @@ change = st.tuples(st.integers(0, 340), st.sampled_from("cud"), st.integers(0, 1
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batches=st.lists(st.lists(change, min_size=1, max_size=60), min_size=1, max_size=4))
-def test_key_range_update_gives_the_lake_of_one_merge(tmp_path_factory, batches):
+@given(batches=st.lists(st.lists(change, min_size=1, max_size=60), min_size=1, max_size=4),
+       first=st.sampled_from([20, 90]))  # 90: every change after every chunk's HW
+def test_key_range_update_gives_the_lake_of_one_merge(tmp_path_factory, batches, first):
     """Random inserts, updates and deletes (keys past the last chunk's end included, some before their
     chunk's HW) in several micro-batches: ``current`` equals what the old MERGE path makes, and its files
     stay disjoint key ranges."""
     root = tmp_path_factory.mktemp("lakes")
     files, merged = _snapshotted(root / "files"), _snapshotted(root / "merge", apply_mode="merge")
-    first = 20
+    scanned = _snapshotted(root / "scanned")  # ``current`` updated by another object: from the changelog's rows
     for batch in batches:
         rows, end = _events(batch, first), _pos(first + len(batch) + 1)
         first += len(batch) + 2
         for lake in (files, merged):
-            lake.commit_stream(rows, end)
-        assert _current(files) == _current(merged)
+            lake.commit_stream(rows, end)  # ``current`` from the rows this object just appended
+        scanned.commit_stream(rows, end, update_current=False)
+        other = LakeTables(str(root / "scanned"), "db.t", SOURCE, ["id"])
+        other.file_rows = scanned.file_rows
+        other.update_current(end)
+        assert _current(files) == _current(merged) == _current(scanned)
         ids = [r[0] for r in _current(files)]
         assert len(ids) == len(set(ids)), "a key is in current twice"
         _assert_disjoint(files)

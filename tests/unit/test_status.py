@@ -144,3 +144,21 @@ def test_status_through_a_capture_on_the_in_memory_source(tmp_path):
     assert purged["tables"][TABLE]["phase"] == NEEDS_RESNAPSHOT and purged["tables"][TABLE]["binlog_purged"]
     assert "already purged" in purged["tables"][TABLE]["purge_warning"]
     assert purged["summary"]["phases"][NEEDS_RESNAPSHOT] == 1
+
+
+def test_progress_lines_list_every_table_up_to_a_limit_then_totals_and_extremes():
+    from airflow_provider_dblog.core.status import lag_text, rows_text
+
+    few = {"db.a": 3, "db.b": 0}
+    assert rows_text(few) == "{'db.a': 3, 'db.b': 0} rows"
+    many = {f"db.t{i:04d}": (10 if i % 2 else 0) for i in range(2000)}
+    many["db.t0007"] = 99
+    text = rows_text(many)
+    assert text.startswith("10089 rows in 1000 of 2000 tables (most: db.t0007 99, ") and len(text) < 200, text
+    assert rows_text({f"t{i}": 0 for i in range(30)}) == "0 rows in 0 of 30 tables"
+    lag = {f"db.t{i:04d}": {"offset": "x", "seconds_behind": 0.0, "bytes_behind": 0, "files_behind": 0}
+           for i in range(2000)}
+    lag["db.t0042"] = {"offset": "x", "seconds_behind": 75.0, "bytes_behind": 3 * 2**20, "files_behind": 1}
+    text = lag_text(lag)
+    assert "db.t0042" in text and "1 of 2000 tables behind" in text and len(text) < 200, text
+    assert lag_text({"db.a": {"seconds_behind": 1.0}}) == "{'db.a': {'seconds_behind': 1.0}}"
