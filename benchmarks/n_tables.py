@@ -91,16 +91,26 @@ class TreeSampler(threading.Thread):
             self.halt.wait(self.every)
 
 
-def startup_seconds(log_path: Path, started_at: float) -> float | None:
-    """Seconds from the process's start to the streaming query's first progress line ("rows so far"): the
-    start-up checks, the Spark session and the query's start. None when there is none (the in-driver path)."""
+def startup_seconds(log_path: Path) -> float | None:
+    """Seconds from the tail's first log line to the start of its first micro-batch's read (the micro-batch
+    line's time less its read, changelog and current times): the start-up checks, the Spark session and the
+    query's start. None without a micro-batch (the in-driver path)."""
     import datetime as dt
+    import re
 
+    first = batch = None
     for line in log_path.read_text(errors="replace").splitlines():
-        if " dblog INFO tail: " in line and "rows so far" in line:
-            at = dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            return round(at - started_at, 2)
-    return None
+        stamp = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} dblog ", line)  # after Spark's progress bar
+        if stamp is None:
+            continue
+        line = line[stamp.start():]
+        at = dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        first = at if first is None else first
+        found = re.search(r"micro-batch 0 to .*read ([\d.]+)s, changelog commits ([\d.]+)s, current ([\d.]+)s", line)
+        if found:
+            batch = at - sum(float(x) for x in found.groups())
+            break
+    return None if batch is None else round(batch - first, 2)
 
 
 def timed_tail(cmd: list[str], log_path: Path, timeout: float, max_rss: float) -> dict:
@@ -108,7 +118,7 @@ def timed_tail(cmd: list[str], log_path: Path, timeout: float, max_rss: float) -
     past ``timeout`` seconds or ``max_rss`` bytes. ``rows``: the sum of the ``rows`` map it prints;
     ``startup_s``: ``startup_seconds``."""
     load = os.getloadavg()[0]
-    started, started_at = time.perf_counter(), time.time()
+    started = time.perf_counter()
     with open(log_path, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
                                 env=common.bench_env(), cwd=common.BENCH_DIR, start_new_session=True)
@@ -145,7 +155,7 @@ def timed_tail(cmd: list[str], log_path: Path, timeout: float, max_rss: float) -
     else:
         text = "".join(out_chunks).strip()
         result["rows"] = sum(json.loads(text[text.find("{"):])["rows"].values())
-    result["startup_s"] = startup_seconds(log_path, started_at)
+    result["startup_s"] = startup_seconds(log_path)
     return result
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable
 
 import pyarrow as pa
 
 from airflow_provider_dblog.core.offsets import TableOffsets
+from airflow_provider_dblog.core.parallel import for_each_table
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream
@@ -26,24 +26,6 @@ from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
 DRIVER_CATCH_UP_BYTES = 64 * 1024 * 1024
-COMMIT_THREADS = 4  # tables committed side by side: a Delta commit waits on storage more than it computes
-PROGRESS_SECONDS = 5.0
-
-
-def commit_each(commit: Callable[[str], None], names: list[str], threads: int = COMMIT_THREADS) -> None:
-    """``commit(name)`` for every table on ``threads`` threads, logging how many are done every few seconds;
-    the first failure is raised after the others finished (each table's commits are its own)."""
-    done, last, failures = 0, time.monotonic(), []
-    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="dblog-catch-up") as pool:
-        for future in as_completed([pool.submit(commit, name) for name in names]):
-            if future.exception() is not None:
-                failures.append(future.exception())
-            done += 1
-            if time.monotonic() - last >= PROGRESS_SECONDS and done < len(names):
-                last = time.monotonic()
-                log.info("tail: the driver's catch-up committed %d/%d tables", done, len(names))
-    if failures:
-        raise failures[0]
 
 
 def catch_up_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, table: str, offsets: TableOffsets,
@@ -63,7 +45,8 @@ def catch_up_tables_in_driver(state: StateDir, sink: str, dialect: DataSourceDia
     Spark's). ``gtid()``: the server's GTID state at ``now``."""
     if limit_bytes <= 0 or not tables:
         return None
-    floors = {name: state.resume_position(name, offsets.min_hw) for name, offsets in tables.items()}
+    recorded = state.tail_positions()  # read once: per table it is a parse of every table's record
+    floors = {name: state.resume_position(name, offsets.min_hw, recorded) for name, offsets in tables.items()}
     start = min(floors.values())
     size = dialect.range_bytes(start, now)
     if size is None or size > limit_bytes or now <= start:
@@ -83,7 +66,7 @@ def catch_up_tables_in_driver(state: StateDir, sink: str, dialect: DataSourceDia
         ChangeCommitter(state, lake, dialect, schema_changes, sink=sink).commit(parts[name], ddl[name], now)
         state.write_caught_up(name, floors[name], now, at_now)
 
-    commit_each(commit, sorted(tables))
+    for_each_table(commit, sorted(tables), "tail: the driver's catch-up committed")
     rows = {name: sum(p.num_rows for p in parts[name]) for name in tables}
     committed = time.time()
     state.record_tail_positions(dict.fromkeys(tables, now), at_now)

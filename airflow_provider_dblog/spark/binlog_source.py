@@ -4,11 +4,12 @@ one query, one read of the binlog per micro-batch, for every table of the captur
 Offsets are binlog positions at transaction boundaries (``{"file": ..., "pos": ...}``), so a
 micro-batch ends after a whole transaction. Each table's read starts at its own floor, not at the
 batch's start: the position up to which the lake holds every change of the table (the tail's recorded
-progress, a catch-up check, the lake's own record, or the smallest chunk HW before the first batch). So
-a table that joins the running query (``tables="*"``: every table in the offset map, read again each
-batch) is read from its floor, a backfill inside the next batch (Flink CDC's newly-added tables); a
-table another run already took further is not read twice; and a lost checkpoint costs nothing but a
-restart. Each partition runs ``readers.binlog_reader.ChangeReader`` over the range.
+progress, a catch-up check, or the smallest chunk HW before the first batch; the lake's own record when
+the source no longer has the log from the state's). So a table that joins the running query
+(``tables="*"``: every table in the offset map, read again each batch) is read from its floor, a
+backfill inside the next batch (Flink CDC's newly-added tables); a table another run already took
+further is read again only from what the state recorded, its rows kept only past the lake's position;
+and a lost checkpoint costs nothing but a restart. Each partition runs ``readers.binlog_reader.ChangeReader`` over the range.
 
 The stream's rows are envelopes (``PAYLOAD_SCHEMA``), not the table's columns: a schema change in the
 middle of a query changes the columns of the rows that follow, which a streaming DataFrame's fixed
@@ -31,6 +32,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 import json
 
+from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream, release_log, table_floor
@@ -152,12 +154,13 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.inline_bytes = inline_bytes
         self.target: dict | None = None
         self._first_floors: dict[str, BinlogPosition] = {}
+        self._lake_floors = False  # the first floors were taken from the lake (the state's were too far back)
 
     # ---- driver side ----
     def streams(self) -> dict[str, TableStream]:
         """The tables served now, each with its offset map and floor. A table's first floor (the state's
-        records and the lake's) is worked out once; later ones follow the tail's recorded progress and a
-        new plan of the table (three small reads of the state per micro-batch, whatever the tables)."""
+        records) is worked out once; later ones follow the tail's recorded progress and a new plan of the
+        table (three small reads of the state per micro-batch, whatever the tables)."""
         offsets = self.state.offsets()
         names = sorted(offsets) if self.spec == ALL_TABLES else [t for t in self.spec.split(",") if t]
         recorded = self.state.tail_positions()
@@ -165,19 +168,37 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for name in names:
             meta, min_hw = self.state.table(name).meta, offsets[name].min_hw
             if name not in self._first_floors:
-                self._first_floors[name] = table_floor(self.state, self.sink, self.dialect, name, min_hw, recorded)
+                self._first_floors[name] = self.state.resume_position(name, min_hw, recorded)
             floors = [min_hw, self._first_floors[name]] + ([recorded[name][0]] if name in recorded else [])
             out[name] = TableStream(meta, offsets[name], max(floors))
         return out
 
-    def _read_from(self) -> BinlogPosition:
-        floors = [t.floor for t in self.streams().values()]
-        return min(floors) if floors else self.dialect.current_position()
+    def _available_from(self) -> BinlogPosition | None:
+        """The smallest floor, once the source is known to still have its log. Floors come from the state's
+        records, not from each table's lake (opening a Delta table per table is most of a whole database's
+        start-up); the lake may be further (a crash between its commit and the record: that range is read
+        again and its rows dropped at the commit, which keeps only changes past the lake's position). When
+        the log from there is gone, the lake's own positions are taken (``table_floor``) and checked again."""
+        streams = self.streams()
+        if not streams:
+            return None
+        start = min(t.floor for t in streams.values())
+        try:
+            self.dialect.ensure_available(start)
+        except DblogError:
+            if self._lake_floors:
+                raise
+            self._lake_floors = True
+            offsets, recorded = self.state.offsets(), self.state.tail_positions()
+            for name in list(self._first_floors):
+                self._first_floors[name] = table_floor(self.state, self.sink, self.dialect, name,
+                                                       offsets[name].min_hw, recorded)
+            return self._available_from()
+        return start
 
     def initialOffset(self) -> dict:
-        start = self._read_from()
-        self.dialect.ensure_available(start)
-        return start.to_dict()
+        start = self._available_from()
+        return (start or self.dialect.current_position()).to_dict()
 
     def _now(self) -> dict:
         return self.dialect.current_position().to_dict()
@@ -201,9 +222,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._now()
 
     def partitions(self, start: dict, end: dict):
+        self._available_from()
         streams = self.streams()
-        if streams:
-            self.dialect.ensure_available(min(t.floor for t in streams.values()))
         return [BinlogRange(end, streams, k, self.parallelism) for k in range(self.parallelism)]
 
     def commit(self, end: dict) -> None:

@@ -19,6 +19,7 @@ from typing import Callable
 from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
+from airflow_provider_dblog.core.parallel import for_each_table
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.status import LISTED_TABLES, lag_text, rows_text
 from airflow_provider_dblog.readers.binlog_reader import release_log
@@ -190,11 +191,12 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
 def create_unread_tables(state: StateDir, sink: str, dialect, names: list[str]) -> None:
     """Tables whose startup mode read no snapshot get their (empty) lake tables before the tail starts:
     readable, mirrored and verified like the others before their first change arrives."""
-    for name in names:
+    def create(name: str) -> None:
         plan = state.table(name)
-        if not plan.startup.snapshots:
-            lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
-            lake.changelog(), lake.current()
+        lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
+        lake.changelog(), lake.current()
+
+    for_each_table(create, [name for name in names if not state.table(name).startup.snapshots])
 
 
 def reread_purged(state: StateDir, sink: str, dialect, names: list[str], offsets: dict, recorded: dict,
@@ -266,15 +268,18 @@ def bring_current_up_to_date(state: StateDir, sink: str, dialect, names: list[st
     changelog commit and its ``current`` update (or within a merge interval) left it behind, and a table
     that sees no further change would otherwise stay stale. The changelog is the truth; ``current``
     records the position it reflects and is rebuilt from it."""
-    for name in names:
+    def check(name: str) -> None:
         plan = state.table(name)
         lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
         lake.memory_bytes = memory_bytes
         behind = lake.current_behind()
         if behind is None or unfollowed_schema_changes(state, lake, behind[1]):
-            continue  # up to date, or a schema change to follow first: the stream's first commit does both
+            return  # up to date, or a schema change to follow first: the stream's first commit does both
         log.info("tail: %s: current reflects %s, its changelog %s: applying the difference", name, *behind)
         lake.update_current(behind[1])
+
+    state.tables()  # the plan read once, before the threads
+    for_each_table(check, names, "tail: checking that current follows the changelog")
 
 
 @contextmanager

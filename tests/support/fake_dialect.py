@@ -48,6 +48,7 @@ class InMemoryServer:
     on_low: list[Callable[[], None]] = field(default_factory=list)      # writes after a low watermark
     on_select: list[Callable[[], None]] = field(default_factory=list)   # writes after a chunk's SELECT
     retention: BinlogRetention | None = None  # what binlog_retention answers (None: one file, no purge)
+    purged_before: BinlogPosition | None = None  # ensure_available refuses a position before it
 
     def __post_init__(self):
         SERVERS[self.name] = self
@@ -213,7 +214,9 @@ class InMemoryDialect:
         raise DblogError(f"the in-memory server has no GTIDs ({gtid})")
 
     def ensure_available(self, position: BinlogPosition) -> None:
-        pass
+        if self.server.purged_before is not None and position < self.server.purged_before:
+            raise DblogError(f"the binlog at {position} was purged (the in-memory server keeps from "
+                             f"{self.server.purged_before})")
 
     def binlog_retention(self, needed=()) -> BinlogRetention:
         return self.server.retention or BinlogRetention(
