@@ -153,11 +153,21 @@ def test_n_tables_changes_sampler_and_targets(tmp_path, bench_server):
                                                           "load1_before": 1.0}, "tail": tail}
 
     results = {1: run(1, 10.0, 1), 50: run(50, 12.0, 2), 200: run(200, 0, 5, finished=False)}
+    results[50]["tail"]["startup_s"] = 6.5
+    results[50]["tail_driver"] = {"seconds": 3.25, "rows": 100}
     checks = n_tables.targets(results)
     assert checks["tail_50_vs_1"] == {"ratio": 1.2, "target": 1.3, "met": True}
+    assert "tail_200_vs_1" not in checks  # N = 200 did not finish: no ratio
     assert checks["snapshot_200_tables_apps"]["met"] is False
     text = n_tables.table_text(results, checks)
-    assert "| 50 | 20 | 20.0 s | 2 | 12.0 s | 120.00 ms |" in text and "not finished (stopped)" in text
+    assert "| 50 | 20 | 20.0 s | 2 | 12.0 s | 6.5 s | 120.00 ms | 3.2 s |" in text, text
+    assert "| 1 | 1,000 | 20.0 s | 1 | 10.0 s | - | 100.00 ms | - |" in text and "not finished (stopped)" in text
+
+    log = tmp_path / "tail.log"  # Spark's progress bar may precede a log line
+    log.write_text("2026-11-26 09:08:40,000 dblog INFO capturing 1 tables: a.t\n"
+                   "[Stage 0:>   (0 + 2) / 2]2026-11-26 09:08:52,034 dblog INFO tail: micro-batch 0 to f:1: 1 of 1 "
+                   "tables changed; read 1.8s, changelog commits 0.1s, current 0.3s\n")
+    assert n_tables.startup_seconds(log) == 9.83
 
 
 def test_cluster_s3_counts_and_costs(tmp_path):
