@@ -164,9 +164,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offsets = self.state.offsets()
         names = sorted(offsets) if self.spec == ALL_TABLES else [t for t in self.spec.split(",") if t]
         recorded = self.state.tail_positions()
+        plans = self.state.tables()  # read once: on object storage each read of the plan is a request
         out = {}
         for name in names:
-            meta, min_hw = self.state.table(name).meta, offsets[name].min_hw
+            meta, min_hw = (plans.get(name) or self.state.table(name)).meta, offsets[name].min_hw
             if name not in self._first_floors:
                 self._first_floors[name] = self.state.resume_position(name, min_hw, recorded)
             floors = [min_hw, self._first_floors[name]] + ([recorded[name][0]] if name in recorded else [])

@@ -62,7 +62,8 @@ def run_capture(source: SourceConfig, tables: Sequence[str], state_dir: str, sin
     if todo:
         log.info("run: snapshot of %d tables done (%d chunks in %d batches)", len(tables), todo, len(batches))
     summary = build_offsets(state_dir)
-    following = [t for t in tables if state.table(t).startup.tails]
+    plans = state.tables()
+    following = [t for t in tables if plans[t].startup.tails]
     if following:
         tail = run_tail(state_dir, sink, available_now=True, tables=following, spark=session,
                         driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES, schema_changes=schema_changes,

@@ -191,12 +191,14 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
 def create_unread_tables(state: StateDir, sink: str, dialect, names: list[str]) -> None:
     """Tables whose startup mode read no snapshot get their (empty) lake tables before the tail starts:
     readable, mirrored and verified like the others before their first change arrives."""
+    plans = state.tables()  # read once: on object storage each read of the plan is a request
+
     def create(name: str) -> None:
-        plan = state.table(name)
+        plan = plans.get(name) or state.table(name)
         lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
         lake.changelog(), lake.current()
 
-    for_each_table(create, [name for name in names if not state.table(name).startup.snapshots])
+    for_each_table(create, [name for name in names if not (plans.get(name) or state.table(name)).startup.snapshots])
 
 
 def reread_purged(state: StateDir, sink: str, dialect, names: list[str], offsets: dict, recorded: dict,
@@ -234,9 +236,9 @@ def finish_replans(state: StateDir, sink: str, dialect, names: list[str], offset
     between saving the new plan and its new offsets. Its ``current`` starts again with the new key and every
     new chunk is read again, then it gets its offsets; streaming it with the old ones would put keys in the
     wrong chunks. True when a table was finished."""
-    done = False
+    done, plans = False, state.tables()
     for name in names:
-        plan = state.table(name)
+        plan = plans.get(name) or state.table(name)
         ordered = sorted(plan.chunks, key=lambda c: c.id)
         if [c.hi for c in ordered[:-1]] == list(offsets[name].boundaries):
             continue
@@ -268,8 +270,10 @@ def bring_current_up_to_date(state: StateDir, sink: str, dialect, names: list[st
     changelog commit and its ``current`` update (or within a merge interval) left it behind, and a table
     that sees no further change would otherwise stay stale. The changelog is the truth; ``current``
     records the position it reflects and is rebuilt from it."""
+    plans = state.tables()  # read once: on object storage each read of the plan is a request
+
     def check(name: str) -> None:
-        plan = state.table(name)
+        plan = plans.get(name) or state.table(name)
         lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
         lake.memory_bytes = memory_bytes
         behind = lake.current_behind()
@@ -278,7 +282,6 @@ def bring_current_up_to_date(state: StateDir, sink: str, dialect, names: list[st
         log.info("tail: %s: current reflects %s, its changelog %s: applying the difference", name, *behind)
         lake.update_current(behind[1])
 
-    state.tables()  # the plan read once, before the threads
     for_each_table(check, names, "tail: checking that current follows the changelog")
 
 
