@@ -13,11 +13,13 @@ A value found nowhere stops the commit in one line, before anything is written: 
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from dataclasses import replace
+from typing import Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
 from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.store.lake import UNCHANGED
 
@@ -140,3 +142,33 @@ def _apply(table: pa.Table, fills: dict[int, dict]) -> pa.Table:
                 values[index] = filled[name]
         table = table.set_column(i, table.schema.field(i), pa.array(values, table.schema.field(i).type))
     return table
+
+
+def carry_unchanged(events: Iterable[ChangeEvent]) -> Iterator[tuple[ChangeEvent, tuple]]:
+    """The events in order, each with the values the source did not send taken from its key's previous image
+    among the events before it (for the insert of a key change: the deleted old key's), and the key whose
+    image holds them. What no earlier event holds stays in ``unchanged``: the caller takes it from the lake
+    (``steps.verify`` brings ``current`` forward with such events without committing them)."""
+    images: dict[tuple, tuple[dict, frozenset, tuple]] = {}  # key -> (latest after image, lacking, lacking's source)
+    previous = None
+    for event in events:
+        source = event.key
+        if event.op == "c" and previous is not None and previous.op == "d" and _key_change(previous.pos, event.pos):
+            source = previous.key
+        if event.unchanged and source in images:
+            image, lacking, origin = images[source]
+            have = {c: image[c] for c in event.unchanged if c not in lacking and c in image}
+            rest = tuple(c for c in event.unchanged if c not in have)
+            event = replace(event, after={**event.after, **have}, unchanged=rest)
+            if rest:
+                source = origin  # the earlier image lacked them too: they are in its source's lake row
+        if event.after is not None:
+            images[event.key] = (event.after, frozenset(event.unchanged), source)
+        previous = event
+        yield event, source
+
+
+def _key_change(deleted: BinlogPosition, inserted: BinlogPosition) -> bool:
+    """The two events ``core.events.row_change`` makes of one key-changing update (rows 2i and 2i + 1)."""
+    return ((deleted.seq, deleted.offset, deleted.file) == (inserted.seq, inserted.offset, inserted.file)
+            and deleted.row % 2 == 0 and inserted.row == deleted.row + 1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Sequence
 
 import pyarrow as pa
@@ -25,6 +26,7 @@ from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
+from airflow_provider_dblog.readers.unchanged_values import carry_unchanged
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.source.dialect import DataSourceDialect
 from airflow_provider_dblog.steps.health import check_same_server
@@ -112,7 +114,7 @@ def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int
             log.error("verify %s: the lake lacks the source's columns %s: every chunk differs", table,
                       ", ".join(missing))
         else:
-            latest = _latest_changes(dialect, meta, offsets, exact_at, position)
+            latest = _latest_changes(dialect, meta, offsets, exact_at, position, lake)
             drifted = [c.id for c in chunks if not _lake_checksum(lake, meta, c.id, exact_at[c.id],
                                                                   latest.get(c.id, {})).matches(source_sums[c.id])]
     finally:
@@ -136,26 +138,61 @@ def _exact_positions(lake: PinnedCurrent, chunk_ids: Sequence[int]) -> dict[int,
     return out
 
 
-def _latest_changes(dialect: DataSourceDialect, meta: TableMeta, offsets, exact_at: dict, position: BinlogPosition
-                    ) -> dict[int, dict[tuple, ChangeEvent]]:
-    """Per chunk, the last change of each key after the earliest exact position, up to ``position``."""
+def _latest_changes(dialect: DataSourceDialect, meta: TableMeta, offsets, exact_at: dict, position: BinlogPosition,
+                    lake: PinnedCurrent) -> dict[int, dict[tuple, ChangeEvent]]:
+    """Per chunk, the last change of each key after the earliest exact position, up to ``position``; a value
+    the source did not send (PostgreSQL's unchanged TOASTed values) taken from the key's previous image: an
+    earlier change in the range, else the lake's row."""
     known = [p for p in exact_at.values() if p is not None]
     if not known or min(known) >= position:
         return {}
+
+    def changes():
+        # the lake records positions as numbers: the binlog file is named as the server names it
+        for item in dialect.read_changes(min(known).in_file_of(position), position, [meta]):
+            if not isinstance(item, ChangeEvent):
+                raise DblogError(f"{meta.qualified} changed its columns at {item.pos}, after the lake's position: "
+                                 f"let the tail follow it (dblog tail), then verify")
+            yield item
+
     latest: dict[tuple, ChangeEvent] = {}
-    # the lake records positions as numbers: the binlog file is named as the server names it
-    for item in dialect.read_changes(min(known).in_file_of(position), position, [meta]):
-        if not isinstance(item, ChangeEvent):
-            raise DblogError(f"{meta.qualified} changed its columns at {item.pos}, after the lake's position: let "
-                             f"the tail follow it (dblog tail), then verify")
-        latest[item.key] = item
+    sources: dict[tuple, tuple] = {}  # key -> the key whose lake row holds the values its change lacks
+    for event, source in carry_unchanged(changes()):
+        latest[event.key] = event
+        if event.unchanged:
+            sources[event.key] = source
+        else:
+            sources.pop(event.key, None)
     if not latest:
         return {}
+    reader = TableChangeReader(meta, offsets, dialect)
+    if sources:
+        latest.update(_unchanged_from_lake(lake, meta, reader, {k: latest[k] for k in sources}, sources))
     keys = list(latest)
     by_chunk: dict[int, dict[tuple, ChangeEvent]] = {}
-    for key, chunk in zip(keys, TableChangeReader(meta, offsets, dialect).chunks_of(keys)):
+    for key, chunk in zip(keys, reader.chunks_of(keys)):
         by_chunk.setdefault(chunk, {})[key] = latest[key]
     return by_chunk
+
+
+def _unchanged_from_lake(lake: PinnedCurrent, meta: TableMeta, reader: TableChangeReader,
+                         events: dict[tuple, ChangeEvent], sources: dict[tuple, tuple]) -> dict[tuple, ChangeEvent]:
+    """``events`` with their missing values taken from the lake's row of their source key (older than them)."""
+    names, keys = list(meta.column_names), list(meta.key_columns)
+    wanted = sorted(set(sources.values()), key=repr)
+    rows: dict[tuple, dict] = {}
+    for chunk in set(reader.chunks_of(wanted)):
+        for row in lake.chunk_rows(chunk, [*names, "_pos"]).to_pylist():
+            rows[tuple(row[k] for k in keys)] = row
+    out = {}
+    for key, event in events.items():
+        row = rows.get(sources[key])
+        if row is None or BinlogPosition.decode(row["_pos"]) >= event.pos:
+            raise DblogError(f"verify {meta.qualified}: the change of key {key} at {event.pos} left "
+                             f"{', '.join(event.unchanged)} unchanged and the lake has no earlier image of it: let "
+                             f"the tail commit it (dblog tail), then verify")
+        out[key] = replace(event, after={**event.after, **{c: row[c] for c in event.unchanged}}, unchanged=())
+    return out
 
 
 def _lake_checksum(lake: PinnedCurrent, meta: TableMeta, chunk_id: int, exact_at: BinlogPosition | None,

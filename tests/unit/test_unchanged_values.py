@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import row_change
 from airflow_provider_dblog.core.positions import BinlogPosition
-from airflow_provider_dblog.readers.unchanged_values import fill_unchanged
+from airflow_provider_dblog.readers.unchanged_values import carry_unchanged, fill_unchanged
 from airflow_provider_dblog.store.lake import UNCHANGED, event_rows
 
 SOURCE = pa.schema([pa.field("id", pa.int64()), pa.field("body", pa.string()), pa.field("n", pa.int64())])
@@ -129,3 +129,21 @@ def test_rows_without_missing_values_pass_untouched():
     part = event_rows(events, [0], SOURCE)
     assert UNCHANGED not in part.schema.names
     assert fill_unchanged("t", [part], KEYS, lake_lookup({}, [])) == [part]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 40), st.sets(st.integers(1, 6)))
+def test_events_carry_missing_values_from_earlier_events_and_name_the_rest(seed, steps, in_lake):
+    """``carry_unchanged`` (verify's in-memory view): a missing value comes from an earlier event of the key (a key
+    change's insert: the old key's); one no earlier event holds stays missing, naming the key whose lake row
+    holds it, and taking that row's value gives the truth."""
+    lake = {k: {"id": k, "body": f"lake{k}", "n": -k} for k in in_lake}
+    events, truth = history(seed, steps, lake)
+    for (event, source), want in zip(carry_unchanged(events), truth):
+        if want is None:
+            continue
+        after = dict(event.after)
+        if event.unchanged:
+            assert source[0] in lake, (event, source)
+            after.update({c: lake[source[0]][c] for c in event.unchanged})
+        assert (after["id"], after["body"], after["n"]) == (want["id"], want["body"], want["n"]), event
