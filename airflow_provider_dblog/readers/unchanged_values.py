@@ -72,8 +72,9 @@ class _Rows:
         key change the deleted old key's (the row before it at the same position)."""
         if row[3] == "c":
             pos = BinlogPosition.decode(row[0])
-            deleted = self.by_pos.get(BinlogPosition(pos.seq, pos.offset, pos.row - 1, pos.file).encode())
-            if pos.row % 2 == 1 and deleted is not None and deleted[3] == "d":
+            before = BinlogPosition(pos.seq, pos.offset, pos.row - 1, pos.file)
+            deleted = self.by_pos.get(before.encode())
+            if deleted is not None and deleted[3] == "d" and _key_change(before, pos):
                 return deleted[4], deleted[5]
         return row[4], row[5]
 
