@@ -43,6 +43,11 @@ def file_sequence(file: str) -> int:
     return int(match.group("seq"))
 
 
+def encode_position(seq: int, offset: int, row: int) -> str:
+    """``BinlogPosition(seq, offset, row).encode()`` without the object (a block's rows)."""
+    return f"{seq:08d}.{offset:012d}.{row:08d}"
+
+
 @dataclass(frozen=True, order=True)
 class BinlogPosition:
     """A point in the binlog; ordered by (file sequence, offset, row)."""
@@ -62,7 +67,10 @@ class BinlogPosition:
         return self.seq // EPOCH_SPAN
 
     def encode(self) -> str:
-        return f"{self.seq:08d}.{self.offset:012d}.{self.row:08d}"
+        return encode_position(self.seq, self.offset, self.row)
+
+    def with_row(self, row: int) -> "BinlogPosition":
+        return BinlogPosition(self.seq, self.offset, row, self.file)
 
     @classmethod
     def decode(cls, text: str, base: str = "") -> "BinlogPosition":

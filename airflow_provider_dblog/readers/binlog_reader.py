@@ -14,6 +14,7 @@ from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
+from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.chunks import locate
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.offsets import TableOffsets
@@ -21,7 +22,7 @@ from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import DataSourceDialect
-from airflow_provider_dblog.store.lake import event_rows
+from airflow_provider_dblog.store.lake import block_rows, event_rows
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
 
@@ -100,6 +101,14 @@ class _Pending:
         events, self.events = self.events, []
         return event_rows(*self.reader.emitted(events), self.schema).to_batches() if events else []
 
+    def block_rows(self, block: ChangeBlock) -> list[pa.RecordBatch]:
+        """The rows of a block (every one emitted: it lies past the table's largest HW and its floor)."""
+        if not (block.first > self.floor and self.reader.offsets.should_emit(block.first)):
+            raise RuntimeError(f"a block of {block.table} at {block.first}, before its floor or largest high watermark: "
+                               f"the source ignored blocks_after; report it")
+        chunks = self.reader.chunks_of(block.keys(self.stream.meta.key_columns))
+        return block_rows(block, chunks, self.schema).to_batches()
+
 
 class ChangeReader:
     """Changelog rows of several tables from one read of the binlog."""
@@ -118,10 +127,17 @@ class ChangeReader:
             return
         start = min(t.floor for t in live.values())
         pending = {name: _Pending(t, self.dialect) for name, t in live.items()}
+        blocks_after = {name: max(t.floor, t.offsets.max_hw).as_snapshot() for name, t in live.items()}
         try:
-            for item in self.dialect.read_changes(start, end, [t.meta for t in live.values()], share=share):
-                name = item.table if isinstance(item, (ChangeEvent, SchemaChange)) else item.meta.qualified
+            for item in self.dialect.read_changes(start, end, [t.meta for t in live.values()], share=share,
+                                                  blocks_after=blocks_after):
+                name = item.meta.qualified if isinstance(item, SchemaVersion) else item.table
                 table = pending[name]
+                if isinstance(item, ChangeBlock):
+                    if not table.other_key:
+                        yield from ((name, b) for b in table.rows())  # its table's events before it come first
+                        yield from ((name, b) for b in table.block_rows(item))
+                    continue
                 if isinstance(item, SchemaVersion):
                     yield from ((name, b) for b in table.rows())  # the last rows of the version before
                     table.other_key = tuple(item.meta.key_columns) != tuple(table.stream.meta.key_columns)

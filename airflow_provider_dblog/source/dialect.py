@@ -11,12 +11,14 @@ from typing import Iterator, Mapping, Protocol, Sequence
 
 import pyarrow as pa
 
+from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.checksums import ChunkChecksum
 from airflow_provider_dblog.core.chunks import ChunkRange, Key
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.retention import BinlogRetention
+from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 
@@ -129,9 +131,13 @@ class DataSourceDialect(Protocol):
         (``DblogError`` in one line when purged, in the future, mid-transaction or not supported)."""
 
     def read_changes(self, start: BinlogPosition, end: BinlogPosition | None,
-                     tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1)) -> Iterator[ChangeEvent]:
+                     tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1),
+                     blocks_after: Mapping[str, BinlogPosition] | None = None
+                     ) -> Iterator[ChangeEvent | ChangeBlock | SchemaVersion | SchemaChange]:
         """Row changes of ``tables`` with ``start < pos <= end`` (end None: up to now); with
-        ``share=(k, n)`` only the k-th of n interleaved shares, for parallel decoding."""
+        ``share=(k, n)`` only the k-th of n interleaved shares, for parallel decoding. A table's changes
+        after ``blocks_after[table]`` may come as ``ChangeBlock`` s (a source's column-by-column decoder),
+        the others as ``ChangeEvent`` s."""
 
     def commit_after(self, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
         """A transaction boundary about ``max_events`` events after ``start`` (a micro-batch limit)."""

@@ -21,8 +21,10 @@ from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from airflow_provider_dblog.core.events import ChangeEvent
+from airflow_provider_dblog.core.change_block import ChangeBlock
+from airflow_provider_dblog.core.events import ROW_KINDS, ChangeEvent
 
 UNCHANGED = "_unchanged"
 UNCHANGED_TYPE = pa.list_(pa.string())
@@ -100,14 +102,32 @@ def event_rows(events: Sequence[ChangeEvent], chunks: Sequence[int], source: pa.
     ``chunks`` is each event's key's chunk in the plan. The images go to Arrow as structs in one
     C++ call each (the tail's hot path: no Python dict per row is built here). Events with ``unchanged``
     columns add the ``UNCHANGED`` column (null where every value was sent)."""
-    schema = changelog_schema(source)
-    image_type = schema.field("_before").type
-    images = pa.array([e.after if e.after is not None else e.before for e in events], image_type)
-    columns = images.flatten() + [
-        pa.array([e.op for e in events], pa.string()), pa.array([e.pos.encode() for e in events], pa.string()),
-        pa.array([e.ts_ms for e in events], pa.int64()), pa.array([e.kind for e in events], pa.string()),
-        pa.array(chunks, pa.int32()), pa.array([e.before for e in events], image_type)]
+    image_type = changelog_schema(source).field("_before").type
+    unchanged = None
     if any(e.unchanged for e in events):
+        unchanged = pa.array([list(e.unchanged) if e.unchanged else None for e in events], UNCHANGED_TYPE)
+    return _changelog_rows(
+        source, pa.array([e.after if e.after is not None else e.before for e in events], image_type),
+        pa.array([e.before for e in events], image_type), pa.array([e.op for e in events], pa.string()),
+        pa.array([e.pos.encode() for e in events], pa.string()), pa.array([e.ts_ms for e in events], pa.int64()),
+        chunks, unchanged)
+
+
+def block_rows(block: ChangeBlock, chunks: Sequence[int], source: pa.Schema) -> pa.Table:
+    """The rows of a ``ChangeBlock``: the same as ``event_rows`` of the events of the same changes."""
+    return _changelog_rows(source, block.images, block.before, block.ops, block.positions, block.ts_ms, chunks)
+
+
+_OPS, _KINDS = pa.array(list(ROW_KINDS), pa.string()), pa.array(list(ROW_KINDS.values()), pa.string())
+
+
+def _changelog_rows(source: pa.Schema, images: pa.StructArray, before: pa.StructArray, ops: pa.Array,
+                    positions: pa.Array, ts_ms: pa.Array, chunks: Sequence[int],
+                    unchanged: pa.Array | None = None) -> pa.Table:
+    schema = changelog_schema(source)
+    kinds = _KINDS.take(pc.index_in(ops, value_set=_OPS))
+    columns = images.flatten() + [ops, positions, ts_ms, kinds, pa.array(chunks, pa.int32()), before]
+    if unchanged is not None:
         schema = schema.append(pa.field(UNCHANGED, UNCHANGED_TYPE))
-        columns.append(pa.array([list(e.unchanged) if e.unchanged else None for e in events], UNCHANGED_TYPE))
+        columns.append(unchanged)
     return pa.Table.from_arrays(columns, schema=schema)

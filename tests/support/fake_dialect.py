@@ -231,7 +231,7 @@ class InMemoryDialect:
             return mode.position
         raise DblogError(f"startup mode {mode}: not a commit position of the in-memory binlog")
 
-    def read_changes(self, start, end, tables, share=(0, 1)) -> Iterator[ChangeEvent]:
+    def read_changes(self, start, end, tables, share=(0, 1), blocks_after=None) -> Iterator[ChangeEvent]:
         part, parts = share
         for i, event in enumerate(self.server.events(start, end, {m.qualified for m in tables})):
             if i % parts == part:

@@ -14,6 +14,7 @@ from typing import Iterator, Mapping, NoReturn, Sequence
 import psycopg2
 import pyarrow as pa
 
+from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.checksums import ChunkChecksum
 from airflow_provider_dblog.core.chunks import ChunkRange, Key
 from airflow_provider_dblog.core.config import SourceConfig
@@ -21,6 +22,7 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import BinlogPosition, lsn_position, position_lsn
 from airflow_provider_dblog.core.retention import BinlogRetention
+from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
@@ -218,12 +220,14 @@ class PostgresDialect:
                          f"snapshot-only")
 
     def read_changes(self, start: BinlogPosition, end: BinlogPosition | None,
-                     tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1)) -> Iterator[ChangeEvent]:
+                     tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1),
+                     blocks_after: Mapping[str, BinlogPosition] | None = None
+                     ) -> Iterator[ChangeEvent | ChangeBlock | SchemaVersion | SchemaChange]:
         """The slot is read by one process at a time: the first share reads the range, the others nothing."""
         stream = self.stream
         if share[0] != 0:
             return iter(())
-        return stream.changes(start, end if end is not None else self.current_position(), tables)
+        return stream.changes(start, end if end is not None else self.current_position(), tables, blocks_after)
 
     def commit_after(self, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
         return None  # a micro-batch takes the whole range (its changes are staged past the memory budget)

@@ -26,18 +26,20 @@ import logging
 import struct
 import time
 from dataclasses import replace
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import psycopg2
 
 from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
-from airflow_provider_dblog.core.positions import BinlogPosition, lsn_position, position_lsn
+from airflow_provider_dblog.core.positions import BinlogPosition, encode_position, lsn_position, position_lsn
 from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.postgres import pgoutput
 from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
+from airflow_provider_dblog.source.postgres.block_decoder import decode_blocks
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name
 from airflow_provider_dblog.source.postgres.slot import BUSY_RETRY_SECONDS
@@ -45,6 +47,7 @@ from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 
 log = logging.getLogger("dblog")
 FETCH_ROWS = 5000  # messages per round trip of the server-side cursor
+BLOCK_ROWS = 10_000  # row messages per ChangeBlock
 _UPDATE = ord("U")
 _ROW_TAGS = frozenset((ord("I"), _UPDATE, ord("D")))
 _OID = struct.Struct("!I").unpack_from
@@ -64,6 +67,40 @@ class _Version:
         self.meta, self.key_columns = meta, tuple(meta.key_columns)
         self.decode = compile_tuple_decoder(meta)
         self.signature = tuple((c.name, c.type_oid, c.typmod) for c in meta.columns)
+
+
+class _Run:
+    """Consecutive row messages of one table version: collected and decoded as one ``ChangeBlock`` when
+    ``blocks`` (the reader asked for blocks past this point), else decoded one by one as they come."""
+
+    def __init__(self) -> None:
+        self.name, self.version, self.blocks = "", None, False
+        self.payloads: list[bytes] = []
+        self.rows: list[tuple[BinlogPosition, int, int]] = []  # per message: its transaction's first position, row, ts
+
+    def start(self, name: str, version: _Version, blocks: bool) -> None:
+        self.name, self.version, self.blocks = name, version, blocks
+
+    def add(self, payload: bytes, first: BinlogPosition, row: int, ts: int) -> None:
+        self.payloads.append(payload)
+        self.rows.append((first, row, ts))
+
+    def flush(self, reader: "SlotReader") -> list[ChangeBlock | ChangeEvent]:
+        """The collected messages as blocks, and as events those the block decoder leaves (``decode_blocks``)."""
+        if not self.payloads:
+            return []
+        payloads, rows, self.payloads, self.rows = self.payloads, self.rows, [], []
+        out: list[ChangeBlock | ChangeEvent] = []
+        for piece in decode_blocks(self.name, self.version.meta, payloads, lambda i: rows[i][0].with_row(2 * rows[i][1]),
+                                   [encode_position(f.seq, f.offset, 2 * r) for f, r, _ in rows],
+                                   [ts for _, _, ts in rows]):
+            if isinstance(piece, ChangeBlock):
+                out.append(piece)
+                continue
+            for i in piece:
+                first, row, ts = rows[i]
+                out += reader._row_events(self.name, self.version, payloads[i][0], payloads[i], first.with_row(row), ts)
+        return out
 
 
 class SlotReader:
@@ -127,12 +164,16 @@ class SlotReader:
         return found
 
     # ---- the captured tables' changes ----
-    def changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[TableMeta]
-                ) -> Iterator[ChangeEvent | SchemaVersion | SchemaChange]:
+    def changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[TableMeta],
+                blocks_after: Mapping[str, BinlogPosition] | None = None
+                ) -> Iterator[ChangeEvent | ChangeBlock | SchemaVersion | SchemaChange]:
         """Row changes of ``tables`` with ``start < position <= end`` (as ``BinlogPosition`` s), each after the
         ``SchemaVersion`` it was decoded with when that is not the planned one, and TRUNCATE / RENAME as schema
-        changes, in commit order."""
+        changes, in commit order. A table's changes after ``blocks_after[table]`` may come as ``ChangeBlock`` s
+        (runs of up to ``BLOCK_ROWS`` messages decoded column by column) instead of events."""
         metas = {m.qualified: m for m in tables}
+        blocks_after = blocks_after or {}
+        run = _Run()  # the messages of one table version waiting to be decoded as a block
         versions: dict[str, _Version] = {}  # the version in force per table (the planned one at first)
         relations: dict[int, tuple[str, _Version | None]] = {}  # relation OID -> (its table, version if captured)
         oids = self._oids(metas)
@@ -147,11 +188,21 @@ class SlotReader:
                 name, version = relations.get(_OID(payload, 1)[0], _NOT_CAPTURED)
                 if version is None:
                     continue
+                if run.version is not version:
+                    yield from run.flush(self)
+                    pos = BinlogPosition(first.seq, first.offset, position_row, first.file)
+                    if versions.get(name) is not version:
+                        if version.signature != self._planned(metas[name]).signature or name in versions:
+                            yield SchemaVersion(version.meta, pos)
+                        versions[name] = version
+                    after_block = blocks_after.get(name)
+                    run.start(name, version, after_block is not None and pos > after_block)
+                if run.blocks:
+                    run.add(payload, first, position_row, ts)
+                    if len(run.payloads) >= BLOCK_ROWS:
+                        yield from run.flush(self)
+                    continue
                 pos = BinlogPosition(first.seq, first.offset, position_row, first.file)  # change_position(final, row)
-                if versions.get(name) is not version:
-                    if version.signature != self._planned(metas[name]).signature or name in versions:
-                        yield SchemaVersion(version.meta, pos)
-                    versions[name] = version
                 yield from self._row_events(name, version, tag, payload, pos, ts)
                 continue
             message = pgoutput.decode(payload)
@@ -160,10 +211,14 @@ class SlotReader:
                 final, row, ts = message.final_lsn, 0, message.commit_ts_us // 1000
                 first = change_position(final)
                 if first > upto:
-                    return
+                    break
+                if run.version is not None and not run.blocks:  # a block may start in this transaction
+                    run.version = None
                 skip = first <= after  # and so is every row of it: ``after`` is a snapshot position
                 boundary = lsn_position(final)
                 continue
+            if kind is not pgoutput.Commit:
+                yield from run.flush(self)  # the rows before a Relation, Truncate or Origin come first
             if kind is pgoutput.Relation:
                 name = f"{message.namespace or 'pg_catalog'}.{message.name}"
                 renamed = oids.get(message.oid)
@@ -187,6 +242,7 @@ class SlotReader:
                     if version is not None:
                         yield SchemaChange(name, "truncate", f"TRUNCATE {name} (in the WAL)", boundary, pos)
             # Commit, Origin, Type, LogicalMessage: nothing to emit (positions come from Begin)
+        yield from run.flush(self)
 
     def _planned(self, meta: TableMeta) -> _Version:
         version = self._planned_versions.get(meta.qualified)
