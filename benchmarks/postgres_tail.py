@@ -22,6 +22,8 @@ bool), ``--rows`` rows captured by ``dblog run --source postgresql://... --table
 * ``wal``: the same continuous tail while a writer changes only an uncaptured table (``public.noise``) for
   ``--idle-seconds``; every 3 s ``pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)`` and ``..., confirmed_flush_lsn)``
   of the capture's slot (``STATE/plan.json`` options.slot).
+* ``tpch``: TPC-H ``orders`` and ``lineitem`` at ``--tpch-scale`` (tpchgen-cli) loaded with COPY, each read by
+  ``dblog run --startup snapshot-only`` and by Spark's JDBC source (the snapshot target as for MySQL: ≥ 2× it).
 * ``snapshot``: a ``--snapshot-rows`` copy of the table (``public.big``), read by ``dblog run --startup
   snapshot-only``, by Spark's JDBC source (Debian's ``libpostgresql-jdbc-java``, 4 partitions, local[2], Spark
   Parquet writer: benchmarks/spark_jdbc.py's method) and by a psycopg2 server-side cursor (Python rows only).
@@ -570,6 +572,73 @@ def bench_snapshot(server, work: Path, args, results: dict) -> None:
         save(results)
 
 
+# ---- TPC-H snapshot -------------------------------------------------------------------------------------------
+class _TblLines:
+    """A ``.tbl`` file as COPY text: each line without the trailing ``|`` TPC-H ends it with."""
+
+    def __init__(self, path: Path):
+        self.lines = (line[:-2] + b"\n" if line.endswith(b"|\n") else line for line in path.open("rb"))
+        self.buffer = b""
+
+    def read(self, size: int = 1 << 16) -> bytes:
+        while len(self.buffer) < size:
+            chunk = b"".join(next(self.lines, b"") for _ in range(2000))
+            if not chunk:
+                break
+            self.buffer += chunk
+        out, self.buffer = self.buffer[:size], self.buffer[size:]
+        return out
+
+
+def bench_tpch(server, work: Path, args, results: dict) -> None:
+    """TPC-H ``orders`` and ``lineitem`` (tpchgen-cli, ``--tpch-scale``) loaded into PostgreSQL with COPY, then
+    per table ``dblog run --startup snapshot-only`` against Spark's JDBC source (partitioned on the first key
+    column, 4 partitions, local[2], Parquet writer), whole processes timed, ``--repeat`` rounds."""
+    from common import KEYS, SCHEMA, generate
+
+    files = generate(args.tpch_scale)
+    out = results.setdefault("tpch", {"scale": args.tpch_scale, "tables": {}})
+    jar = "/usr/share/java/postgresql.jar" if Path("/usr/share/java/postgresql.jar").exists() else None
+    server.sql("CREATE SCHEMA IF NOT EXISTS tpch", db="bench")
+    for table in ("orders", "lineitem"):
+        server.sql(SCHEMA[table].replace(" ENGINE=InnoDB", ""), db="bench")
+        started = time.perf_counter()
+        conn = connect(server)
+        with conn.cursor() as cur:
+            for path in files[table]:
+                cur.copy_expert(f"COPY tpch.{table} FROM STDIN (FORMAT text, DELIMITER '|')", _TblLines(path))
+        conn.close()
+        server.sql(f"VACUUM ANALYZE tpch.{table}", db="bench")
+        rows = int(server.sql(f"SELECT count(*) FROM tpch.{table}", db="bench")[0][0])
+        entry = out["tables"].setdefault(table, {"rows": rows, "load_s": round(time.perf_counter() - started, 1),
+                                                 "runs": []})
+        log(f"tpch.{table}: {rows} rows loaded in {entry['load_s']}s")
+        for r in range(args.repeat):
+            run = {}
+            state, sink = work / "tpch-state", work / "tpch-lake"
+            for path in (state, sink):
+                shutil.rmtree(path, ignore_errors=True)
+            t = run_timed([DBLOG, "run", "--source", server.uri("bench"), "--tables", f"tpch.{table}", "--startup",
+                           "snapshot-only", "--state", str(state), "--sink", str(sink)],
+                          work / "logs" / f"tpch-{table}-{r}.log")
+            run["dblog_run"] = {"seconds": round(t.seconds, 2), "rows_per_s": round(rows / t.seconds)}
+            if jar:
+                target = work / "tpch-spark-jdbc.parquet"
+                shutil.rmtree(target, ignore_errors=True)
+                url = f"jdbc:postgresql://127.0.0.1:{server.port}/bench"
+                seconds, got = run_child(["spark-jdbc", url, f"tpch.{table}", KEYS[table][0], "4", jar, str(target),
+                                          *spark_conf()], work / "logs" / f"tpch-spark-jdbc-{table}-{r}.log")
+                import pyarrow.parquet as pq
+
+                got_rows = sum(pq.ParquetFile(p).metadata.num_rows for p in target.glob("*.parquet"))
+                run["spark_jdbc"] = {"seconds": round(seconds, 2), "rows": got_rows,
+                                     "rows_per_s": round(got_rows / seconds), **got}
+                run["ratio"] = round(seconds / t.seconds, 2)
+            entry["runs"].append(run)
+            log(f"tpch.{table} round {r}: {json.dumps(run)}")
+            save(results)
+
+
 # ---- main --------------------------------------------------------------------------------------------------------
 RESULTS: dict = {}
 
@@ -598,6 +667,7 @@ def parse_args(argv=None):
     p.add_argument("--idle-seconds", type=float, default=180)
     p.add_argument("--snapshot-rows", type=int, default=1_500_000)
     p.add_argument("--repeat", type=int, default=2, help="snapshot rounds")
+    p.add_argument("--tpch-scale", type=float, default=1.0, help="TPC-H scale factor of the tpch part")
     p.add_argument("--out", help="results JSON (default docs/benchmark-runs/REV-postgres-tail-results.json)")
     return p.parse_args(argv)
 
@@ -646,6 +716,8 @@ def main(argv=None) -> int:
                 bench_continuous(server, work, state, sink, args, results)
         if "snapshot" in args.parts:
             bench_snapshot(server, work, args, results)
+        if "tpch" in args.parts:
+            bench_tpch(server, work, args, results)
     finally:
         results["ended"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         save(results)
