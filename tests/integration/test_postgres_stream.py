@@ -341,10 +341,10 @@ def test_replica_identity_and_settings_are_checked_in_one_line_before_anything_i
     assert dblog("drop", "--state", str(state))[0] == 0
 
 
-def assert_blocks_are_the_events_rows(pg, db, state: str, table: str) -> None:
-    """The slot's changes of ``table`` after its snapshot read twice (peeked: nothing consumed): one by one as
-    events, and with blocks allowed (``read_changes``' ``blocks_after``): the same changelog rows in the same
-    order, and blocks really were made (key changes still come as events)."""
+def assert_blocks_are_the_events_rows(pg, db, state: str, tables: list[str]) -> None:
+    """The slot's changes of ``tables`` after their snapshots read twice (peeked: nothing consumed): one by one as
+    events, and with blocks allowed (``read_changes``' ``blocks_after``): per table the same changelog rows in the
+    same order, and blocks really were made for each (key changes still come as events)."""
     from airflow_provider_dblog.core.change_block import ChangeBlock
     from airflow_provider_dblog.core.config import SourceConfig
     from airflow_provider_dblog.core.events import ChangeEvent
@@ -352,26 +352,31 @@ def assert_blocks_are_the_events_rows(pg, db, state: str, table: str) -> None:
     from airflow_provider_dblog.store.lake import block_rows, event_rows
 
     st = StateDir(state)
-    meta, offsets = st.table(table).meta, st.offsets()[table]
+    metas = {t: st.table(t).meta for t in tables}
+    offsets = st.offsets()
     dialect = open_dialect(SourceConfig.parse(uri(pg, db)), st.options())
-    schema, start, end = dialect.arrow_schema(meta), offsets.max_hw.as_snapshot(), dialect.current_position()
+    start, end = min(offsets[t].max_hw for t in tables).as_snapshot(), dialect.current_position()
+    after = {t: offsets[t].max_hw.as_snapshot() for t in tables}
 
-    def rows(blocks_after) -> tuple[pa.Table, set]:
-        parts, kinds = [], set()
-        for item in dialect.read_changes(start, end, [meta], blocks_after=blocks_after):
-            kinds.add(type(item))
+    def rows(blocks_after) -> tuple[dict[str, list], set]:
+        parts, kinds = {t: [] for t in tables}, set()
+        for item in dialect.read_changes(start, end, list(metas.values()), blocks_after=blocks_after):
+            schema = dialect.arrow_schema(metas[item.table])
             if isinstance(item, ChangeBlock):
-                parts.append(block_rows(item, [0] * len(item), schema))
-            elif isinstance(item, ChangeEvent):
-                parts.append(event_rows([item], [0], schema))
-        return pa.concat_tables(parts), kinds
+                parts[item.table] += block_rows(item, [0] * len(item), schema).to_pylist()
+                kinds.add((item.table, ChangeBlock))
+            elif isinstance(item, ChangeEvent) and item.pos > after[item.table]:
+                parts[item.table] += event_rows([item], [0], schema).to_pylist()
+                kinds.add((item.table, ChangeEvent))
+        return parts, kinds
 
     one_by_one, kinds = rows(None)
-    assert kinds == {ChangeEvent}
-    with_blocks, kinds = rows({table: start})
-    assert kinds == {ChangeEvent, ChangeBlock}, kinds
-    assert with_blocks.num_rows == one_by_one.num_rows > 100
-    assert nan_free(with_blocks.to_pylist()) == nan_free(one_by_one.to_pylist())
+    assert {k for _, k in kinds} == {ChangeEvent}
+    with_blocks, kinds = rows(after)
+    assert {(t, ChangeBlock) for t in tables} <= kinds, kinds
+    for t in tables:
+        assert len(with_blocks[t]) == len(one_by_one[t]) > 100
+        assert nan_free(with_blocks[t]) == nan_free(one_by_one[t]), t
     dialect.close()
 
 
@@ -382,6 +387,41 @@ def nan_free(value):
     if isinstance(value, list):
         return [nan_free(v) for v in value]
     return "NaN" if isinstance(value, float) and value != value else value
+
+
+def test_blocks_of_interleaved_tables_are_their_events_rows(postgres, pg_db, tmp_path):
+    """Two tables changed in the same transactions, row by row in turn (a run per table keeps their blocks long),
+    with key changes, deletes and NULLs among them: read with blocks, each table's rows are the events' rows."""
+    pg, db = postgres, pg_db
+    pg.sql("CREATE TABLE public.a (id bigint PRIMARY KEY, v text, n numeric(10,2))",
+           "CREATE TABLE public.b (id int PRIMARY KEY, at timestamptz, ok bool)", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, out, err = dblog("run", "--source", uri(pg, db), "--tables", "public.a,public.b", "--state", state,
+                           "--sink", sink)
+    assert code == 0, err
+    conn = connect(pg, db)
+    conn.autocommit = False  # both tables in each transaction, row by row in turn
+    try:
+        with conn.cursor() as cur:
+            for tx in range(4):
+                for i in range(tx * 100, tx * 100 + 100):
+                    cur.execute("INSERT INTO public.a VALUES (%s, %s, %s)", (i, None if i % 7 == 0 else f"v{i}", i / 4))
+                    cur.execute("INSERT INTO public.b VALUES (%s, now(), %s)", (i, i % 2 == 0))
+                    if i % 10 == 5:
+                        cur.execute("UPDATE public.a SET v = v || '+' WHERE id = %s", (i - 3,))
+                        cur.execute("DELETE FROM public.b WHERE id = %s", (i - 4,))
+                cur.execute("UPDATE public.a SET id = id + 100000 WHERE id = %s", (tx * 100 + 1,))
+                conn.commit()
+    finally:
+        conn.close()
+    assert_blocks_are_the_events_rows(pg, db, state, ["public.a", "public.b"])
+    code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+    assert code == 0, err
+    assert assert_lake_equals_source(pg, db, sink, "public.a", ["id", "v", "n"]) == 400
+    assert assert_lake_equals_source(pg, db, sink, "public.b", ["id", "at", "ok"]) == 360
+    for table in ("public.a", "public.b"):
+        assert_replay_equals_current(sink, table)
+    assert dblog("drop", "--state", state)[0] == 0
 
 
 def test_every_type_keeps_its_meaning_through_the_stream(postgres, pg_db, tmp_path):
@@ -410,7 +450,7 @@ def test_every_type_keeps_its_meaning_through_the_stream(postgres, pg_db, tmp_pa
             cur.execute("UPDATE public.all_types SET d = NULL, tm = '24:00:00', u = NULL WHERE id = 2")
     finally:
         conn.close()
-    assert_blocks_are_the_events_rows(pg, db, state, "public.all_types")
+    assert_blocks_are_the_events_rows(pg, db, state, ["public.all_types"])
     code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
     assert code == 0, err
     lake = DeltaTable(f"{sink}/public.all_types/current").to_pyarrow_table()

@@ -213,10 +213,12 @@ def test_bytes_out_of_the_protocol_give_up():
 
 def test_a_key_change_in_a_run_leaves_the_plain_messages_around_it_in_blocks():
     meta = meta_of([(V.TEXT, -1)])
-    msgs = ([message("I", new=[str(k), "x"]) for k in range(20)] + [message("UK", old=["3", None], new=["99", "y"])]
-            + [message("U", new=[str(k), "z"]) for k in range(20)] + [message("U", new=["1", UNCHANGED_TOAST])])
+    msgs = ([message("I", new=[str(k), "x"]) for k in range(40)] + [message("UK", old=["3", None], new=["99", "y"])]
+            + [message("U", new=[str(k), "z"]) for k in range(40)] + [message("U", new=["1", UNCHANGED_TOAST])]
+            + [message("DK", old=[str(k), None]) for k in range(5)] + [message("U", new=["1", UNCHANGED_TOAST])]
+            + [message("I", new=[str(k), "x"]) for k in range(40)])
     n = len(msgs)
     pieces = block_decoder.decode_blocks("public.t", meta, msgs, lambda i: FIRST.with_row(2 * i),
                                          [FIRST.with_row(2 * i).encode() for i in range(n)], [0] * n)
     assert [p if isinstance(p, range) else (p.first.row // 2, len(p)) for p in pieces] == [
-        (0, 20), range(20, 21), (21, 20), range(41, 42)]
+        (0, 40), range(40, 41), (41, 40), range(81, 88), (88, 40)]  # 5 plain messages between: one by one

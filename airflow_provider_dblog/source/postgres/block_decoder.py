@@ -35,7 +35,7 @@ _PARSED_BY_ARROW = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decim
                     pa.types.is_timestamp)  # Arrow reads their text as the converters do, and refuses what they refuse
 
 
-MIN_BLOCK = 16  # fewer plain messages between uncommon ones are decoded one by one
+MIN_BLOCK = 32  # fewer messages are decoded one by one: a block's array work would cost more
 
 
 class _Uncommon(Exception):

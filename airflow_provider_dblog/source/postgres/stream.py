@@ -39,7 +39,7 @@ from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.postgres import pgoutput
 from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
-from airflow_provider_dblog.source.postgres.block_decoder import decode_blocks
+from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, decode_blocks
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name
 from airflow_provider_dblog.source.postgres.slot import BUSY_RETRY_SECONDS
@@ -70,16 +70,14 @@ class _Version:
 
 
 class _Run:
-    """Consecutive row messages of one table version: collected and decoded as one ``ChangeBlock`` when
-    ``blocks`` (the reader asked for blocks past this point), else decoded one by one as they come."""
+    """One table's row messages of one version since its last flush: collected and decoded as ``ChangeBlock`` s
+    when ``blocks`` (the reader asked for blocks past this point), else decoded one by one as they come. A run
+    per table, so tables whose changes interleave in a transaction still make long runs."""
 
-    def __init__(self) -> None:
-        self.name, self.version, self.blocks = "", None, False
+    def __init__(self, name: str, version: _Version, blocks: bool) -> None:
+        self.name, self.version, self.blocks = name, version, blocks
         self.payloads: list[bytes] = []
         self.rows: list[tuple[BinlogPosition, int, int]] = []  # per message: its transaction's first position, row, ts
-
-    def start(self, name: str, version: _Version, blocks: bool) -> None:
-        self.name, self.version, self.blocks = name, version, blocks
 
     def add(self, payload: bytes, first: BinlogPosition, row: int, ts: int) -> None:
         self.payloads.append(payload)
@@ -91,9 +89,13 @@ class _Run:
             return []
         payloads, rows, self.payloads, self.rows = self.payloads, self.rows, [], []
         out: list[ChangeBlock | ChangeEvent] = []
-        for piece in decode_blocks(self.name, self.version.meta, payloads, lambda i: rows[i][0].with_row(2 * rows[i][1]),
+        if len(payloads) < MIN_BLOCK:  # a block's array work costs more than a few messages one by one
+            pieces: list = [range(len(payloads))]
+        else:
+            pieces = decode_blocks(self.name, self.version.meta, payloads, lambda i: rows[i][0].with_row(2 * rows[i][1]),
                                    [encode_position(f.seq, f.offset, 2 * r) for f, r, _ in rows],
-                                   [ts for _, _, ts in rows]):
+                                   [ts for _, _, ts in rows])
+        for piece in pieces:
             if isinstance(piece, ChangeBlock):
                 out.append(piece)
                 continue
@@ -173,7 +175,8 @@ class SlotReader:
         (runs of up to ``BLOCK_ROWS`` messages decoded column by column) instead of events."""
         metas = {m.qualified: m for m in tables}
         blocks_after = blocks_after or {}
-        run = _Run()  # the messages of one table version waiting to be decoded as a block
+        runs: dict[str, _Run] = {}  # per table, its messages waiting to be decoded as blocks
+        undecided: list[str] = []  # tables whose run is not in blocks: decided again at the next transaction
         versions: dict[str, _Version] = {}  # the version in force per table (the planned one at first)
         relations: dict[int, tuple[str, _Version | None]] = {}  # relation OID -> (its table, version if captured)
         oids = self._oids(metas)
@@ -188,15 +191,19 @@ class SlotReader:
                 name, version = relations.get(_OID(payload, 1)[0], _NOT_CAPTURED)
                 if version is None:
                     continue
-                if run.version is not version:
-                    yield from run.flush(self)
+                run = runs.get(name)
+                if run is None or run.version is not version:
+                    if run is not None:
+                        yield from run.flush(self)
                     pos = BinlogPosition(first.seq, first.offset, position_row, first.file)
                     if versions.get(name) is not version:
                         if version.signature != self._planned(metas[name]).signature or name in versions:
                             yield SchemaVersion(version.meta, pos)
                         versions[name] = version
                     after_block = blocks_after.get(name)
-                    run.start(name, version, after_block is not None and pos > after_block)
+                    run = runs[name] = _Run(name, version, after_block is not None and pos > after_block)
+                    if not run.blocks:
+                        undecided.append(name)
                 if run.blocks:
                     run.add(payload, first, position_row, ts)
                     if len(run.payloads) >= BLOCK_ROWS:
@@ -212,13 +219,15 @@ class SlotReader:
                 first = change_position(final)
                 if first > upto:
                     break
-                if run.version is not None and not run.blocks:  # a block may start in this transaction
-                    run.version = None
+                for name in undecided:  # their blocks may start in this transaction
+                    del runs[name]
+                undecided.clear()
                 skip = first <= after  # and so is every row of it: ``after`` is a snapshot position
                 boundary = lsn_position(final)
                 continue
             if kind is not pgoutput.Commit:
-                yield from run.flush(self)  # the rows before a Relation, Truncate or Origin come first
+                for waiting in runs.values():  # the rows before a Relation, Truncate or Origin come first
+                    yield from waiting.flush(self)
             if kind is pgoutput.Relation:
                 name = f"{message.namespace or 'pg_catalog'}.{message.name}"
                 renamed = oids.get(message.oid)
@@ -242,7 +251,8 @@ class SlotReader:
                     if version is not None:
                         yield SchemaChange(name, "truncate", f"TRUNCATE {name} (in the WAL)", boundary, pos)
             # Commit, Origin, Type, LogicalMessage: nothing to emit (positions come from Begin)
-        yield from run.flush(self)
+        for run in runs.values():
+            yield from run.flush(self)
 
     def _planned(self, meta: TableMeta) -> _Version:
         version = self._planned_versions.get(meta.qualified)
