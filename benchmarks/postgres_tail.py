@@ -535,16 +535,21 @@ def continuous(server, work: Path, state: Path, sink: Path, args, results: dict,
 
 
 # ---- snapshot --------------------------------------------------------------------------------------------------
+def jdbc_jar() -> str | None:
+    """PostgreSQL's JDBC driver from Debian (``libpostgresql-jdbc-java``), installed when missing."""
+    jar = "/usr/share/java/postgresql.jar"
+    if not Path(jar).exists():
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "libpostgresql-jdbc-java"],
+                       check=False, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    return jar if Path(jar).exists() else None
+
+
 def bench_snapshot(server, work: Path, args, results: dict) -> None:
     out = results.setdefault("snapshot", {"rows": args.snapshot_rows, "runs": []})
     started = time.perf_counter()
     fill(server, "public.big", args.snapshot_rows)
     log(f"public.big: {args.snapshot_rows} rows in {time.perf_counter() - started:.1f}s")
-    jar = next((p for p in ("/usr/share/java/postgresql.jar",) if Path(p).exists()), None)
-    if jar is None:
-        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "libpostgresql-jdbc-java"],
-                       check=False, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-        jar = "/usr/share/java/postgresql.jar" if Path("/usr/share/java/postgresql.jar").exists() else None
+    jar = jdbc_jar()
     out["jdbc_jar"] = jar and os.path.realpath(jar)
     for r in range(args.repeat):
         run = {}
@@ -598,7 +603,8 @@ def bench_tpch(server, work: Path, args, results: dict) -> None:
 
     files = generate(args.tpch_scale)
     out = results.setdefault("tpch", {"scale": args.tpch_scale, "tables": {}})
-    jar = "/usr/share/java/postgresql.jar" if Path("/usr/share/java/postgresql.jar").exists() else None
+    jar = jdbc_jar()
+    out["jdbc_jar"] = jar and os.path.realpath(jar)
     server.sql("CREATE SCHEMA IF NOT EXISTS tpch", db="bench")
     for table in ("orders", "lineitem"):
         server.sql(SCHEMA[table].replace(" ENGINE=InnoDB", ""), db="bench")
