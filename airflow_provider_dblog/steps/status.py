@@ -58,7 +58,7 @@ def capture_status(state_dir: str, sink: str, tables: Sequence[str] | None = Non
 
     report = {}
     for name in names:
-        plan = plans.get(name) or state.table(name)  # (one line for a table not planned)
+        plan = state.table_of(plans, name)  # (one line for a table not planned)
         reports = state.reports(name)
         total = len(plan.chunks) if plan.startup.snapshots else 0
         planned = {c.id for c in plan.chunks}

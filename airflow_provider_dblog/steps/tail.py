@@ -194,11 +194,11 @@ def create_unread_tables(state: StateDir, sink: str, dialect, names: list[str]) 
     plans = state.tables()  # read once: on object storage each read of the plan is a request
 
     def create(name: str) -> None:
-        plan = plans.get(name) or state.table(name)
+        plan = state.table_of(plans, name)
         lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
         lake.changelog(), lake.current()
 
-    for_each_table(create, [name for name in names if not (plans.get(name) or state.table(name)).startup.snapshots])
+    for_each_table(create, [name for name in names if not state.table_of(plans, name).startup.snapshots])
 
 
 def reread_purged(state: StateDir, sink: str, dialect, names: list[str], offsets: dict, recorded: dict,
@@ -238,7 +238,7 @@ def finish_replans(state: StateDir, sink: str, dialect, names: list[str], offset
     wrong chunks. True when a table was finished."""
     done, plans = False, state.tables()
     for name in names:
-        plan = plans.get(name) or state.table(name)
+        plan = state.table_of(plans, name)
         ordered = sorted(plan.chunks, key=lambda c: c.id)
         if [c.hi for c in ordered[:-1]] == list(offsets[name].boundaries):
             continue
@@ -273,7 +273,7 @@ def bring_current_up_to_date(state: StateDir, sink: str, dialect, names: list[st
     plans = state.tables()  # read once: on object storage each read of the plan is a request
 
     def check(name: str) -> None:
-        plan = plans.get(name) or state.table(name)
+        plan = state.table_of(plans, name)
         lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
         lake.memory_bytes = memory_bytes
         behind = lake.current_behind()

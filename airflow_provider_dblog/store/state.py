@@ -144,6 +144,11 @@ class StateDir:
             raise DblogError(f"table {name} is not planned in {self.path}: planned are {', '.join(tables) or 'none'}")
         return tables[name]
 
+    def table_of(self, plans: dict[str, TablePlan], name: str) -> TablePlan:
+        """``name``'s plan from ``plans`` (a ``tables()`` read once for a loop over many tables: on object storage
+        each read is a request), with ``table``'s one-line error for a table not planned."""
+        return plans.get(name) or self.table(name)
+
     def batches(self) -> list[Batch]:
         return [Batch.from_dict(i, b) for i, b in enumerate(self.load_raw()["batches"])]
 
