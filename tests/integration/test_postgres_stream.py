@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_dblog.core.positions import position_lsn
+from airflow_provider_dblog.core.positions import lsn_position, position_lsn
 from airflow_provider_dblog.source.postgres.pgoutput import parse_lsn
 from airflow_provider_dblog.source.postgres.values import libpq_options
 from airflow_provider_dblog.store.state import StateDir
@@ -341,13 +341,15 @@ def test_replica_identity_and_settings_are_checked_in_one_line_before_anything_i
     assert dblog("drop", "--state", str(state))[0] == 0
 
 
-def assert_blocks_are_the_events_rows(pg, db, state: str, tables: list[str]) -> None:
+def assert_blocks_are_the_events_rows(pg, db, state: str, tables: list[str], later=None) -> None:
     """The slot's changes of ``tables`` after their snapshots read twice (peeked: nothing consumed): one by one as
     events, and with blocks allowed (``read_changes``' ``blocks_after``): per table the same changelog rows in the
-    same order, and blocks really were made for each (key changes still come as events)."""
+    same order, and blocks really were made for each (key changes still come as events). ``later``: a position
+    from which blocks are allowed in a third read (the transactions before it one by one)."""
     from airflow_provider_dblog.core.change_block import ChangeBlock
     from airflow_provider_dblog.core.config import SourceConfig
     from airflow_provider_dblog.core.events import ChangeEvent
+    from airflow_provider_dblog.core.schema_events import SchemaVersion
     from airflow_provider_dblog.source import open_dialect
     from airflow_provider_dblog.store.lake import block_rows, event_rows
 
@@ -359,9 +361,12 @@ def assert_blocks_are_the_events_rows(pg, db, state: str, tables: list[str]) -> 
     after = {t: offsets[t].max_hw.as_snapshot() for t in tables}
 
     def rows(blocks_after) -> tuple[dict[str, list], set]:
-        parts, kinds = {t: [] for t in tables}, set()
+        parts, kinds, versions = {t: [] for t in tables}, set(), dict(metas)
         for item in dialect.read_changes(start, end, list(metas.values()), blocks_after=blocks_after):
-            schema = dialect.arrow_schema(metas[item.table])
+            if isinstance(item, SchemaVersion):  # the rows after it are in its columns
+                versions[item.meta.qualified] = item.meta
+                continue
+            schema = dialect.arrow_schema(versions[item.table])
             if isinstance(item, ChangeBlock):
                 parts[item.table] += block_rows(item, [0] * len(item), schema).to_pylist()
                 kinds.add((item.table, ChangeBlock))
@@ -377,6 +382,9 @@ def assert_blocks_are_the_events_rows(pg, db, state: str, tables: list[str]) -> 
     for t in tables:
         assert len(with_blocks[t]) == len(one_by_one[t]) > 100
         assert nan_free(with_blocks[t]) == nan_free(one_by_one[t]), t
+    if later is not None:
+        late, kinds = rows({t: later for t in tables})
+        assert {(t, ChangeBlock) for t in tables} <= kinds and late == one_by_one
     dialect.close()
 
 
@@ -412,13 +420,25 @@ def test_blocks_of_interleaved_tables_are_their_events_rows(postgres, pg_db, tmp
                         cur.execute("DELETE FROM public.b WHERE id = %s", (i - 4,))
                 cur.execute("UPDATE public.a SET id = id + 100000 WHERE id = %s", (tx * 100 + 1,))
                 conn.commit()
+            # a column added between two changes of the same transaction (a Relation message inside it)
+            cur.execute("INSERT INTO public.a VALUES (1000, 'before', 1)")
+            cur.execute("ALTER TABLE public.a ADD COLUMN extra int")
+            cur.execute("INSERT INTO public.a VALUES (1001, 'after', 2, 7)")
+            cur.execute("INSERT INTO public.b VALUES (1000, now(), true)")
+            conn.commit()
+            cur.execute("SELECT pg_current_wal_lsn()::text")
+            later = lsn_position(parse_lsn(cur.fetchone()[0]))
+            for i in range(2000, 2100):
+                cur.execute("INSERT INTO public.a VALUES (%s, 'x', 1, %s)", (i, i))
+                cur.execute("INSERT INTO public.b VALUES (%s, now(), false)", (i,))
+            conn.commit()
     finally:
         conn.close()
-    assert_blocks_are_the_events_rows(pg, db, state, ["public.a", "public.b"])
+    assert_blocks_are_the_events_rows(pg, db, state, ["public.a", "public.b"], later=later)
     code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
     assert code == 0, err
-    assert assert_lake_equals_source(pg, db, sink, "public.a", ["id", "v", "n"]) == 400
-    assert assert_lake_equals_source(pg, db, sink, "public.b", ["id", "at", "ok"]) == 360
+    assert assert_lake_equals_source(pg, db, sink, "public.a", ["id", "v", "n", "extra"]) == 502
+    assert assert_lake_equals_source(pg, db, sink, "public.b", ["id", "at", "ok"]) == 461
     for table in ("public.a", "public.b"):
         assert_replay_equals_current(sink, table)
     assert dblog("drop", "--state", state)[0] == 0

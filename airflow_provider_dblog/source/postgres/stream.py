@@ -30,16 +30,16 @@ from typing import Iterator, Mapping, Sequence
 
 import psycopg2
 
-from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.change_block import ChangeBlock
+from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import BinlogPosition, encode_position, lsn_position, position_lsn
 from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.postgres import pgoutput
 from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
-from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, decode_blocks
+from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name
 from airflow_provider_dblog.source.postgres.slot import BUSY_RETRY_SECONDS
@@ -220,7 +220,7 @@ class SlotReader:
                 if first > upto:
                     break
                 for name in undecided:  # their blocks may start in this transaction
-                    del runs[name]
+                    runs.pop(name, None)
                 undecided.clear()
                 skip = first <= after  # and so is every row of it: ``after`` is a snapshot position
                 boundary = lsn_position(final)
