@@ -75,6 +75,8 @@ class TableChangeReader:
         self._boundary_sort_keys = None
 
     def chunks_of(self, keys: Sequence[tuple]) -> list[int]:
+        if not self.offsets.boundaries:  # one chunk: every key is in it
+            return [0] * len(keys)
         if self._boundary_sort_keys is None:
             self._boundary_sort_keys = self.dialect.sort_keys(self.meta, list(self.offsets.boundaries))
         return [locate(sk, self._boundary_sort_keys) for sk in self.dialect.sort_keys(self.meta, keys)]
