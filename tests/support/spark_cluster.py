@@ -29,8 +29,9 @@ def spark_home() -> Path:
 class SparkCluster:
     root: Path
     hidden: Path  # the worker sees an empty tmpfs here
-    cores: int = 2
-    memory: str = "2g"
+    cores: int = 2  # per worker
+    memory: str = "2g"  # per worker
+    workers: int = 1
     env: dict = field(default_factory=dict)  # the worker's environment beside ours (e.g. S3 credentials)
     processes: list = field(default_factory=list, repr=False)
     port: int = 0
@@ -60,10 +61,12 @@ class SparkCluster:
         self._spawn("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
                                str(self.port), "--webui-port", str(_free_port())])
         self._wait_for("master", "Starting Spark master")
-        self._spawn("worker", ["org.apache.spark.deploy.worker.Worker", self.master, "--host", "127.0.0.1",
+        for i in range(self.workers):
+            name = "worker" if i == 0 else f"worker-{i}"
+            self._spawn(name, ["org.apache.spark.deploy.worker.Worker", self.master, "--host", "127.0.0.1",
                                "--cores", str(self.cores), "--memory", self.memory, "--webui-port",
                                str(_free_port()), "--work-dir", str(self.root / "work")], private=True)
-        self._wait_for("worker", "Successfully registered with master")
+            self._wait_for(name, "Successfully registered with master")
         return self
 
     def _wait_for(self, name: str, line: str, seconds: float = 90) -> None:
