@@ -139,9 +139,9 @@ def test_key_bounds_are_cast_to_the_column_types_and_compared_by_postgresql():
                      key=("tenant", "at"))
     at = dt.datetime(2024, 1, 1, 0, 0, 1, 5, tzinfo=dt.timezone.utc)
     where, params = range_condition(composite, ("a", at), ("b%", at))
-    assert where == ('("tenant", "at") >= (%s::text, %s::timestamp with time zone) AND '
-                     '("tenant", "at") < (%s::text, %s::timestamp with time zone)')
-    assert params == ["a", "2024-01-01T00:00:01.000005+00:00", "b%", "2024-01-01T00:00:01.000005+00:00"]
+    assert where == ('("tenant", "at") >= (%s::text, %s::timestamp with time zone) AND "tenant" >= %s::text AND '
+                     '("tenant", "at") < (%s::text, %s::timestamp with time zone) AND "tenant" <= %s::text')
+    assert params == ["a", "2024-01-01T00:00:01.000005+00:00", "a", "b%", "2024-01-01T00:00:01.000005+00:00", "b%"]
     assert range_condition(composite, None, None) == ("TRUE", [])
     select, params = snapshot_sql(meta(col("id", 20, column_type="bigint"), col('we"ird%', 25)),
                                   ChunkRange(3, (10,), None))

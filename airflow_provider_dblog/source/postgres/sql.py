@@ -63,10 +63,21 @@ def key_bound(meta: TableMeta, key: Key) -> tuple[str, list[str]]:
     return sql, [key_text(v) for v in key]
 
 
+_LEADING = {">": ">=", ">=": ">=", "<": "<=", "<=": "<="}
+
+
 def compare(meta: TableMeta, op: str, key: Key) -> tuple[str, list[str]]:
-    """``key_columns <op> key``, compared by PostgreSQL."""
+    """``key_columns <op> key``, compared by PostgreSQL. A composite key's row comparison also bounds its leading
+    column (``(a, b) >= (x, y) AND a >= x``: implied, so the rows are the same): PostgreSQL estimates a row
+    comparison badly and reads a chunk of TPC-H ``lineitem`` by a bitmap scan that rechecks it, ≈3× the server
+    time of the index range the leading bound gives it (measured: 61 chunks, 23-25 s against 7.9-8.7 s)."""
     bound, params = key_bound(meta, key)
-    return f"{key_columns_sql(meta)} {op} {bound}", params
+    sql = f"{key_columns_sql(meta)} {op} {bound}"
+    if len(meta.key_columns) > 1:
+        first = meta.key_columns[0]
+        sql += f" AND {quote_ident(first)} {_LEADING[op]} %s::{meta.column(first).column_type}"
+        params = [*params, params[0]]
+    return sql, params
 
 
 def range_condition(meta: TableMeta, lo: Key | None, hi: Key | None) -> tuple[str, list[str]]:
