@@ -195,7 +195,7 @@ class SlotReader:
                 if run is None or run.version is not version:
                     if run is not None:
                         yield from run.flush(self)
-                    pos = BinlogPosition(first.seq, first.offset, position_row, first.file)
+                    pos = first.with_row(position_row)
                     if versions.get(name) is not version:
                         if version.signature != self._planned(metas[name]).signature or name in versions:
                             yield SchemaVersion(version.meta, pos)
@@ -209,7 +209,7 @@ class SlotReader:
                     if len(run.payloads) >= BLOCK_ROWS:
                         yield from run.flush(self)
                     continue
-                pos = BinlogPosition(first.seq, first.offset, position_row, first.file)  # change_position(final, row)
+                pos = first.with_row(position_row)  # change_position(final, row)
                 yield from self._row_events(name, version, tag, payload, pos, ts)
                 continue
             message = pgoutput.decode(payload)
