@@ -222,3 +222,16 @@ def test_a_key_change_in_a_run_leaves_the_plain_messages_around_it_in_blocks():
                                          [FIRST.with_row(2 * i).encode() for i in range(n)], [0] * n)
     assert [p if isinstance(p, range) else (p.first.row // 2, len(p)) for p in pieces] == [
         (0, 40), range(40, 41), (41, 40), range(81, 88), (88, 40)]  # 5 plain messages between: one by one
+
+
+def test_a_run_is_full_at_its_message_count_or_its_bytes():
+    """Large values (documents of 100 kB) make short runs: the decoder's gather index (8 bytes per value byte)
+    stays bounded by ``BLOCK_BYTES``, not by ``BLOCK_ROWS`` times the largest message."""
+    from airflow_provider_dblog.source.postgres.stream import BLOCK_BYTES, BLOCK_ROWS, _Run
+
+    small, big = _Run("public.t", _Version(meta_of([(V.TEXT, -1)])), True), _Run("public.t", None, True)
+    assert not any(small.add(b"x" * 100, FIRST, i, 0) for i in range(BLOCK_ROWS - 1))
+    assert small.add(b"x" * 100, FIRST, BLOCK_ROWS - 1, 0)
+    document = b"x" * 100_000
+    fills = [big.add(document, FIRST, i, 0) for i in range(BLOCK_BYTES // len(document) + 1)]
+    assert fills[-1] and not any(fills[:-1]) and big.bytes >= BLOCK_BYTES

@@ -48,6 +48,7 @@ from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 log = logging.getLogger("dblog")
 FETCH_ROWS = 5000  # messages per round trip of the server-side cursor
 BLOCK_ROWS = 10_000  # row messages per ChangeBlock
+BLOCK_BYTES = 8 << 20  # and their bytes: the block decoder gathers a column's values through an 8-byte index per byte
 _UPDATE = ord("U")
 _ROW_TAGS = frozenset((ord("I"), _UPDATE, ord("D")))
 _OID = struct.Struct("!I").unpack_from
@@ -78,16 +79,20 @@ class _Run:
         self.name, self.version, self.blocks = name, version, blocks
         self.payloads: list[bytes] = []
         self.rows: list[tuple[BinlogPosition, int, int]] = []  # per message: its transaction's first position, row, ts
+        self.bytes = 0
 
-    def add(self, payload: bytes, first: BinlogPosition, row: int, ts: int) -> None:
+    def add(self, payload: bytes, first: BinlogPosition, row: int, ts: int) -> bool:
+        """Collect one message; True when the run is full (``BLOCK_ROWS`` messages or ``BLOCK_BYTES``)."""
         self.payloads.append(payload)
         self.rows.append((first, row, ts))
+        self.bytes += len(payload)
+        return len(self.payloads) >= BLOCK_ROWS or self.bytes >= BLOCK_BYTES
 
     def flush(self, reader: "SlotReader") -> list[ChangeBlock | ChangeEvent]:
         """The collected messages as blocks, and as events those the block decoder leaves (``decode_blocks``)."""
         if not self.payloads:
             return []
-        payloads, rows, self.payloads, self.rows = self.payloads, self.rows, [], []
+        payloads, rows, self.payloads, self.rows, self.bytes = self.payloads, self.rows, [], [], 0
         out: list[ChangeBlock | ChangeEvent] = []
         if len(payloads) < MIN_BLOCK:  # a block's array work costs more than a few messages one by one
             pieces: list = [range(len(payloads))]
@@ -172,7 +177,7 @@ class SlotReader:
         """Row changes of ``tables`` with ``start < position <= end`` (as ``BinlogPosition`` s), each after the
         ``SchemaVersion`` it was decoded with when that is not the planned one, and TRUNCATE / RENAME as schema
         changes, in commit order. A table's changes after ``blocks_after[table]`` may come as ``ChangeBlock`` s
-        (runs of up to ``BLOCK_ROWS`` messages decoded column by column) instead of events."""
+        (runs of up to ``BLOCK_ROWS`` messages or ``BLOCK_BYTES`` decoded column by column) instead of events."""
         metas = {m.qualified: m for m in tables}
         blocks_after = blocks_after or {}
         runs: dict[str, _Run] = {}  # per table, its messages waiting to be decoded as blocks
@@ -205,8 +210,7 @@ class SlotReader:
                     if not run.blocks:
                         undecided.append(name)
                 if run.blocks:
-                    run.add(payload, first, position_row, ts)
-                    if len(run.payloads) >= BLOCK_ROWS:
+                    if run.add(payload, first, position_row, ts):
                         yield from run.flush(self)
                     continue
                 pos = first.with_row(position_row)  # change_position(final, row)
