@@ -107,15 +107,21 @@ def _decode(table, meta, payloads, first, positions, ts_ms) -> ChangeBlock:
     bad |= np.where(has_new, new_end, old_end) != starts + lengths  # trailing bytes
     types = [values.arrow_type(c.type_oid or 0, -1 if c.typmod is None else c.typmod) for c in meta.columns]
     keys = [meta.column_names.index(k) for k in meta.key_columns]
+    decoded: dict[tuple[int, bool], pa.Array] = {}  # (column, old image) -> its values, each column decoded once
+
+    def column(i: int, old_image: bool) -> pa.Array:
+        if (i, old_image) not in decoded:
+            decoded[i, old_image] = _column(data, meta.columns[i], types[i], (old if old_image else new)[i])
+        return decoded[i, old_image]
+
     if np.any(updated_old & ~bad):  # REPLICA IDENTITY FULL: a key change is a delete and an insert (``row_change``)
         for i in keys:
-            same = pc.equal(_column(data, meta.columns[i], types[i], old[i]),
-                            _column(data, meta.columns[i], types[i], new[i])).fill_null(False)
+            same = pc.equal(column(i, True), column(i, False)).fill_null(False)
             bad |= updated_old & ~same.to_numpy(zero_copy_only=False)
     if np.any(bad):
         raise _Uncommon(~bad)
-    new_values = [_column(data, c, t, spans) for c, t, spans in zip(meta.columns, types, new)]
-    old_values = [_column(data, c, t, spans) for c, t, spans in zip(meta.columns, types, old)]
+    new_values = [column(i, False) for i in range(ncols)]
+    old_values = [column(i, True) for i in range(ncols)]
     new_mask = pa.array(has_new)
     images = [pc.if_else(new_mask, a, b) for a, b in zip(new_values, old_values)]
     # the before image: the old row, or (an Update without one) the key of the new row, or null (an Insert)
