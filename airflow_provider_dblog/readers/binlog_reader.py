@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
@@ -81,6 +82,18 @@ class TableChangeReader:
             self._boundary_sort_keys = self.dialect.sort_keys(self.meta, list(self.offsets.boundaries))
         return [locate(sk, self._boundary_sort_keys) for sk in self.dialect.sort_keys(self.meta, keys)]
 
+    def chunks_of_block(self, block: ChangeBlock) -> Sequence[int] | np.ndarray:
+        """Each row's chunk: by a binary search over the boundaries when the key is one integer column
+        (integers order alike in every database), else as ``chunks_of``."""
+        key = self.meta.key_columns
+        if len(key) == 1 and self.offsets.boundaries:
+            values = block.images.field(key[0])
+            bounds = [b[0] if isinstance(b, (tuple, list)) and len(b) == 1 else None for b in self.offsets.boundaries]
+            if (pa.types.is_integer(values.type) and values.null_count == 0
+                    and all(type(b) is int for b in bounds)):
+                return np.searchsorted(np.array(bounds, np.int64), values.to_numpy(), side="right")
+        return self.chunks_of(block.keys(key))
+
     def emitted(self, events: Sequence[ChangeEvent]) -> tuple[list[ChangeEvent], list[int]]:
         """The events to write and each one's chunk (every stream row carries its key's chunk, so that
         a later rerun of that chunk supersedes it)."""
@@ -108,8 +121,7 @@ class _Pending:
         if not (block.first > self.floor and self.reader.offsets.should_emit(block.first)):
             raise RuntimeError(f"a block of {block.table} at {block.first}, before its floor or largest high watermark: "
                                f"the source ignored blocks_after; report it")
-        chunks = self.reader.chunks_of(block.keys(self.stream.meta.key_columns))
-        return block_rows(block, chunks, self.schema).to_batches()
+        return block_rows(block, self.reader.chunks_of_block(block), self.schema).to_batches()
 
 
 class ChangeReader:

@@ -16,6 +16,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import BinlogPosition
@@ -24,11 +25,15 @@ from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTlsConnection, binlog_status_sql
 from airflow_provider_dblog.source.mysql import compressed
-from airflow_provider_dblog.source.mysql.rows import RowImages, full_image, has_column_names
+from airflow_provider_dblog.source.mysql.block_decoder import MIN_EVENTS, RowsEvent, block_layout, decode_run
+from airflow_provider_dblog.source.mysql.rows import (
+    ByColumns, RowDecoder, RowImages, body_of, decode_rows, full_image, has_column_names,
+)
 from airflow_provider_dblog.source.mysql.schema import SERVER_CONFIG_FIX
 from airflow_provider_dblog.source.mysql.types import arrow_schema, binlog_converter
 
 MAX_SCAN_EVENTS = 50_000
+BLOCK_RUN_BYTES = 4 << 20  # row images of one table gathered before they are decoded as blocks
 SCAN_PAGE = 10_000
 _TABLE_MAP = re.compile(r"\((?P<name>.*)\)\s*$")
 
@@ -266,12 +271,15 @@ class BinlogStream:
         )
 
     def items(self, start: BinlogPosition, end: BinlogPosition | None, tables: Sequence[TableMeta],
-              extra_tables: Sequence[str] = (), share: tuple[int, int] = (0, 1)
+              extra_tables: Sequence[str] = (), share: tuple[int, int] = (0, 1),
+              blocks_after: Mapping[str, BinlogPosition] | None = None
               ) -> Iterator[tuple[str, BinlogPosition, object]]:
         """For ``start < pos <= end``: ("row", pos, (table, before, after, ts)), ("commit", pos, None),
         ("schema", pos, SchemaVersion) before the first row of ``tables`` decoded with other columns than
         the version before (the planned one at first), and ("ddl", pos, SchemaChange) for a DDL statement
-        naming one of ``tables``.
+        naming one of ``tables``. Rows events of a table after ``blocks_after[table]`` may come as ("block",
+        pos, ChangeBlock): runs of them decoded column by column (``block_decoder``), in order among its
+        table's other items.
 
         Row images of ``tables`` hold the lake's values; those of ``extra_tables`` the library's.
         ``share=(k, n)`` decodes only every n-th rows event from the k-th on: n readers of the same range
@@ -284,6 +292,7 @@ class BinlogStream:
         versions = dict(metas)
         wanted = set(metas) | set(extra_tables)
         images = RowImages(metas, row_converter)
+        runs = _Runs(blocks_after or {}, versions)
         boundary = start  # the last transaction end seen: where a DDL statement starts
         self.gtids = {}
         stream = self._stream(start, [t.split(".")[0] for t in wanted], [t.split(".", 1)[1] for t in wanted])
@@ -294,7 +303,7 @@ class BinlogStream:
                     continue  # a rotate's log_pos belongs to the file it closes, log_file is already the next
                 pos = self.client.position(stream.log_file, log_pos)
                 if end is not None and pos > end.as_snapshot():
-                    return
+                    break
                 if pos <= start.as_snapshot():
                     continue
                 statement = None
@@ -317,6 +326,7 @@ class BinlogStream:
                             raise DblogError(f"a compressed rows event of {qualified} at {pos}: dblog decodes "
                                              f"compressed events of captured tables only; {COMPRESSION_FIX}")
                         check_rows_event(qualified, rows.kind, table.columns, rows.full, pos)
+                        yield from runs.flush(qualified)
                         decoded = images.of_compressed(table, qualified, rows.rows, 2 if rows.kind == "update" else 1)
                         yield from self._rows(images.meta_of(table, qualified), versions, rows.kind, decoded,
                                               pos, int(event.timestamp) * 1000)
@@ -339,6 +349,8 @@ class BinlogStream:
                         continue
                     if part == 0:
                         changes = schema_changes(default_db, query, boundary, pos, metas)
+                        if changes:
+                            yield from runs.flush()
                         yield from (("ddl", pos, change) for change in changes)
                         if not changes:
                             refuse_statement_dml(default_db, query, pos, metas)
@@ -359,9 +371,16 @@ class BinlogStream:
                     if qualified in metas:
                         check_rows_event(qualified, kind, event.columns, full_image(event), pos)
                         meta = images.meta_of(event, qualified)
+                        if runs.takes(qualified, pos):
+                            added = runs.add(event, meta, images.decoder(event, meta), kind, pos)
+                            if added is not None:
+                                yield from added
+                                continue
+                        yield from runs.flush(qualified)
                     decoded = images.of(event, qualified, ("before_values", "after_values") if kind == "update"
                                         else ("values",))
                     yield from self._rows(meta, versions, kind, decoded, pos, int(event.timestamp) * 1000, qualified)
+            yield from runs.flush()
         except pymysql.MySQLError as exc:
             if exc.args and exc.args[0] == 1236:
                 ensure_available(self.client, start)
@@ -386,12 +405,16 @@ class BinlogStream:
             yield "row", BinlogPosition(seq, offset, i, file), (qualified, before, after, ts)
 
     def changes(self, start: BinlogPosition, end: BinlogPosition | None, tables: Sequence[TableMeta],
-                share: tuple[int, int] = (0, 1)) -> Iterator[ChangeEvent | SchemaVersion | SchemaChange]:
+                share: tuple[int, int] = (0, 1), blocks_after: Mapping[str, BinlogPosition] | None = None
+                ) -> Iterator[ChangeEvent | ChangeBlock | SchemaVersion | SchemaChange]:
         """Row changes of ``tables``, each after the ``SchemaVersion`` it was decoded with (when that is
-        not the planned one), and the DDL statements naming them, in binlog order."""
+        not the planned one), and the DDL statements naming them, in binlog order; past
+        ``blocks_after[table]`` runs of a table's changes may come as ``ChangeBlock`` s."""
         keys = {m.qualified: m.key_columns for m in tables}
-        for kind, pos, payload in self.items(start, end, tables, share=share):
-            if kind == "row":
+        for kind, pos, payload in self.items(start, end, tables, share=share, blocks_after=blocks_after):
+            if kind == "block":
+                yield payload
+            elif kind == "row":
                 name, before, after, ts = payload
                 yield from row_change(name, pos, keys[name], before, after, ts)
             elif kind == "schema":
@@ -399,6 +422,67 @@ class BinlogStream:
                 yield payload
             elif kind == "ddl":
                 yield payload
+
+
+class _Runs:
+    """Rows events of each table past its ``blocks_after`` position, gathered while their layout stays the same
+    and decoded as blocks when the run ends (another layout, a DDL statement, an event read one by one, the
+    run's size, the end of the read). Items of one table stay in binlog order; tables need no order between
+    them."""
+
+    def __init__(self, blocks_after: Mapping[str, BinlogPosition], versions: dict[str, TableMeta]):
+        self.after = {name: pos for name, pos in blocks_after.items()}
+        self.versions = versions
+        self.runs: dict[str, tuple[TableMeta, list, RowDecoder, list[RowsEvent]]] = {}
+        self.sizes: dict[str, int] = {}
+        self._layouts = ByColumns()  # the block layout of a table map's columns, or None
+
+    def takes(self, table: str, pos: BinlogPosition) -> bool:
+        after = self.after.get(table)
+        return after is not None and pos.with_row(0) > after
+
+    def add(self, event, meta: TableMeta, decoder: RowDecoder | None, kind: str, pos: BinlogPosition) -> list | None:
+        """Add a rows event to its table's run: the items to yield before it (an ended run, a new version), or
+        None when it cannot be read column by column (the caller decodes it one by one)."""
+        body = body_of(event) if decoder is not None else None
+        if body is None:
+            return None
+        specs = self._layouts.get(event.columns, lambda: block_layout(event.columns, meta))
+        if specs is None:
+            return None
+        table = meta.qualified
+        out: list = []
+        run = self.runs.get(table)
+        if run is not None and run[0] is not meta:
+            out.extend(self.flush(table))
+            run = None
+        if meta is not self.versions[table]:
+            self.versions[table] = meta
+            out.append(("schema", pos, SchemaVersion(meta, pos)))
+        if run is None:
+            run = self.runs[table] = (meta, specs, decoder, [])
+            self.sizes[table] = 0
+        run[3].append(RowsEvent(body[0], body[1], body[2], kind, pos, int(event.timestamp) * 1000))
+        self.sizes[table] += body[2] - body[1]
+        if self.sizes[table] >= BLOCK_RUN_BYTES:
+            out.extend(self.flush(table))
+        return out
+
+    def flush(self, table: str | None = None) -> Iterator[tuple[str, BinlogPosition, object]]:
+        """The items of ``table``'s run (every table's when None), which ends here."""
+        for name in ([table] if table is not None else list(self.runs)):
+            run = self.runs.pop(name, None)
+            if run is None:
+                continue
+            meta, specs, decoder, events = run
+            pieces = decode_run(name, meta, specs, events) if len(events) >= MIN_EVENTS else [range(len(events))]
+            for piece in pieces:
+                if isinstance(piece, ChangeBlock):
+                    yield "block", piece.first, piece
+                    continue
+                for e in (events[i] for i in piece):
+                    decoded = decode_rows(decoder, e.body, e.start, e.end, 2 if e.kind == "update" else 1)
+                    yield from BinlogStream._rows(meta, self.versions, e.kind, decoded, e.pos, e.ts_ms)
 
 
 def schema_changes(default_db: str, statement: str, start: BinlogPosition, pos: BinlogPosition,

@@ -156,7 +156,7 @@ class MySqlDialect:
     def read_changes(self, start: BinlogPosition, end: BinlogPosition | None,
                      tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1),
                      blocks_after: Mapping[str, BinlogPosition] | None = None) -> Iterator[ChangeEvent]:
-        return self.stream.changes(start, end, tables, share)  # events only: the binlog's decoder is per row
+        return self.stream.changes(start, end, tables, share, blocks_after)
 
     def commit_after(self, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
         return binlog.commit_after(self.client, start, max_events)

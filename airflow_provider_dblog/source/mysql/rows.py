@@ -273,8 +273,34 @@ def decode_rows(decoder: RowDecoder, buf: bytes, p: int, end: int, images: int) 
     return rows
 
 
-def _layout(columns: Sequence) -> tuple:
+class ByColumns:
+    """Values computed from a table map's list of columns, kept per list object: the library shares one list among
+    the rows events after a table map, so a run of them computes the value once (the list is kept alive here, so
+    its identity is not reused while it is known)."""
+
+    def __init__(self, limit: int = 1024):
+        self.limit, self._items = limit, {}
+
+    def get(self, columns: Sequence, compute: Callable[[], object]):
+        known = self._items.get(id(columns))
+        if known is not None and known[0] is columns:
+            return known[1]
+        value = compute()
+        if len(self._items) >= self.limit:
+            self._items.clear()
+        self._items[id(columns)] = (columns, value)
+        return value
+
+
+_LAYOUTS = ByColumns()
+
+
+def layout_of(columns: Sequence) -> tuple:
     """What a decoder and the table's version depend on in a table map's columns."""
+    return _LAYOUTS.get(columns, lambda: _layout(columns))
+
+
+def _layout(columns: Sequence) -> tuple:
     return tuple((c.name, c.type, getattr(c, "unsigned", False), getattr(c, "max_length", None),
                   getattr(c, "length_size", None), getattr(c, "precision", None), getattr(c, "decimals", None),
                   getattr(c, "fsp", None), getattr(c, "size", None), getattr(c, "bytes", None),
@@ -294,11 +320,15 @@ class RowImages:
         self.metas = metas
         self.converter = converter
         self._versions: dict[tuple, TableMeta] = {}
+        self._metas, self._decoders = ByColumns(), ByColumns()
         self._converters: dict[TableMeta, Callable] = {}
 
     def meta_of(self, event, qualified: str) -> TableMeta:
         """The table's version of this event's table map (the planned meta while nothing changed)."""
-        layout = (qualified, _layout(event.columns))
+        return self._metas.get(event.columns, lambda: self._meta_of(event, qualified))
+
+    def _meta_of(self, event, qualified: str) -> TableMeta:
+        layout = (qualified, layout_of(event.columns))
         meta = self._versions.get(layout)
         if meta is None:
             planned = self.metas[qualified]
@@ -308,9 +338,13 @@ class RowImages:
             self._versions[layout] = meta
         return meta
 
+    def decoder(self, event, meta: TableMeta) -> RowDecoder | None:
+        """The compiled decoder of the event's table map (``meta``: its ``meta_of``), or None."""
+        return self._decoders.get(event.columns, lambda: self._decoder(event, meta))
+
     def _decoder(self, event, meta: TableMeta) -> RowDecoder | None:
         """By layout: the library builds new column objects for every table map event."""
-        layout = (meta, _layout(event.columns))
+        layout = (meta, layout_of(event.columns))
         if layout not in _DECODERS:
             _DECODERS[layout] = compile_row_decoder(event.columns, meta)
         return _DECODERS[layout]
@@ -319,7 +353,7 @@ class RowImages:
         """Each row's images of a compressed rows event (``count``: 1, or 2 for updates), decoded from
         ``images`` with its table map's columns (``table_map``: the library's ``Table``); only a
         compiled decoder reads them (the library never saw these bytes)."""
-        decoder = self._decoder(table_map, self.meta_of(table_map, qualified))
+        decoder = self.decoder(table_map, self.meta_of(table_map, qualified))
         if decoder is None:
             raise DblogError(f"a compressed rows event of {qualified} holds a column type dblog's decoder does not "
                              f"read: SET GLOBAL log_bin_compress=OFF (then re-snapshot {qualified})")
@@ -330,15 +364,15 @@ class RowImages:
         if qualified not in self.metas:  # not a planned table (the watermark table): the library's values
             return [tuple(row[k] for k in keys) for row in event.rows]
         meta = self.meta_of(event, qualified)
-        decoder = self._decoder(event, meta)
-        body = _body(event) if decoder is not None else None
+        decoder = self.decoder(event, meta)
+        body = body_of(event) if decoder is not None else None
         if body is not None:
             return decode_rows(decoder, *body, len(keys))
         convert = self._converters.get(meta) or self._converters.setdefault(meta, self.converter(meta))
         return [tuple(convert(row[k]) for k in keys) for row in event.rows]
 
 
-def _body(event) -> tuple[bytes, int, int] | None:
+def body_of(event) -> tuple[bytes, int, int] | None:
     """(buffer, start, end) of the row images of a library event not read yet, or None when the
     event is not a plain full-image one (a partial JSON update, a columns-present bitmap with gaps)."""
     # private fields of python-mysql-replication 1.0.17 (pinned in pyproject; tests/integration/test_row_decoder.py)

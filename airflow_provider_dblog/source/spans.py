@@ -1,0 +1,80 @@
+"""Values found at byte spans of one buffer, read for many rows at once (the column-by-column decoders').
+
+A column-by-column decoder (``postgres/block_decoder``, ``mysql/block_decoder``) first finds, for every row of a
+run, where each column's value lies in the run's bytes: a start, a length and whether the value is there at all.
+These functions turn such spans into numpy integers or one Arrow binary array without a Python object per value.
+The buffer must hold a few zero bytes past its last span (``PAD``): a fixed-width read at a missing value's start
+stays inside it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+PAD = 16  # zero bytes after the last value: every fixed-width read (at most 16 bytes) stays in the buffer
+
+
+def gather(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """The ``width`` bytes at each of ``starts``: an (n, width) uint8 array."""
+    return data[starts[:, None] + np.arange(width, dtype=np.int64)]
+
+
+def little_endian(data: np.ndarray, starts: np.ndarray, width: int, signed: bool = False) -> np.ndarray:
+    """The little-endian integer of ``width`` bytes (1-8) at each of ``starts``, as int64 (uint64 for an
+    unsigned 8-byte one)."""
+    raw = gather(data, starts, width)
+    if width in (1, 2, 4, 8):
+        values = np.ascontiguousarray(raw).view(f"<{'i' if signed else 'u'}{width}")[:, 0]
+        return values if width == 8 and not signed else values.astype(np.int64)
+    wide = np.zeros((len(starts), 8), np.uint8)
+    wide[:, :width] = raw
+    values = wide.view("<i8")[:, 0]
+    if signed:
+        sign = np.int64(1) << np.int64(8 * width - 1)
+        values = (values ^ sign) - sign
+    return values
+
+
+def big_endian(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """The big-endian unsigned integer of ``width`` bytes (0-7) at each of ``starts``, as int64."""
+    if width == 0:
+        return np.zeros(len(starts), np.int64)
+    wide = np.zeros((len(starts), 8), np.uint8)
+    wide[:, 8 - width:] = gather(data, starts, width)
+    return wide.view(">i8")[:, 0].astype(np.int64)
+
+
+def binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray) -> pa.Array | None:
+    """One Arrow binary array of the spans (null where not ``valid``); None past 2 GB of values (a 32-bit
+    offsets array cannot hold them)."""
+    n = len(starts)
+    lengths = np.where(valid, lengths, 0).astype(np.int64)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    if total >= 1 << 31:
+        return None
+    index = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - starts, lengths)
+    valid = np.asarray(valid, bool)
+    return pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(np.packbits(valid, bitorder="little")),
+                                                 pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data[index])],
+                                 null_count=n - int(np.count_nonzero(valid)))
+
+
+def fixed_strings(prefixes: list[bytes], which: np.ndarray, suffixes: np.ndarray) -> pa.Array:
+    """Strings of equal width: ``prefixes[which[i]]`` followed by the bytes ``suffixes[i]`` (an (n, k) uint8
+    array), as one Arrow string array (positions of a block's rows: the event's part, then the row's)."""
+    n = len(which)
+    head = np.frombuffer(b"".join(prefixes), np.uint8).reshape(len(prefixes), -1) if prefixes else \
+        np.zeros((0, 0), np.uint8)
+    rows = np.concatenate([head[which], suffixes], axis=1) if n else np.zeros((0, 0), np.uint8)
+    width = rows.shape[1] if n else 0
+    offsets = (np.arange(n + 1, dtype=np.int64) * width).astype(np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(rows.tobytes())])
+
+
+def decimal_digits(values: np.ndarray, digits: int) -> np.ndarray:
+    """The ``digits`` decimal digits of non-negative ``values`` as ASCII, zero-padded: an (n, digits) uint8
+    array."""
+    powers = np.int64(10) ** np.arange(digits - 1, -1, -1, dtype=np.int64)
+    return ((values[:, None] // powers) % 10 + ord("0")).astype(np.uint8)
