@@ -131,75 +131,79 @@ def _spec(tm, col: Column) -> ColumnSpec | None:
 
 
 # ---- where each value lies -----------------------------------------------------------------------------------
-def _image(data: np.ndarray, cur: np.ndarray, specs: Sequence[ColumnSpec]):
-    """One row image at each of ``cur``: per column (start, length, present), and the offsets after it."""
-    bitmap = cur
-    cur = cur + (len(specs) + 7) // 8
-    columns = []
+def _groups(specs: Sequence[ColumnSpec]) -> list[tuple[int, int, np.ndarray | int]]:
+    """The columns as groups the walk advances through at once: (first, end, widths) for consecutive fixed-width
+    columns, (column, column + 1, -prefix) for a length-prefixed one."""
+    groups: list = []
     for j, spec in enumerate(specs):
-        present = ((data[bitmap + (j >> 3)] >> (j & 7)) & 1) == 0
-        if spec.width:
-            columns.append((cur, spec.width, present))
-            cur = cur + present * spec.width
+        if spec.width and groups and not isinstance(groups[-1][2], int):
+            first, _, widths = groups[-1]
+            groups[-1] = (first, j + 1, np.append(widths, spec.width))
+        elif spec.width:
+            groups.append((j, j + 1, np.array([spec.width], np.int64)))
         else:
-            length = spans.little_endian(data, cur, spec.prefix) * present
-            columns.append((cur + spec.prefix, length, present))
-            cur = cur + present * (spec.prefix + length)
-    return columns, cur
+            groups.append((j, j + 1, -spec.prefix))
+    return groups
+
+
+def _image(data: np.ndarray, cur: np.ndarray, ncols: int, groups) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                           np.ndarray]:
+    """One row image at each of ``cur``: (starts, lengths, present) of every column, (n, ncols) each, and the
+    offsets after the images."""
+    n = len(cur)
+    bitmap = (ncols + 7) // 8
+    present = np.unpackbits(spans.gather(data, cur, bitmap), axis=1, bitorder="little")[:, :ncols] == 0
+    cur = cur + bitmap
+    starts, lengths = np.empty((n, ncols), np.int64), np.empty((n, ncols), np.int64)
+    for first, end, widths in groups:
+        if isinstance(widths, int):  # a length-prefixed value
+            prefix, there = -widths, present[:, first]
+            if prefix == 1:
+                length = data[cur].astype(np.int64)
+            elif prefix == 2:
+                length = data[cur].astype(np.int64) | (data[cur + 1].astype(np.int64) << 8)
+            else:
+                length = spans.little_endian(data, cur, prefix)
+            length *= there
+            starts[:, first], lengths[:, first] = cur + prefix, length
+            cur = cur + there * (prefix + length)
+        else:
+            sizes = present[:, first:end] * widths
+            ends = np.cumsum(sizes, axis=1)
+            starts[:, first:end] = cur[:, None] + ends - sizes
+            lengths[:, first:end] = widths
+            cur = cur + ends[:, -1]
+    return starts, lengths, present, cur
 
 
 def _walk(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, updates: np.ndarray, specs: Sequence[ColumnSpec]):
     """Every row of every event, events in order and rows in order inside each: (event of each row, row index
-    inside its event, the first images' spans, the second images' spans: updates' after images)."""
-    ncols = len(specs)
+    inside its event, the first images' spans, the second images' spans: updates' after images), spans as
+    (starts, lengths, present) matrices of (rows, columns)."""
+    ncols, groups = len(specs), _groups(specs)
     p = starts.copy()
     active = np.flatnonzero(p < ends)
     steps = []
-    step = 0
     while active.size:
-        first, cur = _image(data, p[active], specs)
+        s1, l1, p1, cur = _image(data, p[active], ncols, groups)
         upd = np.flatnonzero(updates[active])
-        second = None
+        s2, l2, p2 = np.zeros_like(s1), np.zeros_like(l1), np.zeros_like(p1)
         if upd.size:
-            after, cur_after = _image(data, cur[upd], specs)
-            cur[upd] = cur_after
-            second = (upd, after)
+            s2[upd], l2[upd], p2[upd], cur[upd] = _image(data, cur[upd], ncols, groups)
         if np.any(cur > ends[active]):
             raise Uncommon
         p[active] = cur
-        steps.append((active, first, second))
+        steps.append((active, (s1, l1, p1), (s2, l2, p2)))
         active = active[cur < ends[active]]
-        step += 1
     events = np.concatenate([a for a, _, _ in steps])
     index = np.concatenate([np.full(len(a), k, np.int64) for k, (a, _, _) in enumerate(steps)])
     order = np.lexsort((index, events))
 
-    def columns(image: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        out = []
-        for j in range(ncols):
-            parts_start, parts_length, parts_present = [], [], []
-            for a, first, second in steps:
-                if image == 0:
-                    s, length, present = first[j]
-                    parts_start.append(s)
-                    parts_length.append(np.broadcast_to(length, s.shape))
-                    parts_present.append(present)
-                else:  # rows of this step without a second image are absent
-                    s_full = np.zeros(len(a), np.int64)
-                    length_full = np.zeros(len(a), np.int64)
-                    present_full = np.zeros(len(a), bool)
-                    if second is not None:
-                        upd, after = second
-                        s, length, present = after[j]
-                        s_full[upd], length_full[upd], present_full[upd] = s, length, present
-                    parts_start.append(s_full)
-                    parts_length.append(length_full)
-                    parts_present.append(present_full)
-            out.append((np.concatenate(parts_start)[order], np.concatenate(parts_length)[order],
-                        np.concatenate(parts_present)[order]))
-        return out
+    def image(which: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        s, lengths, present = (np.concatenate([step[which][k] for step in steps])[order] for k in range(3))
+        return [(s[:, j], lengths[:, j], present[:, j]) for j in range(ncols)]
 
-    return events[order], index[order], columns(0), columns(1)
+    return events[order], index[order], image(1), image(2)
 
 
 # ---- a run of events as blocks ----------------------------------------------------------------------------------
