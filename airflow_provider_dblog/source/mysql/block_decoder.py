@@ -244,10 +244,14 @@ def _decode(table, meta, specs, events: Sequence[RowsEvent]) -> list[ChangeBlock
             key_change |= row_update & ~same
     names = meta.column_names
     fields = [pa.field(name, arr.type) for name, arr in zip(names, first_values)]
-    update_mask = pa.array(row_update)
-    images = pa.StructArray.from_arrays([pc.if_else(update_mask, a, b) for a, b in zip(after_values, first_values)],
-                                        fields=fields)
-    before = pa.StructArray.from_arrays(first_values, fields=fields, mask=pa.array(kinds[event_of] == "write"))
+    if row_update.all() or not row_update.any():  # one kind of image per row: no per-value choice
+        chosen = after_values if row_update.all() else first_values
+    else:
+        update_mask = pa.array(row_update)
+        chosen = [pc.if_else(update_mask, a, b) for a, b in zip(after_values, first_values)]
+    images = pa.StructArray.from_arrays(chosen, fields=fields)
+    inserts = kinds[event_of] == "write"
+    before = pa.StructArray.from_arrays(first_values, fields=fields, mask=pa.array(inserts) if inserts.any() else None)
     ops = pa.array(np.array([_OPS[k] for k in kinds])[event_of], pa.string())
     prefixes = [f"{e.pos.seq:08d}.{e.pos.offset:012d}.".encode() for e in events]
     positions = spans.fixed_strings(prefixes, event_of, spans.decimal_digits(index * 2, 8))

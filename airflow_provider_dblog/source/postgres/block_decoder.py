@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.tables import TableMeta
+from airflow_provider_dblog.source import spans
 from airflow_provider_dblog.source.postgres import values
 
 _I, _U, _D = ord("I"), ord("U"), ord("D")
@@ -168,21 +169,14 @@ def _int32(data: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.where(value >= 1 << 31, value - (1 << 32), value)
 
 
-def _column(data: np.ndarray, column, arrow_type: pa.DataType, spans) -> pa.Array:
-    """One column's values from their spans, typed as the lake types them."""
-    sent, start, length = spans
-    n = len(sent)
+def _column(data: np.ndarray, column, arrow_type: pa.DataType, located) -> pa.Array:
+    """One column's values from their spans (``located``: sent, start, length), typed as the lake types them."""
+    sent, start, length = located
     if column.type_oid == values.BOOL:
         return pa.array(data[start] == _T, pa.bool_(), mask=~sent)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(length, out=offsets[1:])
-    total = int(offsets[-1])
-    if total >= 1 << 31:
+    raw = spans.binary(data, start, length, sent)
+    if raw is None:
         raise _Uncommon
-    gather = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, length)
-    raw = pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(np.packbits(sent, bitorder="little")),
-                                                 pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data[gather])],
-                                null_count=n - int(np.count_nonzero(sent)))
     convert = values.converter(column.type_oid or 0, -1 if column.typmod is None else column.typmod)
     if convert is str:
         return raw.cast(pa.string())
