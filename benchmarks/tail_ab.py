@@ -1,11 +1,11 @@
 """A/B of the plain tail (no schema change): one revision against the working tree, same binlog.
 
-    python benchmarks/tail_ab.py --rev 306c40b [--rows 100000] [--events 200000] [--rounds 2]
+    python benchmarks/tail_ab.py --rev 306c40b [--rows 100000] [--events 200000] [--rounds 2] [--path driver]
 
 A private MariaDB; per round and side a fresh table captured with that side's ``dblog run``, then the
 same row changes on both tables (UPDATEs of 1,000 rows), then each side's ``dblog tail --available-now
---driver-catch-up-mb 0`` (the streaming path, one process) over the same binlog range, the order
-alternating. Prints JSON with the best rows/s per side and their ratio (B / A).
+--driver-catch-up-mb 0`` (the streaming path, one process; ``--path driver``: ``--driver-catch-up-mb 100000``,
+the in-driver catch-up) over the same binlog range, the order alternating. Prints JSON with the best rows/s per side and their ratio (B / A).
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--path", choices=("spark", "driver"), default="spark")
     args = parser.parse_args()
     revision = str(common.export_revision(args.rev)[1])
     common.CODE["pythonpath"] = None
@@ -41,7 +42,8 @@ def main() -> None:
                 common.CODE["pythonpath"] = revision if side == "A" else None
                 table = tables[side]
                 timed = common.dblog(["tail", "--state", str(work / f"state-{table}"), "--sink",
-                                      str(work / f"sink-{side}"), "--available-now", "--driver-catch-up-mb", "0"],
+                                      str(work / f"sink-{side}"), "--available-now", "--driver-catch-up-mb",
+                                      "0" if args.path == "spark" else "100000"],
                                      log_path=work / f"tail-{table}.log")
                 rows = timed.json()["rows"][table]
                 results.append({"round": r, "side": side, "seconds": round(timed.seconds, 2), "rows": rows,
@@ -51,7 +53,7 @@ def main() -> None:
         common.CODE["pythonpath"] = None
         server.stop()
     best = {side: max(x["rows_per_s"] for x in results if x["side"] == side) for side in ("A", "B")}
-    print(json.dumps({"rev_a": args.rev, "results": results, "best_rows_per_s": best,
+    print(json.dumps({"rev_a": args.rev, "path": args.path, "events": args.events, "rows": args.rows, "results": results, "best_rows_per_s": best,
                       "ratio_b_to_a": round(best["B"] / best["A"], 3), "machine": common.machine_info(),
                       "code": common.code_version()}, indent=1))
 
