@@ -129,6 +129,7 @@ class ChangeReader:
 
     def __init__(self, tables: Mapping[str, TableStream], dialect: DataSourceDialect):
         self.tables, self.dialect = dict(tables), dialect
+        self.rows_in_blocks = 0  # changes the source decoded column by column (``ChangeBlock``), for the logs
 
     def batches(self, end: BinlogPosition, share: tuple[int, int] = (0, 1)
                 ) -> Iterator[tuple[str, pa.RecordBatch | SchemaChange]]:
@@ -150,6 +151,7 @@ class ChangeReader:
                 if isinstance(item, ChangeBlock):
                     if not table.other_key:
                         yield from ((name, b) for b in table.rows())  # its table's events before it come first
+                        self.rows_in_blocks += len(item)
                         yield from ((name, b) for b in table.block_rows(item))
                     continue
                 if isinstance(item, SchemaVersion):

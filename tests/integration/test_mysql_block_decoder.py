@@ -5,6 +5,7 @@ changes (which leave the block path) and a layout change in the middle of the ra
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import random
 from decimal import Decimal
 
@@ -26,7 +27,8 @@ COLUMNS = {
     "mi": "MEDIUMINT", "miu": "MEDIUMINT UNSIGNED", "i": "INT", "iu": "INT UNSIGNED",
     "bi": "BIGINT", "biu": "BIGINT UNSIGNED", "f": "FLOAT", "d": "DOUBLE",
     "dec1": "DECIMAL(15,2)", "dec3": "DECIMAL(10,0)", "dec5": "DECIMAL(5,5)", "dec6": "DECIMAL(18,6)",
-    "dec7": "DECIMAL(18,0)", "dec8": "DECIMAL(1,0)", "dec9": "DECIMAL(12,9)",
+    "dec7": "DECIMAL(18,0)", "dec8": "DECIMAL(1,0)", "dec9": "DECIMAL(12,9)", "dec2": "DECIMAL(20,6)",
+    "dec4": "DECIMAL(38,10)", "dec10": "DECIMAL(30,30)",
     "da": "DATE", "dtm": "DATETIME", "dtm1": "DATETIME(1)", "dtm3": "DATETIME(3)", "dtm5": "DATETIME(5)",
     "dtm6": "DATETIME(6)", "ts0": "TIMESTAMP NULL", "ts3": "TIMESTAMP(3) NULL", "ts6": "TIMESTAMP(6) NULL",
     "y": "YEAR", "c": "CHAR(10)", "c100": "CHAR(100)", "vc": "VARCHAR(300)", "va": "VARCHAR(20) CHARACTER SET ascii",
@@ -40,7 +42,10 @@ INT_RANGES = {"ti": (-128, 127), "tiu": (0, 255), "si": (-2**15, 2**15 - 1), "si
 
 
 def _decimal(precision: int, scale: int):
-    return st.integers(-(10 ** precision - 1), 10 ** precision - 1).map(lambda n: Decimal(n).scaleb(-scale))
+    return st.integers(-(10 ** precision - 1), 10 ** precision - 1).map(lambda n: Decimal(n).scaleb(-scale, _WIDE))
+
+
+_WIDE = decimal.Context(prec=100)
 
 
 _ts = st.datetimes(dt.datetime(1970, 1, 2), dt.datetime(2038, 1, 18))
@@ -54,7 +59,8 @@ VALUES = {
     **{name: st.integers(*r) for name, r in INT_RANGES.items()},
     "f": st.floats(allow_nan=False, allow_infinity=False, width=32), "d": st.floats(allow_nan=False, allow_infinity=False),
     "dec1": _decimal(15, 2), "dec3": _decimal(10, 0), "dec5": _decimal(5, 5), "dec6": _decimal(18, 6),
-    "dec7": _decimal(18, 0), "dec8": _decimal(1, 0), "dec9": _decimal(12, 9),
+    "dec7": _decimal(18, 0), "dec8": _decimal(1, 0), "dec9": _decimal(12, 9), "dec2": _decimal(20, 6),
+    "dec4": _decimal(38, 10), "dec10": _decimal(30, 30),
     # zero and partly zero dates (allowed by an empty sql_mode) are NULL in the lake on both paths
     "da": st.dates(dt.date(1000, 1, 1)) | st.sampled_from(["0000-00-00", "2001-00-10", "2001-02-00"]),
     "dtm": st.datetimes(dt.datetime(1000, 1, 1)).map(_fsp(0)) | st.just("0000-00-00 00:00:00"),

@@ -43,7 +43,7 @@ def test_datetimes_are_the_per_row_readers(values, fsp):
 
 
 @settings(max_examples=200)
-@given(st.data(), st.integers(1, 18))
+@given(st.data(), st.integers(1, 38))
 def test_decimals_are_the_per_row_readers(data, precision):
     scale = data.draw(st.integers(0, precision))
     size, read = rows._decimal_reader(precision, scale, False)

@@ -9,10 +9,10 @@ change is written, so a run of rows events of one table map layout can be read a
   (one numpy operation per column over all events: the NULL bit, a fixed width or a length prefix), so its
   cost is the number of rows of the longest event times the columns, whatever the number of events.
 * **what each value is.** Each column's spans are gathered once and turned into the lake's type with numpy
-  and Arrow: integers, floats, DECIMAL of up to 18 digits, DATE / DATETIME / TIMESTAMP (invalid dates are
+  and Arrow: integers, floats, DECIMAL (up to 38 digits), DATE / DATETIME / TIMESTAMP (invalid dates are
   NULL, as ``rows.py`` makes them), YEAR, ENUM, BIT, UTF-8 and ASCII text, binary strings.
 
-A layout with a column outside these (TIME, SET, JSON, wide DECIMAL, BINARY(n), other character sets) gets no
+A layout with a column outside these (TIME, SET, MySQL's binary JSON, DECIMAL wider than 38 digits, BINARY(n), other character sets) gets no
 block: ``block_layout`` returns None and its events are decoded one by one as before. An event holding an update
 that changes the key goes one by one too (``row_change`` splits it into a delete and an insert), and so does a
 run whose bytes are not what the layout says (the per-row decoder then words the error).
@@ -108,7 +108,7 @@ def _spec(tm, col: Column) -> ColumnSpec | None:
         fsp = tm.fsp or 0
         return ColumnSpec(4 + (fsp + 1) // 2, 0, lambda d, s, n, v: _timestamp(d, s, v, fsp, target))
     if t == NEWDECIMAL:
-        if not pa.types.is_decimal(target) or tm.precision > 18:
+        if not pa.types.is_decimal(target):  # wider than 38 digits: the lake keeps its text
             return None
         groups = _decimal_groups(tm.precision, tm.decimals)
         return ColumnSpec(sum(g for g, _ in groups), 0, lambda d, s, n, v: _decimal(d, s, v, groups, target))
@@ -365,23 +365,38 @@ def _decimal_groups(precision: int, scale: int) -> list[tuple[int, int]]:
 
 
 def _decimal(data, starts, present, groups, target: pa.DataType) -> pa.Array:
-    """DECIMAL of up to 18 digits: its unscaled integer, as decimal128 (the sign bit flipped; negative values
-    stored bit-inverted)."""
+    """DECIMAL as decimal128 (MySQL's binary form: groups of up to 9 digits, the sign bit flipped, negative values
+    stored bit-inverted): up to 18 digits from the unscaled integer, wider ones through their text."""
     size = sum(g for g, _ in groups)
     raw = spans.gather(data, starts, size).copy()
     raw[:, 0] ^= 0x80
     negative = (raw[:, 0] & 0x80) != 0
     raw[negative] ^= 0xFF
-    digits = np.zeros(len(starts), np.int64)
-    at = 0
-    for width, base in groups:
+    values, at = [], 0
+    for width, _ in groups:  # each group's digits, as an integer
         wide = np.zeros((len(starts), 8), np.uint8)
         wide[:, 8 - width:] = raw[:, at:at + width]
-        digits = digits * base + wide.view(">i8")[:, 0]
+        values.append(wide.view(">i8")[:, 0])
         at += width
-    unscaled = np.where(negative, -digits, digits)
-    words = np.stack([unscaled, unscaled >> 63], axis=1)
-    return _decimal128(words, present, target)
+    if target.precision <= 18:  # the unscaled integer fits 64 bits
+        digits = np.zeros(len(starts), np.int64)
+        for value, (_, base) in zip(values, groups):
+            digits = digits * base + value
+        unscaled = np.where(negative, -digits, digits)
+        return _decimal128(np.stack([unscaled, unscaled >> 63], axis=1), present, target)
+    # wider: the digits as fixed-width text ("-" or "0", integral digits, ".", scale digits), parsed by Arrow
+    text = [np.where(negative, ord("-"), ord("0")).astype(np.uint8)[:, None]]
+    text += [spans.decimal_digits(value, len(str(base)) - 1) for value, (_, base) in zip(values, groups)]
+    text = np.concatenate(text, axis=1)
+    if target.scale:
+        cut = text.shape[1] - target.scale
+        text = np.concatenate([text[:, :cut], np.full((len(starts), 1), ord("."), np.uint8), text[:, cut:]], axis=1)
+    width = text.shape[1]
+    strings = pa.Array.from_buffers(pa.string(), len(starts), [
+        pa.py_buffer(np.packbits(present, bitorder="little")),
+        pa.py_buffer((np.arange(len(starts) + 1, dtype=np.int64) * width).astype(np.int32)),
+        pa.py_buffer(np.ascontiguousarray(text).tobytes())], null_count=len(starts) - int(np.count_nonzero(present)))
+    return strings.cast(target)
 
 
 def _enum(index: np.ndarray, present: np.ndarray, names: pa.Array) -> pa.Array:
