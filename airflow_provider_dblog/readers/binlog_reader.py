@@ -131,16 +131,19 @@ class ChangeReader:
         self.tables, self.dialect = dict(tables), dialect
         self.rows_in_blocks = 0  # changes the source decoded column by column (``ChangeBlock``), for the logs
 
-    def batches(self, end: BinlogPosition, share: tuple[int, int] = (0, 1)
+    def batches(self, end: BinlogPosition, share: tuple[int, int] = (0, 1), begin: BinlogPosition | None = None
                 ) -> Iterator[tuple[str, pa.RecordBatch | SchemaChange]]:
         """(table, item) for the changes after each table's floor up to ``end``: each table's rows in
         batches in the columns they were decoded with (a schema change starts new batches), and the DDL
         statements naming it, in binlog order per table. Tables whose floor is at or past ``end`` are not
-        read."""
+        read. ``begin`` (a transaction boundary from ``DataSourceDialect.split_range``): only the changes after
+        it, one piece of a range several readers share."""
         live = {name: t for name, t in self.tables.items() if t.floor < end}
         if not live:
             return
         start = min(t.floor for t in live.values())
+        if begin is not None:
+            start = max(start, begin)
         pending = {name: _Pending(t, self.dialect) for name, t in live.items()}
         blocks_after = {name: max(t.floor, t.offsets.max_hw).as_snapshot() for name, t in live.items()}
         try:

@@ -142,6 +142,11 @@ class DataSourceDialect(Protocol):
     def commit_after(self, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
         """A transaction boundary about ``max_events`` events after ``start`` (a micro-batch limit)."""
 
+    def split_range(self, start: BinlogPosition, end: BinlogPosition, parts: int) -> list[BinlogPosition]:
+        """Transaction boundaries inside ``(start, end)`` that cut the range into at most ``parts`` pieces of
+        about equal size, each of which ``read_changes`` can read alone (every piece starts at a boundary); []
+        when the source's log has one reader at a time (PostgreSQL's slot) or the range is too small to split."""
+
     def scan_changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[str]) -> RangeScan:
         """A cheap proof that ``[start, end)`` holds no row change of ``tables``."""
 

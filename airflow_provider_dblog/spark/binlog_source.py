@@ -82,6 +82,7 @@ class MicroBatch:
     end: BinlogPosition | None = None
     start: BinlogPosition | None = None  # where the read began (the smallest floor)
     gtids: dict[str, str] = field(default_factory=dict)  # per GTID domain the last GTID read (MariaDB)
+    pieces: int = 0  # the range's pieces read apart (``BinlogRange.begin``; interleaved shares count as one)
 
 
 def open_envelopes(data: pa.Table) -> MicroBatch:
@@ -100,12 +101,20 @@ def open_envelopes(data: pa.Table) -> MicroBatch:
         elif op == END_MARKER:
             d = json.loads(payload)
             marker = BinlogPosition.from_dict(d["end"])
+            batch.pieces = max(batch.pieces, 1) + (1 if d.get("begin") else 0)
             batch.end = marker if batch.end is None or marker > batch.end else batch.end
             batch.read.update(d["read"])
             if d.get("start"):
                 batch.start = BinlogPosition.from_dict(d["start"])
-            batch.gtids.update(d.get("gtids") or {})
+            for domain, gtid in (d.get("gtids") or {}).items():  # pieces of a range: the latest per domain
+                if domain not in batch.gtids or _gtid_number(gtid) > _gtid_number(batch.gtids[domain]):
+                    batch.gtids[domain] = gtid
     return batch
+
+
+def _gtid_number(gtid: str) -> int:
+    """The sequence number of a MariaDB GTID ``domain-server-sequence`` (it grows within a domain)."""
+    return int(gtid.rsplit("-", 1)[-1])
 
 
 def spark_schema(arrow_schema: pa.Schema):
@@ -115,12 +124,14 @@ def spark_schema(arrow_schema: pa.Schema):
 
 
 class BinlogRange(InputPartition):
-    """One decoding share ``part`` of ``parts`` of the micro-batch ending at ``end``, over ``tables``
-    (each read from its own floor)."""
+    """One decoding share ``part`` of ``parts`` of the micro-batch's range up to ``end``, over ``tables`` (each
+    read from its own floor); ``begin``: the piece starts at this transaction boundary (a range cut into pieces
+    read apart: ``DataSourceDialect.split_range``), not at the smallest floor."""
 
-    def __init__(self, end: dict, tables: dict[str, TableStream], part: int = 0, parts: int = 1):
-        super().__init__((end, part, parts))
-        self.end, self.tables, self.part, self.parts = end, tables, part, parts
+    def __init__(self, end: dict, tables: dict[str, TableStream], part: int = 0, parts: int = 1,
+                 begin: dict | None = None):
+        super().__init__((end, part, parts, begin))
+        self.end, self.tables, self.part, self.parts, self.begin = end, tables, part, parts, begin
 
 
 class BinlogDataSource(DataSource):
@@ -223,9 +234,18 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._now()
 
     def partitions(self, start: dict, end: dict):
+        """One piece of the range per task when the source can cut it at transaction boundaries (each task reads
+        and decodes only its piece), else interleaved shares of the decoding (each task reads the whole range)."""
         self._available_from()
         streams = self.streams()
-        return [BinlogRange(end, streams, k, self.parallelism) for k in range(self.parallelism)]
+        stop = BinlogPosition.from_dict(end)
+        floors = [t.floor for t in streams.values() if t.floor < stop]
+        cuts = self.dialect.split_range(min(floors), stop, self.parallelism) if floors and self.parallelism > 1 else []
+        if not cuts:
+            return [BinlogRange(end, streams, k, self.parallelism) for k in range(self.parallelism)]
+        bounds = [None, *(c.to_dict() for c in cuts)]
+        ends = [*(c.to_dict() for c in cuts), end]
+        return [BinlogRange(e, streams, begin=b) for b, e in zip(bounds, ends)]
 
     def commit(self, end: dict) -> None:
         """The micro-batch up to ``end`` is in the lake: the source may recycle the log before what it still needs."""
@@ -238,11 +258,12 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ---- executor side ----
     def read(self, partition: BinlogRange) -> Iterator[pa.RecordBatch]:
         end = BinlogPosition.from_dict(partition.end)
-        read = ChangeReader(partition.tables, self.dialect).batches(end, (partition.part, partition.parts))
+        begin = BinlogPosition.from_dict(partition.begin) if partition.begin else None
+        read = ChangeReader(partition.tables, self.dialect).batches(end, (partition.part, partition.parts), begin)
         for table, item in ChangeStager(self.sink, self.inline_bytes).items(read):
             yield envelope(table, item)
         read = sorted(name for name, t in partition.tables.items() if t.floor < end)
         start = min((t.floor for t in partition.tables.values() if t.floor < end), default=None)
         yield _row(END_MARKER, "", end.encode(), json.dumps({
-            "end": partition.end, "read": read, "start": start.to_dict() if start else None,
+            "end": partition.end, "begin": partition.begin, "read": read, "start": start.to_dict() if start else None,
             "gtids": {str(k): v for k, v in self.dialect.gtids_read().items()}}).encode())

@@ -85,9 +85,9 @@ class LakeSink:
         committed = time.monotonic()
         if committed - self._merged_at >= self.merge_interval:
             self.flush()
-        log.info("tail: micro-batch %d to %s: %d of %d tables changed; read %.1fs, changelog commits %.1fs, "
+        log.info("tail: micro-batch %d to %s: %d of %d tables changed; read %.1fs%s, changelog commits %.1fs, "
                  "current %.1fs", batch_id, batch.end, len(touched), len(batch.read), read - started,
-                 committed - read, time.monotonic() - committed)
+                 f" in {batch.pieces} pieces" if batch.pieces > 1 else "", committed - read, time.monotonic() - committed)
         self._batch_metrics(batch.end, time.monotonic() - started)
 
     def _batch_metrics(self, end: BinlogPosition, seconds: float) -> None:

@@ -2,8 +2,9 @@
 it: a table of every type the lake keeps (DECIMAL(20,6), unsigned BIGINT, JSON, BLOB, ENUM, TIMESTAMP(3), NULLs),
 changed by inserts, updates, deletes, key changes and an ADD COLUMN in many transactions, tailed by ``dblog tail
 --available-now`` in the driver and then through the Spark streaming query. The lake must equal the source column
-by column, hold each change once and replay to ``current``, and the driver's log must show the changes went
-through blocks (the test would otherwise pass on the per-row path alone)."""
+by column, hold each change once and replay to ``current``, and the logs must show the changes went through
+blocks and the streaming query's range was cut into pieces read by separate tasks (the test would otherwise pass
+on the per-row path and interleaved shares alone)."""
 from __future__ import annotations
 
 import random
@@ -89,6 +90,7 @@ def test_blocks_tail_in_the_driver_and_on_spark_equals_the_source(mariadb, db, s
     code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now", "--driver-catch-up-mb", "0")
     assert code == 0, err
     assert "caught up in the driver" not in err  # the streaming query read it
+    assert re.search(r"micro-batch \d+ to \S+: .* read [0-9.]+s in [2-9] pieces", err), err[-3000:]  # a piece a task
     _lake_equals_source(sink, mariadb.port, table)
     code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", table)
     assert code == 0, out + err

@@ -226,3 +226,41 @@ def test_a_layout_the_blocks_do_not_read_is_decoded_one_by_one(typed):
     assert not any(isinstance(i, ChangeBlock) for i in items)
     assert [i.after for i in items] == [e.after for e in dialect.read_changes(start, end, [meta])]
     assert pa.array([i.after["l"] for i in items]).to_pylist()[:2] == ["é0", "é1"]
+
+
+def test_a_range_cut_at_transaction_boundaries_reads_as_one(typed):
+    """``split_points`` cuts a real binlog range at transaction ends into pieces of about equal bytes; the pieces,
+    each read alone from its cut (blocks included), give the rows of one read of the range, each once."""
+    from airflow_provider_dblog.core.chunks import ChunkRange
+    from airflow_provider_dblog.core.offsets import TableOffsets
+    from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream
+    from airflow_provider_dblog.source.mysql import binlog
+
+    mariadb, dialect, _ = typed
+    mariadb.sql("CREATE TABLE IF NOT EXISTS blocks.s (id INT PRIMARY KEY, a VARCHAR(50), n INT) DEFAULT CHARSET=utf8mb4")
+    mariadb.sql("DELETE FROM blocks.s")
+    meta = dialect.describe_table("blocks.s")
+    start = dialect.current_position()
+    conn = dialect.client.connect("blocks")
+    with conn.cursor() as cur:
+        for t in range(120):
+            cur.execute("BEGIN")
+            cur.executemany("INSERT INTO s VALUES (%s, %s, %s)", [(t * 20 + i, f"r{t}-{i}", i) for i in range(20)])
+            cur.execute("UPDATE s SET n = n + 1 WHERE id %% 3 = %s", (t % 3,))
+            cur.execute("COMMIT")
+    conn.close()
+    end = dialect.current_position()
+    cuts = binlog.split_points(dialect.client, start, end, 3, min_bytes=0)
+    assert len(cuts) == 2 and start < cuts[0] < cuts[1] < end
+    commits = {e.end_pos for e in binlog.listed_events(dialect.client, start, [start.file]) if e.is_commit}
+    assert all(c.offset in commits for c in cuts)
+    sizes = [b.offset - a.offset for a, b in zip([start, *cuts], [*cuts, end])]
+    assert all(s > sum(sizes) / 6 for s in sizes), sizes  # about a third each
+    whole_table = TableOffsets.from_chunks(meta.qualified, [ChunkRange(0, None, None)], {0: start})
+    stream = {meta.qualified: TableStream(meta, whole_table, start)}
+
+    def rows(begin, stop):
+        return [r for _, b in ChangeReader(stream, dialect).batches(stop, begin=begin) for r in b.to_pylist()]
+    whole = sorted(rows(None, end), key=lambda r: r["_pos"])
+    pieces = sorted(rows(None, cuts[0]) + rows(cuts[0], cuts[1]) + rows(cuts[1], end), key=lambda r: r["_pos"])
+    assert pieces == whole and len({r["_pos"] for r in whole}) == len(whole) > 2400

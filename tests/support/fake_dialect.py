@@ -247,6 +247,11 @@ class InMemoryDialect:
                     break
         return last
 
+    def split_range(self, start: BinlogPosition, end: BinlogPosition, parts: int) -> list[BinlogPosition]:
+        """Commits cutting the range into ``parts`` pieces of about equal numbers of transactions."""
+        commits = [tx.commit for tx in self.server.binlog if start < tx.commit < end]
+        return sorted({commits[len(commits) * k // parts] for k in range(1, parts)}) if len(commits) >= parts else []
+
     def scan_changes(self, start, end, tables) -> RangeScan:
         found = any(start < tx.commit <= end and any(t in tables for t, _, _ in tx.rows) for tx in self.server.binlog)
         return RangeScan(not found, len(self.server.binlog), "changes found" if found else "")

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import pyarrow as pa
 from deltalake import DeltaTable
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.local.chunk_readers import snapshot_table
 from airflow_provider_dblog.readers.binlog_reader import ChangeReader
 from airflow_provider_dblog.source import open_dialect
-from airflow_provider_dblog.spark.binlog_source import BinlogStreamReader
+from airflow_provider_dblog.spark.binlog_source import BinlogStreamReader, open_envelopes
 from airflow_provider_dblog.steps.plan import plan_table
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.store.lake import changelog_schema, changelog_uri
@@ -58,3 +60,49 @@ def test_floors_come_from_the_state_and_from_the_lake_only_when_the_source_lost_
     lost = BinlogStreamReader(state, sink, "*", 0)
     assert BinlogPosition.from_dict(lost.initialOffset()) == server.position()
     assert lost.streams()[TABLE].floor == server.position()
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["insert", "update", "delete", "key"]), st.integers(0, 30),
+                              st.integers(0, 30), st.integers(-5, 5)), min_size=3, max_size=40),
+       parts=st.integers(2, 4), second_floor=st.booleans())
+def test_a_range_read_in_pieces_gives_the_rows_of_one_read(tmp_path_factory, ops, parts, second_floor):
+    """The streaming source cuts a micro-batch's range at transaction boundaries (``split_range``) into one piece
+    per task: the pieces' rows together are the rows of one read of the range, each once, whatever the cuts and
+    the tables' floors (a second table whose floor lies inside the range)."""
+    from tests.unit.test_steps_on_fake_dialect import apply
+
+    tmp_path = tmp_path_factory.mktemp("pieces")
+    server = server_with_rows(6)
+    other = "shop.other"
+    server.create(other, [("id", "bigint"), ("v", "bigint")], ["id"])
+    server.transaction((other, "insert", {"id": 1, "v": 1}))
+    state_dir, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    for table in (TABLE, other):
+        plan_table(SourceConfig.parse(server.uri), table, state_dir, chunk_size=4)
+        snapshot_table(state_dir, sink, table, None, spark=None, driver_threads=1)
+    build_offsets(state_dir)
+    state = StateDir(state_dir)
+    apply(server, ops[: len(ops) // 2])
+    if second_floor:  # the other table's tail already went past the middle of the range
+        server.transaction((other, "update", {"id": 1, "v": 2}))
+        state.record_tail_positions({other: server.position()})
+    apply(server, ops[len(ops) // 2:])
+    for k in range(4):  # enough transactions for every cut
+        server.transaction((TABLE, "update", {"id": 1000 + k, "v": k, "note": "w"}))
+    server.transaction((other, "update", {"id": 1, "v": 3}))
+    end = server.position().to_dict()
+
+    def rows(reader: BinlogStreamReader) -> dict[str, list]:
+        envelopes = [e for p in reader.partitions({}, end) for e in reader.read(p)]
+        batch = open_envelopes(pa.Table.from_batches(envelopes))
+        assert BinlogPosition.from_dict(end) == batch.end
+        return {t: sorted(r["_pos"] for p in ps for r in p.to_pylist()) for t, ps in batch.parts.items()}
+
+    whole = rows(BinlogStreamReader(state, sink, "*", 0, parallelism=1))
+    pieces_reader = BinlogStreamReader(state, sink, "*", 0, parallelism=parts)
+    cut = pieces_reader.partitions({}, end)
+    assert len(cut) > 1 and cut[0].begin is None and all(p.begin is not None for p in cut[1:])
+    pieces = rows(pieces_reader)
+    assert pieces == whole
+    assert all(len(v) == len(set(v)) for v in pieces.values())

@@ -34,6 +34,7 @@ from airflow_provider_dblog.source.mysql.types import arrow_schema, binlog_conve
 
 MAX_SCAN_EVENTS = 50_000
 BLOCK_RUN_BYTES = 4 << 20  # row images of one table gathered before they are decoded as blocks
+SPLIT_MIN_BYTES = 1 << 20  # a micro-batch's range below this is not cut into pieces read apart
 SCAN_PAGE = 10_000
 _TABLE_MAP = re.compile(r"\((?P<name>.*)\)\s*$")
 
@@ -119,6 +120,33 @@ def commit_after(client: MySqlClient, start: BinlogPosition, max_events: int) ->
         if last is not None and seen >= max_events:
             return last
     return last
+
+
+def split_points(client: MySqlClient, start: BinlogPosition, end: BinlogPosition, parts: int,
+                 min_bytes: int = SPLIT_MIN_BYTES) -> list[BinlogPosition]:
+    """Transaction ends inside ``(start, end)`` cutting it into at most ``parts`` pieces of about equal bytes
+    (one page through ``SHOW BINLOG EVENTS``: headers only); [] below ``min_bytes`` of binlog."""
+    size = range_bytes(client, start, end) if parts > 1 else None
+    if size is None or size < max(min_bytes, 1):
+        return []
+    sizes = binlog_sizes(client)
+    files = list(sizes)
+    offset_of, total = {}, 0  # bytes of the files before each one, from the start's file on
+    for name in files[files.index(start.file):]:
+        offset_of[name] = total
+        total += sizes[name]
+    origin = offset_of[start.file] + start.offset
+    targets = [origin + size * k // parts for k in range(1, parts)]
+    points: list[BinlogPosition] = []
+    for event in listed_events(client, start, files[:files.index(end.file) + 1]):
+        at = client.position(event.file, event.end_pos)
+        if at >= end or not targets:
+            break
+        if event.is_commit and offset_of[event.file] + event.end_pos >= targets[0]:
+            points.append(at)
+            while targets and offset_of[event.file] + event.end_pos >= targets[0]:
+                targets.pop(0)
+    return points
 
 
 def scan_table_events(client: MySqlClient, start: BinlogPosition, end: BinlogPosition, tables: Iterable[str],

@@ -161,6 +161,9 @@ class MySqlDialect:
     def commit_after(self, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
         return binlog.commit_after(self.client, start, max_events)
 
+    def split_range(self, start: BinlogPosition, end: BinlogPosition, parts: int) -> list[BinlogPosition]:
+        return binlog.split_points(self.client, start, end, parts)
+
     def scan_changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[str]) -> RangeScan:
         return binlog.scan_table_events(self.client, start, end, tables)
 

@@ -232,6 +232,9 @@ class PostgresDialect:
     def commit_after(self, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
         return None  # a micro-batch takes the whole range (its changes are staged past the memory budget)
 
+    def split_range(self, start: BinlogPosition, end: BinlogPosition, parts: int) -> list[BinlogPosition]:
+        return []  # a slot has one reader at a time
+
     def scan_changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[str]) -> RangeScan:
         return RangeScan(False, 0, "a PostgreSQL range is read, not scanned")
 
