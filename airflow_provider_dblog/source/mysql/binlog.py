@@ -123,9 +123,10 @@ def commit_after(client: MySqlClient, start: BinlogPosition, max_events: int) ->
 
 
 def split_points(client: MySqlClient, start: BinlogPosition, end: BinlogPosition, parts: int,
-                 min_bytes: int = SPLIT_MIN_BYTES) -> list[BinlogPosition]:
+                 min_bytes: int = SPLIT_MIN_BYTES, max_events: int = 4 * MAX_SCAN_EVENTS) -> list[BinlogPosition]:
     """Transaction ends inside ``(start, end)`` cutting it into at most ``parts`` pieces of about equal bytes
-    (one page through ``SHOW BINLOG EVENTS``: headers only); [] below ``min_bytes`` of binlog."""
+    (one page through ``SHOW BINLOG EVENTS``: headers only, at most ``max_events`` of them: the cuts found by
+    then); [] below ``min_bytes`` of binlog."""
     size = range_bytes(client, start, end) if parts > 1 else None
     if size is None or size < max(min_bytes, 1):
         return []
@@ -138,9 +139,9 @@ def split_points(client: MySqlClient, start: BinlogPosition, end: BinlogPosition
     origin = offset_of[start.file] + start.offset
     targets = [origin + size * k // parts for k in range(1, parts)]
     points: list[BinlogPosition] = []
-    for event in listed_events(client, start, files[:files.index(end.file) + 1]):
+    for seen, event in enumerate(listed_events(client, start, files[:files.index(end.file) + 1])):
         at = client.position(event.file, event.end_pos)
-        if at >= end or not targets:
+        if at >= end or not targets or seen >= max_events:
             break
         if event.is_commit and offset_of[event.file] + event.end_pos >= targets[0]:
             points.append(at)
