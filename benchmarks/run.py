@@ -453,9 +453,10 @@ def bench_latency(server, work: Path, args, results: dict) -> None:
                 f"p99 {run['current_p99_s']}s, {run['current_missing']} missing")
             time.sleep(3)
         if args.burst:
-            out["burst"] = burst(server, table, args.latency_rows, watcher, token)
+            out["burst"] = burst(server, table, args.latency_rows, watcher, token,
+                                 paused=tail if args.burst_paused else None)
             log(f"running tail, burst of {out['burst']['changes']} changes: {out['burst']['rows_per_s']:,.0f} "
-                f"changes/s into the lake")
+                f"changes/s into the lake" + (" (written while the tail was stopped)" if args.burst_paused else ""))
         out["micro_batches"] = watcher.batches
     finally:
         watcher.stop()
@@ -466,12 +467,17 @@ def bench_latency(server, work: Path, args, results: dict) -> None:
         shutil.rmtree(state, ignore_errors=True)
 
 
-def burst(server, table: str, rows: int, watcher: common.LakeWatcher, token: int, tx_rows: int = 1000) -> dict:
+def burst(server, table: str, rows: int, watcher: common.LakeWatcher, token: int, tx_rows: int = 1000,
+          paused: subprocess.Popen | None = None) -> dict:
     """A running `tail --continuous` catching up: every row of ``table`` updated once, as fast as the
     server takes it (``tx_rows`` per transaction, each stamped with its own token); the rate is the
     changes over the time from the first commit to the moment the last token is in the lake. No JVM
-    or query start-up is in it: the tail's steady-state throughput."""
+    or query start-up is in it: the tail's steady-state throughput. ``paused``: the tail's process group is
+    stopped (SIGSTOP) while the burst is written and continued after it, and the rate runs from then: on a
+    machine whose cores the writer and the tail share, what the tail commits when it has them."""
     commits: dict[int, float] = {}
+    if paused is not None:
+        os.killpg(paused.pid, signal.SIGSTOP)
     conn = common.connect(server)
     with conn.cursor() as cur:
         for lo in range(1, rows + 1, tx_rows):
@@ -480,12 +486,17 @@ def burst(server, table: str, rows: int, watcher: common.LakeWatcher, token: int
             token += 1
     conn.close()
     first, written = min(commits.values()), max(commits.values())
+    write_s = written - first
+    if paused is not None:
+        time.sleep(1)
+        first = time.time()
+        os.killpg(paused.pid, signal.SIGCONT)
     deadline = time.time() + 600
     while time.time() < deadline and any(t not in watcher.visible for t in commits):
         time.sleep(0.05)
     missing = sum(1 for t in commits if t not in watcher.visible)
     done = max((watcher.visible[t] for t in commits if t in watcher.visible), default=float("nan"))
-    return {"changes": rows, "transactions": len(commits), "write_s": round(written - first, 2),
+    return {"changes": rows, "transactions": len(commits), "write_s": round(write_s, 2), "paused": paused is not None,
             "seconds": round(done - first, 2), "rows_per_s": round(rows / (done - first), 1), "missing": missing}
 
 
@@ -541,6 +552,8 @@ def parse_args(argv=None):
                    help="rows of the latency table; the burst updates each once (default 200000)")
     p.add_argument("--no-burst", dest="burst", action="store_false",
                    help="skip the running tail's catch-up rate (a burst of --latency-rows changes)")
+    p.add_argument("--burst-paused", action="store_true",
+                   help="stop the tail while the burst is written; its rate runs from the moment it continues")
     p.add_argument("--trigger-seconds", type=float, default=1.0)
     p.add_argument("--tick", type=float, default=0.01, help="writer transaction interval (s)")
     p.add_argument("--no-bytecode-cache", dest="bytecode", action="store_false",
