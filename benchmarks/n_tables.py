@@ -106,7 +106,8 @@ def startup_seconds(log_path: Path) -> float | None:
         line = line[stamp.start():]
         at = dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
         first = at if first is None else first
-        found = re.search(r"micro-batch 0 to .*read ([\d.]+)s, changelog commits ([\d.]+)s, current ([\d.]+)s", line)
+        found = re.search(r"micro-batch 0 to .*read ([\d.]+)s(?: in \d+ pieces)?, changelog commits ([\d.]+)s, "
+                          r"current ([\d.]+)s", line)
         if found:
             batch = at - sum(float(x) for x in found.groups())
             break
