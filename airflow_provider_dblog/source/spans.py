@@ -22,8 +22,13 @@ def gather(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
 def little_endian(data: np.ndarray, starts: np.ndarray, width: int, signed: bool = False) -> np.ndarray:
     """The little-endian integer of ``width`` bytes (1-8) at each of ``starts``, as int64 (uint64 for an
     unsigned 8-byte one)."""
+    if width == 1:  # length prefixes and small integers: straight indexing, no (n, width) gather
+        return (data[starts].view(np.int8) if signed else data[starts]).astype(np.int64)
+    if width == 2:
+        values = data[starts].astype(np.int64) | (data[starts + 1].astype(np.int64) << 8)
+        return np.where(values >= 1 << 15, values - (1 << 16), values) if signed else values
     raw = gather(data, starts, width)
-    if width in (1, 2, 4, 8):
+    if width in (4, 8):
         values = np.ascontiguousarray(raw).view(f"<{'i' if signed else 'u'}{width}")[:, 0]
         return values if width == 8 and not signed else values.astype(np.int64)
     wide = np.zeros((len(starts), 8), np.uint8)

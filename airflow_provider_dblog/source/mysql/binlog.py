@@ -127,16 +127,20 @@ def split_points(client: MySqlClient, start: BinlogPosition, end: BinlogPosition
     """Transaction ends inside ``(start, end)`` cutting it into at most ``parts`` pieces of about equal bytes
     (one page through ``SHOW BINLOG EVENTS``: headers only, at most ``max_events`` of them: the cuts found by
     then); [] below ``min_bytes`` of binlog."""
-    size = range_bytes(client, start, end) if parts > 1 else None
-    if size is None or size < max(min_bytes, 1):
+    if parts < 2 or end <= start:
         return []
     sizes = binlog_sizes(client)
     files = list(sizes)
+    if start.file not in sizes or end.file not in sizes:
+        return []
     offset_of, total = {}, 0  # bytes of the files before each one, from the start's file on
     for name in files[files.index(start.file):]:
         offset_of[name] = total
         total += sizes[name]
     origin = offset_of[start.file] + start.offset
+    size = offset_of[end.file] + end.offset - origin  # what range_bytes says, from the same listing
+    if size < max(min_bytes, 1):
+        return []
     targets = [origin + size * k // parts for k in range(1, parts)]
     points: list[BinlogPosition] = []
     for seen, event in enumerate(listed_events(client, start, files[:files.index(end.file) + 1])):

@@ -36,7 +36,7 @@ from airflow_provider_dblog.source.mysql.field_types import (
     NEWDECIMAL, SHORT, STRING, TIMESTAMP2, TINY, TINY_BLOB, VAR_STRING, VARCHAR, YEAR,
 )
 from airflow_provider_dblog.source.mysql.rows import DECIMAL_DIGITS_BYTES
-from airflow_provider_dblog.source.mysql.types import _enum_values, arrow_type
+from airflow_provider_dblog.source.mysql.types import _enum_values, arrow_type, unscaled_decimal
 
 MIN_EVENTS = 8  # a run of fewer rows events is decoded one by one: the walk's per-row cost needs several events
 _INT_WIDTHS = {TINY: 1, SHORT: 2, INT24: 3, LONG: 4, LONGLONG: 8}
@@ -90,8 +90,6 @@ def _spec(tm, col: Column) -> ColumnSpec | None:
     unsigned = bool(getattr(tm, "unsigned", False)) or col.unsigned
     if t in _INT_WIDTHS:
         width = _INT_WIDTHS[t]
-        if t == LONGLONG and unsigned:
-            return ColumnSpec(8, 0, lambda d, s, n, v: _unsigned_bigint(d, s, v, target))
         return ColumnSpec(width, 0, lambda d, s, n, v: _array(spans.little_endian(d, s, width, not unsigned), v, target))
     if t in (FLOAT, DOUBLE):
         width = 4 if t == FLOAT else 8
@@ -158,13 +156,7 @@ def _image(data: np.ndarray, cur: np.ndarray, ncols: int, groups) -> tuple[np.nd
     for first, end, widths in groups:
         if isinstance(widths, int):  # a length-prefixed value
             prefix, there = -widths, present[:, first]
-            if prefix == 1:
-                length = data[cur].astype(np.int64)
-            elif prefix == 2:
-                length = data[cur].astype(np.int64) | (data[cur + 1].astype(np.int64) << 8)
-            else:
-                length = spans.little_endian(data, cur, prefix)
-            length *= there
+            length = spans.little_endian(data, cur, prefix) * there
             starts[:, first], lengths[:, first] = cur + prefix, length
             cur = cur + there * (prefix + length)
         else:
@@ -285,21 +277,6 @@ def _array(values: np.ndarray, present: np.ndarray, target: pa.DataType) -> pa.A
     return pa.array(values, mask=~present).cast(target)
 
 
-def _unsigned_bigint(data, starts, present, target: pa.DataType) -> pa.Array:
-    """BIGINT UNSIGNED as the lake's DECIMAL(20,0): the value in the low 64 bits of each decimal128."""
-    words = np.zeros((len(starts), 2), np.uint64)
-    words[:, 0] = spans.little_endian(data, starts, 8)
-    return _decimal128(words.view(np.int64), present, target)
-
-
-def _decimal128(words: np.ndarray, present: np.ndarray, target: pa.DataType) -> pa.Array:
-    """decimal128 values from (n, 2) int64 words (low, high) of their unscaled integers."""
-    n = len(words)
-    return pa.Array.from_buffers(target, n, [pa.py_buffer(np.packbits(present, bitorder="little")),
-                                             pa.py_buffer(np.ascontiguousarray(words))],
-                                 null_count=n - int(np.count_nonzero(present)))
-
-
 def _year(raw: np.ndarray) -> np.ndarray:
     values = raw.astype(np.int64)
     return np.where(values > 0, values + 1900, 0)
@@ -382,8 +359,7 @@ def _decimal(data, starts, present, groups, target: pa.DataType) -> pa.Array:
         digits = np.zeros(len(starts), np.int64)
         for value, (_, base) in zip(values, groups):
             digits = digits * base + value
-        unscaled = np.where(negative, -digits, digits)
-        return _decimal128(np.stack([unscaled, unscaled >> 63], axis=1), present, target)
+        return unscaled_decimal(pa.array(np.where(negative, -digits, digits), mask=~present), target)
     # wider: the digits as fixed-width text ("-" or "0", integral digits, ".", scale digits), parsed by Arrow
     text = [np.where(negative, ord("-"), ord("0")).astype(np.uint8)[:, None]]
     text += [spans.decimal_digits(value, len(str(base)) - 1) for value, (_, base) in zip(values, groups)]

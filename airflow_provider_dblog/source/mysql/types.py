@@ -94,13 +94,18 @@ def select_expression(col: Column) -> str:
 
 def cast_snapshot_column(array: pa.ChunkedArray, col: Column, target: pa.DataType) -> pa.ChunkedArray:
     """connectorx's column (read through ``select_expression``) in the target Arrow type."""
-    if _unscaled_decimal(col):  # the integers' decimal128 bits are the target's bits with scale 0
-        wide = array.cast(pa.int64()).cast(pa.decimal128(19, 0))
-        return pa.chunked_array([pa.Array.from_buffers(target, len(c), c.buffers(), c.null_count, c.offset)
-                                 for c in wide.chunks], target)
+    if _unscaled_decimal(col):
+        return pa.chunked_array([unscaled_decimal(c, target) for c in array.cast(pa.int64()).chunks], target)
     if col.data_type == "timestamp":
         return array.cast(pa.int64()).cast(target)
     return array.cast(target)
+
+
+def unscaled_decimal(integers: pa.Array, target: pa.DataType) -> pa.Array:
+    """A DECIMAL of up to 18 digits from its unscaled integers (int64): their decimal128 bits with scale 0 are
+    the target's bits, so no value is scaled or parsed."""
+    wide = integers.cast(pa.int64()).cast(pa.decimal128(19, 0))
+    return pa.Array.from_buffers(target, len(wide), wide.buffers(), wide.null_count, wide.offset)
 
 
 def _format_time(value: dt.timedelta, fsp: int) -> str:
