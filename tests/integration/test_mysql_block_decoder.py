@@ -5,9 +5,7 @@ changes (which leave the block path) and a layout change in the middle of the ra
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 import random
-from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -15,12 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
-from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.schema_events import SchemaVersion
 from airflow_provider_dblog.source.mysql import block_decoder
-from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
 from airflow_provider_dblog.store.lake import block_rows, event_rows
+from tests.support.mysql_values import INT_RANGES, decimals, sql_param, typed_table
 
 COLUMNS = {
     "ti": "TINYINT", "tiu": "TINYINT UNSIGNED", "si": "SMALLINT", "siu": "SMALLINT UNSIGNED",
@@ -36,17 +33,6 @@ COLUMNS = {
     "tx": "TEXT", "mtx": "MEDIUMTEXT", "vb": "VARBINARY(20)", "bl": "BLOB", "tb": "TINYBLOB",
     "e": "ENUM('a','b','it''s')", "bt": "BIT(12)", "b1": "BIT(1)",
 }
-INT_RANGES = {"ti": (-128, 127), "tiu": (0, 255), "si": (-2**15, 2**15 - 1), "siu": (0, 2**16 - 1),
-              "mi": (-2**23, 2**23 - 1), "miu": (0, 2**24 - 1), "i": (-2**31, 2**31 - 1), "iu": (0, 2**32 - 1),
-              "bi": (-2**63, 2**63 - 1), "biu": (0, 2**64 - 1)}
-
-
-def _decimal(precision: int, scale: int):
-    return st.integers(-(10 ** precision - 1), 10 ** precision - 1).map(lambda n: Decimal(n).scaleb(-scale, _WIDE))
-
-
-_WIDE = decimal.Context(prec=100)
-
 
 _ts = st.datetimes(dt.datetime(1970, 1, 2), dt.datetime(2038, 1, 18))
 
@@ -58,9 +44,9 @@ def _fsp(fsp: int):
 VALUES = {
     **{name: st.integers(*r) for name, r in INT_RANGES.items()},
     "f": st.floats(allow_nan=False, allow_infinity=False, width=32), "d": st.floats(allow_nan=False, allow_infinity=False),
-    "dec1": _decimal(15, 2), "dec3": _decimal(10, 0), "dec5": _decimal(5, 5), "dec6": _decimal(18, 6),
-    "dec7": _decimal(18, 0), "dec8": _decimal(1, 0), "dec9": _decimal(12, 9), "dec2": _decimal(20, 6),
-    "dec4": _decimal(38, 10), "dec10": _decimal(30, 30),
+    "dec1": decimals(15, 2), "dec3": decimals(10, 0), "dec5": decimals(5, 5), "dec6": decimals(18, 6),
+    "dec7": decimals(18, 0), "dec8": decimals(1, 0), "dec9": decimals(12, 9), "dec2": decimals(20, 6),
+    "dec4": decimals(38, 10), "dec10": decimals(30, 30),
     # zero and partly zero dates (allowed by an empty sql_mode) are NULL in the lake on both paths
     "da": st.dates(dt.date(1000, 1, 1)) | st.sampled_from(["0000-00-00", "2001-00-10", "2001-02-00"]),
     "dtm": st.datetimes(dt.datetime(1000, 1, 1)).map(_fsp(0)) | st.just("0000-00-00 00:00:00"),
@@ -85,16 +71,7 @@ STATEMENTS = st.lists(st.tuples(st.sampled_from(["insert", "insert", "update", "
 
 @pytest.fixture(scope="module")
 def typed(mariadb):
-    mariadb.sql("CREATE DATABASE IF NOT EXISTS blocks")
-    columns = ", ".join(f"`{name}` {ddl}" for name, ddl in COLUMNS.items())
-    mariadb.sql(f"CREATE TABLE blocks.t (id INT PRIMARY KEY, {columns}) DEFAULT CHARSET=utf8mb4")
-    dialect = MySqlDialect(SourceConfig.parse(mariadb.uri()))
-    yield mariadb, dialect, dialect.describe_table("blocks.t")
-    dialect.close()
-
-
-def _param(value):
-    return format(value, "f") if isinstance(value, Decimal) else value
+    yield from typed_table(mariadb, "blocks.t", COLUMNS)
 
 
 def _write(dialect, statements, seed: int) -> None:
@@ -112,7 +89,7 @@ def _write(dialect, statements, seed: int) -> None:
                 batch = list(range(next_key, next_key + count))
                 next_key += count
                 cur.executemany(f"INSERT INTO t VALUES ({', '.join(['%s'] * len(names))})",
-                                [[k, *(_param(row.get(c)) for c in COLUMNS)] for k in batch])
+                                [[k, *(sql_param(row.get(c)) for c in COLUMNS)] for k in batch])
                 keys.extend(batch)
             else:
                 chosen = rng.sample(keys, min(count, len(keys)))
@@ -126,7 +103,7 @@ def _write(dialect, statements, seed: int) -> None:
                 else:
                     sets = ", ".join(f"`{c}` = %s" for c in ("i", "dec1", "vc", "bl", "dtm6", "da"))
                     cur.execute(f"UPDATE t SET {sets} WHERE {where}",
-                                [_param(row.get(c)) for c in ("i", "dec1", "vc", "bl", "dtm6", "da")])
+                                [sql_param(row.get(c)) for c in ("i", "dec1", "vc", "bl", "dtm6", "da")])
             if n % 7 == 6:
                 cur.execute("COMMIT")
                 cur.execute("BEGIN")

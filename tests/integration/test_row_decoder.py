@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.source.mysql import rows as mysql_rows
-from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
 from airflow_provider_dblog.store.lake import event_rows
+from tests.support.mysql_values import INT_RANGES, WIDE, decimals, sql_param, typed_table
 
 COLUMNS = {
     "ti": "TINYINT", "tiu": "TINYINT UNSIGNED", "si": "SMALLINT", "siu": "SMALLINT UNSIGNED",
@@ -33,14 +33,6 @@ COLUMNS = {
     "tx": "TEXT", "mtx": "MEDIUMTEXT", "bn": "BINARY(4)", "vb": "VARBINARY(20)", "bl": "BLOB",
     "e": "ENUM('a','b','it''s')", "s": "SET('x','y','z')", "bt": "BIT(12)", "b1": "BIT(1)", "js": "JSON",
 }
-INT_RANGES = {"ti": (-128, 127), "tiu": (0, 255), "si": (-2**15, 2**15 - 1), "siu": (0, 2**16 - 1),
-              "mi": (-2**23, 2**23 - 1), "miu": (0, 2**24 - 1), "i": (-2**31, 2**31 - 1), "iu": (0, 2**32 - 1),
-              "bi": (-2**63, 2**63 - 1), "biu": (0, 2**64 - 1)}
-
-
-def _decimal(precision: int, scale: int):
-    digits = st.integers(-(10 ** precision - 1), 10 ** precision - 1)
-    return digits.map(lambda n: Decimal(n).scaleb(-scale, _WIDE))
 
 
 def _time(fsp: int):
@@ -54,15 +46,12 @@ def _time(fsp: int):
     return st.tuples(st.integers(-limit, limit), st.integers(0, 10 ** fsp - 1)).map(text)
 
 
-import decimal  # noqa: E402
-
-_WIDE = decimal.Context(prec=100)
 _ts = st.datetimes(dt.datetime(1970, 1, 2), dt.datetime(2038, 1, 18))
 VALUES = {
     **{name: st.integers(*r) for name, r in INT_RANGES.items()},
     "f": st.floats(allow_nan=False, allow_infinity=False, width=32), "d": st.floats(allow_nan=False, allow_infinity=False),
-    "dec1": _decimal(15, 2), "dec2": _decimal(65, 30), "dec3": _decimal(10, 0), "dec4": _decimal(38, 10),
-    "dec5": _decimal(5, 5), "dec6": _decimal(18, 6), "da": st.dates(dt.date(1000, 1, 1)),
+    "dec1": decimals(15, 2), "dec2": decimals(65, 30), "dec3": decimals(10, 0), "dec4": decimals(38, 10),
+    "dec5": decimals(5, 5), "dec6": decimals(18, 6), "da": st.dates(dt.date(1000, 1, 1)),
     "dtm": st.datetimes(dt.datetime(1000, 1, 1)).map(lambda v: v.replace(microsecond=0)),
     "dtm3": st.datetimes(dt.datetime(1000, 1, 1)).map(lambda v: v.replace(microsecond=v.microsecond // 1000 * 1000)),
     "dtm6": st.datetimes(dt.datetime(1000, 1, 1)),
@@ -83,23 +72,13 @@ ROWS = st.lists(st.fixed_dictionaries({name: st.none() | strategy for name, stra
 
 @pytest.fixture(scope="module")
 def typed(mariadb):
-    mariadb.sql("CREATE DATABASE IF NOT EXISTS decoder")
-    columns = ", ".join(f"`{name}` {ddl}" for name, ddl in COLUMNS.items())
-    mariadb.sql(f"CREATE TABLE decoder.t (id INT PRIMARY KEY, {columns}) DEFAULT CHARSET=utf8mb4")
-    dialect = MySqlDialect(SourceConfig.parse(mariadb.uri()))
-    yield mariadb, dialect, dialect.describe_table("decoder.t")
-    dialect.close()
-
-
-def _param(value):
-    """Decimals as fixed-point text: pymysql would write 1E-30, which SQL reads as a DOUBLE."""
-    return format(value, "f") if isinstance(value, Decimal) else value
+    yield from typed_table(mariadb, "decoder.t", COLUMNS)
 
 
 def _insert(cur, key: int, row: dict) -> None:
     names = ["id", *COLUMNS]
     cur.execute(f"INSERT INTO t VALUES ({', '.join(['%s'] * len(names))})",
-                [key, *(_param(row.get(n)) for n in COLUMNS)])
+                [key, *(sql_param(row.get(n)) for n in COLUMNS)])
 
 
 def _lake_values(meta: TableMeta, dialect: MySqlDialect, images: list[dict]) -> list[dict]:
@@ -208,7 +187,7 @@ def test_decimal_binary_format_round_trips(precision, data):
     encoded = _decimal2bin(abs(digits), digits < 0, precision, scale)
     assert len(encoded) == size
     value = read(b"\xAA" + encoded + b"\xBB", 1)
-    assert Decimal(value) == Decimal(digits).scaleb(-scale, _WIDE)
+    assert Decimal(value) == Decimal(digits).scaleb(-scale, WIDE)
 
 
 def _decimal2bin(magnitude: int, negative: bool, precision: int, scale: int) -> bytes:
