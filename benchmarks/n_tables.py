@@ -187,7 +187,7 @@ PATHS = {"spark": "0", "driver": "100000"}  # the tail's --driver-catch-up-mb: t
 
 
 def measure(server, work: Path, n: int, rows: int, changes: int, extra_plan: list[str], tail_timeout: float,
-            max_rss: float, paths: tuple[str, ...] = ("spark",)) -> dict:
+            max_rss: float, paths: tuple[str, ...] = ("spark",), s3_bucket: str | None = None) -> dict:
     db = f"n{n}"  # N = 0: the warm-up, one table
     per_table = rows // max(n, 1)
     server.sql(f"CREATE DATABASE {db}")
@@ -195,6 +195,10 @@ def measure(server, work: Path, n: int, rows: int, changes: int, extra_plan: lis
     for table in tables:
         common.create_synthetic_table(server, table, per_table)
     state, sink, logs = work / f"state-{n}", work / f"sink-{n}", work / f"logs-{n}"
+    checkpoint: list[str] = []
+    if s3_bucket:  # state and lake on the S3 server; the tail's Spark checkpoint on local disk (it must be)
+        state, sink = f"s3://{s3_bucket}/state-{n}", f"s3://{s3_bucket}/sink-{n}"
+        checkpoint = ["--checkpoint", str(work / f"checkpoint-{n}")]
     logs.mkdir(parents=True, exist_ok=True)
     common.log(f"N={n}: {n} tables of {per_table:,} rows")
     load = os.getloadavg()[0]
@@ -217,7 +221,8 @@ def measure(server, work: Path, n: int, rows: int, changes: int, extra_plan: lis
     for path in paths:  # each path tails its own ``changes`` new changes
         written = write_changes(server, tables, per_table, changes)
         tail = timed_tail([common.DBLOG, "tail", "--state", str(state), "--sink", str(sink), "--available-now",
-                           "--driver-catch-up-mb", PATHS[path]], logs / f"tail-{path}.log", tail_timeout, max_rss)
+                           "--driver-catch-up-mb", PATHS[path], *checkpoint], logs / f"tail-{path}.log", tail_timeout,
+                          max_rss)
         tail["writer"] = written
         if "rows" in tail:
             tail["ms_per_change"] = round(1000 * tail["seconds"] / changes, 3)
@@ -286,6 +291,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--paths", default="spark",
                         help="tail paths, each with its own changes: spark (the streaming query, --driver-catch-up-mb "
                              "0), driver (the in-driver catch-up); default spark")
+    parser.add_argument("--s3", action="store_true",
+                        help="state and lake on a private SeaweedFS S3 server (tests/support/seaweedfs.py)")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -295,20 +302,31 @@ def main(argv: list[str] | None = None) -> dict:
     info = common.server_info(server)
     results: dict[int, dict] = {}
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    s3 = None
     try:
+        if args.s3:
+            from tests.support.seaweedfs import SeaweedS3
+
+            s3 = SeaweedS3(work / "s3").start()
+            os.environ.update(s3.env())  # the dblog processes inherit them (common.bench_env)
+        bucket = s3.bucket if s3 else None
         if not args.no_warmup:
             common.log("warm-up (not recorded)")
-            measure(server, work, 0, 1000, 100, extra, args.tail_timeout, args.max_tail_rss_gb * 2**30)
+            measure(server, work, 0, 1000, 100, extra, args.tail_timeout, args.max_tail_rss_gb * 2**30,
+                    s3_bucket=bucket)
         for n in sizes:
             results[n] = measure(server, work, n, args.rows, args.changes, extra, args.tail_timeout,
-                                 args.max_tail_rss_gb * 2**30, tuple(args.paths.split(",")))
+                                 args.max_tail_rss_gb * 2**30, tuple(args.paths.split(",")), bucket)
     finally:
         server.stop()
+        if s3 is not None:
+            s3.stop()
     checks = targets(results)
     common.log("\n" + table_text(results, checks))
     command = "python benchmarks/n_tables.py " + " ".join(sys.argv[1:] if argv is None else argv)
     out = {"date": started, "command": command,
-           "rows": args.rows, "changes": args.changes, "results": {str(n): r for n, r in results.items()},
+           "rows": args.rows, "changes": args.changes, "storage": "s3 (SeaweedFS)" if args.s3 else "local",
+           "results": {str(n): r for n, r in results.items()},
            "targets": checks, "machine": common.machine_info(), "server": info,
            "code": common.code_version()}
     text = json.dumps(out, indent=1)

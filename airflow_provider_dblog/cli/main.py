@@ -129,14 +129,17 @@ def _stop_on_signals() -> threading.Event:
 def cmd_tail(args) -> dict:
     from airflow_provider_dblog.steps.tail import run_tail
 
-    catch_up = 0
+    catch_up, spark = 0, _session(args, "dblog-tail", short_lived=False)
     if not args.spark_submit:  # a local run may read a small cold catch-up in this process
         from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
+        from airflow_provider_dblog.local.session import BackgroundSession
 
         catch_up = DRIVER_CATCH_UP_BYTES if args.driver_catch_up_mb is None else int(args.driver_catch_up_mb * 2**20)
+        if args.continuous or catch_up == 0:  # Spark's query will run: its JVM starts while the tail checks the
+            spark = BackgroundSession("dblog-tail", short_lived=False)  # lake and the binlog (many tables: seconds)
     return run_tail(args.state, args.sink, available_now=not args.continuous, trigger_seconds=args.trigger_seconds,
                     max_events=args.max_events, tables=[args.table] if args.table else None,
-                    stop_event=_stop_on_signals(), spark=_session(args, "dblog-tail", short_lived=False),
+                    stop_event=_stop_on_signals(), spark=spark,
                     driver_catch_up_bytes=catch_up, merge_interval=args.merge_interval,
                     schema_changes=args.schema_changes, checkpoint=args.checkpoint, on_purge=args.on_purge,
                     batch_memory_bytes=int(args.batch_memory_mb * 2**20), signal_table=args.signal_table,

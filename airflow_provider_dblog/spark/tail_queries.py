@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
@@ -128,14 +127,13 @@ class LakeSink:
         self._pending[name] = batch.end
 
     def _each(self, work: Callable[[str], None], names: list[str]) -> None:
-        """``work(name)`` for every table on ``commit_threads`` threads, a table always on the same one (an
-        opened Delta table is kept per thread: later commits read only the log entries added since); the
-        first failure is raised after the others finished (each table's commits are its own: one failing
-        leaves the others exact)."""
+        """``work(name)`` for every table on ``commit_threads`` threads, the next table to the first thread
+        free (each table's ``LakeTables`` keeps its opened Delta tables whatever thread uses it: later
+        commits read only the log entries added since); the first failure is raised after the others
+        finished (each table's commits are its own: one failing leaves the others exact)."""
         if not self._threads:
-            self._threads = [ThreadPoolExecutor(1, thread_name_prefix=f"dblog-commit-{k}")
-                             for k in range(max(1, self.commit_threads))]
-        futures = [self._threads[zlib.crc32(name.encode()) % len(self._threads)].submit(work, name) for name in names]
+            self._threads = [ThreadPoolExecutor(max(1, self.commit_threads), thread_name_prefix="dblog-commit")]
+        futures = [self._threads[0].submit(work, name) for name in names]
         wait(futures)
         for future in futures:
             future.result()

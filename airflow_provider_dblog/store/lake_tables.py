@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +40,7 @@ from airflow_provider_dblog.store.atomic import dictionary_columns
 from airflow_provider_dblog.store.lake import (
     UNCHANGED, changelog_schema, changelog_uri, current_schema, current_uri, position_rows,
 )
+from airflow_provider_dblog.store.opened_tables import HeldTables
 from airflow_provider_dblog.store.staged import StagedFile, add_actions, discard, read_staged, stage
 
 log = logging.getLogger("dblog")
@@ -48,11 +48,16 @@ TAIL_APP = "dblog-tail"
 SCHEMA_APP = "dblog-schema"  # ``current``'s columns follow the source's from this position on
 REREAD_APP = "dblog-reread"  # every chunk was read again after the schema change at this position
 METADATA = ("_op", "_pos", "_ts_ms", "_chunk")
-_OPENED = threading.local()  # DeltaTable objects of this thread, by URI
 MAX_ATTEMPTS = 30
 MEMORY_BYTES = 256 * 1024 * 1024  # changes applied to ``current`` in one MERGE; more go chunk by chunk
 SCAN_BATCH_ROWS = 65_536
 REWRITE_THREADS = 2  # files of ``current`` rewritten at once by an update
+WHOLE_READ_ROWS = 16_384  # a file of ``current`` this small is read whole once by an update, not key columns first
+# a log checkpoint every 10 commits (delta-rs writes it after the commit): opening, updating and committing to a
+# table replays the log entries since the last checkpoint, 0.25 ms each here, so at Delta's default of 100 a
+# tail's commits cost up to 25 ms more the longer it runs (docs/benchmarks.md, "commit cost over time")
+CHECKPOINT_INTERVAL = 10
+TABLE_PROPERTIES = {"delta.checkpointInterval": str(CHECKPOINT_INTERVAL)}
 
 
 def chunk_app(chunk_id: int) -> str:
@@ -108,6 +113,7 @@ class LakeTables:
         self.changelog_uri, self.current_uri = changelog_uri(sink, table), current_uri(sink, table)
         self.options = storage_options
         self._appended = None  # (changelog position before, after, its version, rows) of the last tail append
+        self._held = HeldTables(self)
         self._use_source(source)
         self.key_match = key_match(key_columns)
 
@@ -119,15 +125,9 @@ class LakeTables:
 
     # ---- opening ----
     def _open(self, uri: str, schema: pa.Schema, partition_by: list[str] | None):
-        """The table at its latest version: opened once per thread, then brought up to date by reading
-        only the log entries added since (opening anew re-reads the whole log: 0.02-0.04 s per chunk)."""
-        opened = _OPENED.__dict__.setdefault("tables", {})
-        table = opened.get(uri)
-        if table is not None:
-            table.update_incremental()
-            return table
-        opened[uri] = table = self._open_or_create(uri, schema, partition_by)
-        return table
+        """The table at its latest version: opened once in this process, then brought up to date by reading
+        only the log entries added since (``store.opened_tables``)."""
+        return self._held.get(uri, self.options, lambda: self._open_or_create(uri, schema, partition_by))
 
     def _open_or_create(self, uri: str, schema: pa.Schema, partition_by: list[str] | None):
         from deltalake import DeltaTable
@@ -139,7 +139,7 @@ class LakeTables:
             except TableNotFoundError:
                 try:
                     return DeltaTable.create(uri, schema, mode="ignore", partition_by=partition_by,
-                                             storage_options=self.options)
+                                             storage_options=self.options, configuration=TABLE_PROPERTIES)
                 except Exception:  # noqa: BLE001 - another writer created it at the same moment: open it
                     continue
         return DeltaTable(uri, storage_options=self.options)
@@ -495,11 +495,12 @@ class LakeTables:
 
         return _retrying(what, attempt)
 
-    def _append(self, rows: pa.Table, commit=None, checked=None):
+    def _append(self, rows: pa.Table, commit=None, checked=None, small: bool = False):
         """Append to the changelog; columns it does not have yet are added (it keeps dropped ones).
         ``checked``: the changelog at the version the caller read (its recorded position, its version), so
         a commit made since conflicts (Delta's check) instead of going unseen; by default the latest version.
-        Returns the changelog's DeltaTable, at the version this append made."""
+        ``small``: a micro-batch's changes (``_append_file``). Returns the changelog's DeltaTable, at the
+        version this append made."""
         from deltalake import write_deltalake
         from deltalake.exceptions import CommitFailedError
 
@@ -511,10 +512,30 @@ class LakeTables:
         have = _arrow_schema(changelog)
         added = [f for f in rows.schema if f.name not in have.names]
         rows = conform(rows, pa.schema([*have, *added]))  # columns it keeps but these rows lack: null
-        merge = bool(added)
+        if small and rows.num_rows and not added:
+            return self._append_file(changelog, rows, commit)
         write_deltalake(changelog, rows, mode="append", storage_options=self.options,
                         writer_properties=writer_properties(rows.schema), commit_properties=commit,
-                        schema_mode="merge" if merge else None)
+                        schema_mode="merge" if added else None)
+        return changelog
+
+    def _append_file(self, changelog, rows: pa.Table, commit):
+        """``_append`` of rows in the changelog's columns: one staged file added by one commit (half the CPU
+        of delta-rs's writer for a micro-batch's few rows, the per-table cost of a whole-database tail).
+        Its statistics cover the metadata and key columns (what the lake's own reads filter on; a compaction
+        by ``maintain`` writes them for every column). Not for a chunk's rows: ``current`` shares their file,
+        and readers of it filter on any column. Returns the changelog brought up to date: at the version this
+        commit made unless another writer committed right after it."""
+        from deltalake.exceptions import CommitFailedError
+
+        file = stage(self.changelog_uri, rows, stats_columns=key_ranges.bounded_columns(rows.schema, self.keys))
+        try:
+            changelog.create_write_transaction(add_actions([file]), "append", changelog.schema(),
+                                               commit_properties=commit)
+        except CommitFailedError:  # refused (a conflict): no version names the file. Any other failure may
+            discard(self.changelog_uri, [file])  # have committed it (a lost answer): vacuum removes it if not
+            raise
+        changelog.update_incremental()
         return changelog
 
     def _widen_for(self, rows: pa.Table, changelog) -> bool:
@@ -615,8 +636,10 @@ class LakeTables:
             rows = rows.filter(pc.greater(rows["_pos"], recorded.as_snapshot().encode()))
         # appended from the version whose position was read: a batch another tail committed since then
         # conflicts on ``dblog-tail`` and this one is retried from a fresh read
-        appended = self._append(rows, commit, checked=changelog)
-        self._appended = (recorded, end.boundary(), appended.version(), rows)
+        before = changelog.version()
+        version = self._append(rows, commit, checked=changelog, small=True).version()
+        # the version this append made, if no other commit came right after it (then the changes are read)
+        self._appended = (recorded, end.boundary(), version, rows) if version == before + 1 else None
         return "committed"
 
     def _apply_changes(self, end: BinlogPosition) -> None:
@@ -716,10 +739,19 @@ class LakeTables:
         keys = changes.select(list(self.keys))
         owner = [-1] * changes.num_rows  # the file each change's key lives in or goes to
         held_by = [key_ranges.holds(f, keys, bounded) for f in files]
+        whole: dict[int, pa.Table] = {}  # small files are read whole once, for their keys and their rewrite
+
+        def rows_of(i: int, columns: list[str] | None = None) -> pa.Table:
+            if files[i].rows > WHOLE_READ_ROWS:
+                return fragments[_base(files[i].path)](columns)
+            if i not in whole:
+                whole[i] = fragments[_base(files[i].path)]()
+            return whole[i] if columns is None else whole[i].select(columns)
+
         for i, (f, mask) in enumerate(zip(files, held_by)):
             if not pc.any(mask).as_py():
                 continue
-            have = _key_table(fragments[_base(f.path)](list(self.keys)), keys.schema)
+            have = _key_table(rows_of(i, list(self.keys)), keys.schema)
             probe = keys.filter(mask).append_column("_i", pc.indices_nonzero(mask).cast(pa.int64()))
             for at in probe.join(have, list(self.keys), join_type="left semi")["_i"].to_pylist():
                 owner[at] = i
@@ -738,13 +770,14 @@ class LakeTables:
         owners = pa.array(owner, pa.int64())
 
         def rewrite(i: int) -> list[StagedFile]:
-            data = conform(fragments[_base(files[i].path)](), self.current_schema)
+            data = conform(rows_of(i), self.current_schema)
             merged = merge_changes(data, changes.filter(pc.equal(owners, i)), self.keys, {chunk_id: hw})
             return self._stage_sorted(merged, partition)
 
         touched = sorted({o for o in owner if o >= 0})
         # the files are rewritten on a few threads (reading, sorting and encoding Parquet release the GIL)
-        adds = [a for added in (pool.map(rewrite, touched) if pool else map(rewrite, touched)) for a in added]
+        adds = [a for added in (pool.map(rewrite, touched) if pool and len(touched) > 1 else map(rewrite, touched))
+                for a in added]
         removes = [RemoveAction(files[i].path, True, now, files[i].size, partition) for i in touched]
         if not files and new:
             adds += self._stage_sorted(changes.take(new).filter(pc.not_equal(changes.take(new)["_op"], "d")), partition)
@@ -847,13 +880,19 @@ class LakeTables:
     # ---- maintenance ----
     def maintain(self, retention_hours: float) -> dict:
         """Compact small files, write a log checkpoint, and delete files no version newer than
-        ``retention_hours`` needs, on both tables (a compaction that races a tail commit is retried).
+        ``retention_hours`` needs, on both tables (a compaction that races a tail commit is retried); a table
+        made before ``CHECKPOINT_INTERVAL`` was set at creation gets it.
         ``current``'s compaction keeps its files key ranges (``_compact_current``)."""
         out = {}
         for name, open_table in (("current", self.current), ("changelog", self.changelog)):
             compact = self._compact_current if name == "current" else lambda: self.changelog().optimize.compact()
             metrics = _retrying(f"compacting {name} of {self.table}", compact)
             table = open_table()
+            if (table.metadata().configuration or {}).get("delta.checkpointInterval") is None:
+                # a table made before the interval was set at creation: its log is checkpointed as often now
+                _retrying(f"setting the checkpoint interval of {name} of {self.table}",
+                          lambda: open_table().alter.set_table_properties(TABLE_PROPERTIES))
+                table = open_table()
             table.create_checkpoint()
             # full: also the files no log entry names (a write whose commit failed, or a retried write),
             # like Spark's VACUUM; files younger than the retention (whole hours, rounded up) are kept,

@@ -22,7 +22,7 @@ def _read(uri: str) -> pa.Table:
 
 def _orphan(uri: str, age_hours: float) -> Path:
     """A Parquet file no log entry names (what a write whose commit failed leaves), ``age_hours`` old."""
-    source = sorted(Path(uri).rglob("*.parquet"))[0]
+    source = sorted(p for p in Path(uri).rglob("*.parquet") if "_delta_log" not in p.parts)[0]  # not a checkpoint
     orphan = source.with_name("part-00000-orphan-c000.snappy.parquet")
     shutil.copyfile(source, orphan)
     then = time.time() - age_hours * 3600

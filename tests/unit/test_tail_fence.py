@@ -34,13 +34,13 @@ class OtherTailCommitsInBetween(LakeTables):
 
     other = None
 
-    def _append(self, rows, commit=None, checked=None):
+    def _append(self, rows, commit=None, checked=None, **options):
         if self.other is not None:
             other, self.other = self.other, None
             thread = threading.Thread(target=other)
             thread.start()
             thread.join()
-        return super()._append(rows, commit, checked)
+        return super()._append(rows, commit, checked, **options)
 
 
 def test_a_batch_another_tail_committed_meanwhile_is_not_appended_twice(tmp_path):
