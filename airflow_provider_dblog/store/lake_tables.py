@@ -499,8 +499,8 @@ class LakeTables:
         """Append to the changelog; columns it does not have yet are added (it keeps dropped ones).
         ``checked``: the changelog at the version the caller read (its recorded position, its version), so
         a commit made since conflicts (Delta's check) instead of going unseen; by default the latest version.
-        ``small``: a micro-batch's changes (``_append_file``). Returns the changelog's DeltaTable, at the
-        version this append made."""
+        Returns the changelog's DeltaTable, at the version this append made; ``small``: a micro-batch's changes
+        (``_append_file``), and the DeltaTable is returned at the version before the append."""
         from deltalake import write_deltalake
         from deltalake.exceptions import CommitFailedError
 
@@ -524,8 +524,8 @@ class LakeTables:
         of delta-rs's writer for a micro-batch's few rows, the per-table cost of a whole-database tail).
         Its statistics cover the metadata and key columns (what the lake's own reads filter on; a compaction
         by ``maintain`` writes them for every column). Not for a chunk's rows: ``current`` shares their file,
-        and readers of it filter on any column. Returns the changelog brought up to date: at the version this
-        commit made unless another writer committed right after it."""
+        and readers of it filter on any column. Returns the changelog at the version before this commit (the
+        next ``changelog()`` reads the log entries since)."""
         from deltalake.exceptions import CommitFailedError
 
         file = stage(self.changelog_uri, rows, stats_columns=key_ranges.bounded_columns(rows.schema, self.keys))
@@ -535,7 +535,6 @@ class LakeTables:
         except CommitFailedError:  # refused (a conflict): no version names the file. Any other failure may
             discard(self.changelog_uri, [file])  # have committed it (a lost answer): vacuum removes it if not
             raise
-        changelog.update_incremental()
         return changelog
 
     def _widen_for(self, rows: pa.Table, changelog) -> bool:
@@ -637,9 +636,10 @@ class LakeTables:
         # appended from the version whose position was read: a batch another tail committed since then
         # conflicts on ``dblog-tail`` and this one is retried from a fresh read
         before = changelog.version()
-        version = self._append(rows, commit, checked=changelog, small=True).version()
-        # the version this append made, if no other commit came right after it (then the changes are read)
-        self._appended = (recorded, end.boundary(), version, rows) if version == before + 1 else None
+        self._append(rows, commit, checked=changelog, small=True)
+        # the version this append made if no other commit came before it or right after it: ``current``'s
+        # update checks that the changelog is at that version, else it reads the changes
+        self._appended = (recorded, end.boundary(), before + 1, rows)
         return "committed"
 
     def _apply_changes(self, end: BinlogPosition) -> None:
