@@ -293,8 +293,12 @@ def main(argv: list[str] | None = None) -> dict:
                              "0), driver (the in-driver catch-up); default spark")
     parser.add_argument("--s3", action="store_true",
                         help="state and lake on a private SeaweedFS S3 server (tests/support/seaweedfs.py)")
+    parser.add_argument("--code-rev", help="measure this git revision of airflow_provider_dblog (a baseline beside "
+                                           "the working tree, exported under .bench/)")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
+    if args.code_rev:
+        common.export_revision(args.code_rev)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     extra = [*(["--chunk-size", str(args.chunk_size)] if args.chunk_size else []),
              *(["--batch-size", str(args.batch_size)] if args.batch_size else [])]
