@@ -203,7 +203,7 @@ def measure(server, work: Path, n: int, rows: int, changes: int, extra_plan: lis
     common.log(f"N={n}: {n} tables of {per_table:,} rows")
     load = os.getloadavg()[0]
     plan = common.dblog(["plan", "--source", server.uri(), "--tables", f"{db}.*", "--state", str(state),
-                         *extra_plan], logs / "plan.log")
+                         *extra_plan, *checkpoint], logs / "plan.log")
     batches = plan.json()["batches"]
     steps = [plan.seconds]
     for batch in batches:

@@ -22,6 +22,7 @@ from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStre
 from airflow_provider_dblog.readers.change_committer import ChangeCommitter
 from airflow_provider_dblog.source.dialect import DataSourceDialect
 from airflow_provider_dblog.store.lake_tables import LakeTables
+from airflow_provider_dblog.store.object_store import table_threads
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
@@ -68,7 +69,7 @@ def catch_up_tables_in_driver(state: StateDir, sink: str, dialect: DataSourceDia
         ChangeCommitter(state, lake, dialect, schema_changes, sink=sink).commit(parts[name], ddl[name], now)
         state.write_caught_up(name, floors[name], now, at_now)
 
-    for_each_table(commit, sorted(tables), "tail: the driver's catch-up committed")
+    for_each_table(commit, sorted(tables), "tail: the driver's catch-up committed", table_threads(sink))
     rows = {name: sum(p.num_rows for p in parts[name]) for name in tables}
     committed = time.time()
     state.record_tail_positions(dict.fromkeys(tables, now), at_now)

@@ -14,6 +14,7 @@ from airflow_provider_dblog.core.positions import BinlogPosition, merge_gtids
 from airflow_provider_dblog.readers.change_committer import REPLANNED, ChangeCommitter
 from airflow_provider_dblog.spark.session import spark_session
 from airflow_provider_dblog.store.lake_tables import LakeTables
+from airflow_provider_dblog.store.object_store import table_threads
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
@@ -176,8 +177,8 @@ def start_query(state: StateDir, sink: str, tables: list[str] | None, available_
     spark = spark_session("dblog-tail", spark)
     spark.dataSource.register(BinlogDataSource)
     dialect = open_dialect(state.source(), state.options())
-    lake_sink = LakeSink(state, sink, dialect, spark, merge_interval, schema_changes,
-                         batch_memory_bytes=batch_memory_bytes)
+    lake_sink = LakeSink(state, sink, dialect, spark, merge_interval, schema_changes, table_threads(sink),
+                         batch_memory_bytes)
     parallelism = decode_parallelism or spark.sparkContext.defaultParallelism
     lake_sink.follow_recorded(sorted(state.offsets()) if tables is None else tables)
     reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("sink", str(sink))

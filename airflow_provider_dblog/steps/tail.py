@@ -30,7 +30,7 @@ from airflow_provider_dblog.steps.health import check_same_server
 from airflow_provider_dblog.steps.signals import SIGNAL_SECONDS, SignalWatcher
 from airflow_provider_dblog.spark.tail_queries import start_query, watch
 from airflow_provider_dblog.store.lake_tables import LakeTables
-from airflow_provider_dblog.store.object_store import check_sink
+from airflow_provider_dblog.store.object_store import check_sink, table_threads
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
@@ -198,7 +198,8 @@ def create_unread_tables(state: StateDir, sink: str, dialect, names: list[str]) 
         lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
         lake.changelog(), lake.current()
 
-    for_each_table(create, [name for name in names if not state.table_of(plans, name).startup.snapshots])
+    for_each_table(create, [name for name in names if not state.table_of(plans, name).startup.snapshots],
+                   threads=table_threads(sink))
 
 
 def reread_purged(state: StateDir, sink: str, dialect, names: list[str], offsets: dict, recorded: dict,
@@ -282,7 +283,7 @@ def bring_current_up_to_date(state: StateDir, sink: str, dialect, names: list[st
         log.info("tail: %s: current reflects %s, its changelog %s: applying the difference", name, *behind)
         lake.update_current(behind[1])
 
-    for_each_table(check, names, "tail: checking that current follows the changelog")
+    for_each_table(check, names, "tail: checking that current follows the changelog", table_threads(sink))
 
 
 @contextmanager

@@ -21,8 +21,18 @@ SETTINGS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "
 REFUSED = ("ACCESS_DENIED", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403")
 
 
+LOCAL_TABLE_THREADS = 4  # per-table lake work on a local path is CPU: 4 threads take about half the time of 1 on 2 cores
+OBJECT_STORE_TABLE_THREADS = 16  # on object storage it waits on requests (≈10 per table commit): more at once
+
+
 def is_object_store(uri: str) -> bool:
     return "://" in str(uri) and not str(uri).startswith("file://")
+
+
+def table_threads(location: str) -> int:
+    """Threads for work done table by table on the lake at ``location`` (opening, checking, committing):
+    ``docs/benchmarks.md``, "Whole databases"."""
+    return OBJECT_STORE_TABLE_THREADS if is_object_store(location) else LOCAL_TABLE_THREADS
 
 
 def settings() -> dict[str, str]:
