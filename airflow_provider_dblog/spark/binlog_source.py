@@ -185,15 +185,16 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out[name] = TableStream(meta, offsets[name], max(floors))
         return out
 
-    def _available_from(self) -> BinlogPosition | None:
-        """The smallest floor, once the source is known to still have its log. Floors come from the state's
-        records, not from each table's lake (opening a Delta table per table is most of a whole database's
-        start-up); the lake may be further (a crash between its commit and the record: that range is read
-        again and its rows dropped at the commit, which keeps only changes past the lake's position). When
-        the log from there is gone, the lake's own positions are taken (``table_floor``) and checked again."""
+    def _available_from(self) -> tuple[BinlogPosition | None, dict[str, TableStream]]:
+        """The smallest floor, once the source is known to still have its log, and the streams it is the
+        floor of. Floors come from the state's records, not from each table's lake (opening a Delta table per
+        table is most of a whole database's start-up); the lake may be further (a crash between its commit and
+        the record: that range is read again and its rows dropped at the commit, which keeps only changes past
+        the lake's position). When the log from there is gone, the lake's own positions are taken
+        (``table_floor``) and checked again."""
         streams = self.streams()
         if not streams:
-            return None
+            return None, streams
         start = min(t.floor for t in streams.values())
         try:
             self.dialect.ensure_available(start)
@@ -206,10 +207,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._first_floors[name] = table_floor(self.state, self.sink, self.dialect, name,
                                                        offsets[name].min_hw, recorded)
             return self._available_from()
-        return start
+        return start, streams
 
     def initialOffset(self) -> dict:
-        start = self._available_from()
+        start = self._available_from()[0]
         return (start or self.dialect.current_position()).to_dict()
 
     def _now(self) -> dict:
@@ -236,8 +237,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict):
         """One piece of the range per task when the source can cut it at transaction boundaries (each task reads
         and decodes only its piece), else interleaved shares of the decoding (each task reads the whole range)."""
-        self._available_from()
-        streams = self.streams()
+        streams = self._available_from()[1]  # the state read once per micro-batch (a request each on S3)
         stop = BinlogPosition.from_dict(end)
         floors = [t.floor for t in streams.values() if t.floor < stop]
         cuts = self.dialect.split_range(min(floors), stop, self.parallelism) if floors and self.parallelism > 1 else []
