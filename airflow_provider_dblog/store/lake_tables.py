@@ -55,7 +55,7 @@ REWRITE_THREADS = 2  # files of ``current`` rewritten at once by an update
 WHOLE_READ_ROWS = 16_384  # a file of ``current`` this small is read whole once by an update, not key columns first
 # a log checkpoint every 10 commits (delta-rs writes it after the commit): opening, updating and committing to a
 # table replays the log entries since the last checkpoint, 0.25 ms each here, so at Delta's default of 100 a
-# tail's commits cost up to 25 ms more the longer it runs (docs/benchmarks.md, "commit cost over time")
+# tail's commits cost up to 25 ms more the longer it runs (docs/benchmarks.md, "Commit cost over a tail's life")
 CHECKPOINT_INTERVAL = 10
 TABLE_PROPERTIES = {"delta.checkpointInterval": str(CHECKPOINT_INTERVAL)}
 
