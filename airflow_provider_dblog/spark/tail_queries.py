@@ -40,7 +40,7 @@ class LakeSink:
         self._merged_at = 0.0
         self._pending: dict[str, BinlogPosition] = {}  # tables whose current lags their changelog
         self._gtid: tuple[BinlogPosition, str] | None | bool = None  # (position, GTID state there); False: none
-        self._threads: list[ThreadPoolExecutor] = []
+        self._pool: ThreadPoolExecutor | None = None
         self._source_tag: str | None = None
 
     def committer(self, name: str) -> ChangeCommitter:
@@ -132,9 +132,9 @@ class LakeSink:
         free (each table's ``LakeTables`` keeps its opened Delta tables whatever thread uses it: later
         commits read only the log entries added since); the first failure is raised after the others
         finished (each table's commits are its own: one failing leaves the others exact)."""
-        if not self._threads:
-            self._threads = [ThreadPoolExecutor(max(1, self.commit_threads), thread_name_prefix="dblog-commit")]
-        futures = [self._threads[0].submit(work, name) for name in names]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max(1, self.commit_threads), thread_name_prefix="dblog-commit")
+        futures = [self._pool.submit(work, name) for name in names]
         wait(futures)
         for future in futures:
             future.result()
@@ -144,9 +144,9 @@ class LakeSink:
         try:
             self.flush()
         finally:
-            for thread in self._threads:
-                thread.shutdown()
-            self._threads = []
+            if self._pool is not None:
+                self._pool.shutdown()
+            self._pool = None
 
 
 def reread_on_spark(state: StateDir, sink: str, dialect, spark) -> Callable:

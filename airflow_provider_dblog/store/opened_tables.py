@@ -16,6 +16,8 @@ import threading
 import weakref
 from typing import Any, Callable
 
+from airflow_provider_dblog.store.object_store import is_object_store
+
 _LOCK = threading.Lock()
 _IDLE: dict[tuple, list[Any]] = {}  # (uri, storage options) -> opened tables nobody holds
 MAX_IDLE = 2  # per table: more are dropped (as many as holders of one table at once, usually one)
@@ -34,13 +36,6 @@ def _give_back(tables: dict[tuple, Any]) -> None:
             if len(idle) < MAX_IDLE:
                 idle.append(table)
     tables.clear()
-
-
-def forget(uri: str) -> None:
-    """Drop the idle objects of ``uri`` (its table was deleted or replaced outside a commit)."""
-    with _LOCK:
-        for key in [k for k in _IDLE if k[0] == uri]:
-            del _IDLE[key]
 
 
 class HeldTables:
@@ -69,7 +64,7 @@ def _same_table(uri: str, table) -> bool:
     """Whether an idle object still reads the table at ``uri``: a local table deleted and created again at the
     same path (tests, a user starting over) lacks the log entry the object stands at; then it is opened anew
     (on object storage that check would be a request per hand-over: tables there are not deleted in place)."""
-    if "://" in uri and not uri.startswith("file://"):
+    if is_object_store(uri):
         return True
     path = uri[len("file://"):] if uri.startswith("file://") else uri
     return os.path.exists(os.path.join(path, "_delta_log", f"{table.version():020d}.json"))
