@@ -126,3 +126,44 @@ def test_current_reads_the_changelog_when_another_writer_committed_right_after_t
     assert _current(lake) == _expected([(200, 400)])
     lake.update_current()
     assert _current(lake) == _expected([(200, 400), (400, 600)])
+
+
+def test_an_opened_table_reads_its_log_again_only_when_another_commit_came_since(tmp_path, monkeypatch):
+    """A held table is brought up to date when the next log entry exists (one stat), not by delta-rs's update
+    on every use; what another writer committed is seen all the same, app versions included."""
+    updates = []
+    real = DeltaTable.update_incremental
+    monkeypatch.setattr(DeltaTable, "update_incremental", lambda self: updates.append(1) or real(self))
+    lake = _lake(tmp_path)
+    _snapshot(lake)
+    lake.commit_stream(_batch(200, 400), _pos(400))
+    assert lake.current_behind() is None  # both objects read their own commits once
+    updates.clear()
+    for _ in range(3):  # nothing committed since: no read of the log
+        assert lake.tail_position() == _pos(400).boundary() and lake.current_behind() is None
+    assert updates == []
+    _lake(tmp_path).commit_stream(_batch(400, 600), _pos(600))  # another holder commits to both tables
+    assert lake.tail_position() == _pos(600).boundary()  # the app version cached at the old version is not used
+    assert lake.current_behind() is None and _current(lake) == _expected([(200, 400), (400, 600)])
+    assert len(updates) == 2  # changelog and current, once each
+
+
+def test_a_file_of_current_is_read_with_the_columns_it_lacks_as_null_and_a_value_that_does_not_fit_fails(tmp_path):
+    import pyarrow.parquet as pq
+    import pytest
+
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.int64()), pa.field("added", pa.string()),
+                        pa.field("_chunk", pa.int64())])
+    folder = tmp_path / "_chunk=3"
+    folder.mkdir()
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int32()), "v": pa.array([7, None], pa.int32())}),
+                   folder / "old.parquet")
+    read = lake_tables._file_reader(str(tmp_path), schema, 3)
+    rows = read("_chunk=3/old.parquet")
+    assert rows.schema == schema  # widened to the table's types, the partition value filled in
+    assert rows.to_pylist() == [{"id": 1, "v": 7, "added": None, "_chunk": 3},
+                                {"id": 2, "v": None, "added": None, "_chunk": 3}]
+    assert read("_chunk%3D3/old.parquet", ["id"]).to_pylist() == [{"id": 1}, {"id": 2}]  # a path as the log escapes it
+    pq.write_table(pa.table({"id": pa.array([1]), "v": pa.array(["not a number"])}), folder / "bad.parquet")
+    with pytest.raises(pa.ArrowInvalid):
+        read("_chunk=3/bad.parquet")
