@@ -89,6 +89,17 @@ class Files:
     def exists(self, name: str) -> bool:
         return self._info(name) is not None
 
+    def has_file(self, name: str) -> bool:
+        """Whether the file ``name`` exists: on S3 one HEAD (``exists`` lists the prefix as well when it is
+        missing, to tell a folder, which doubles the cost of the common answer "no")."""
+        if not self.remote:
+            return os.path.isfile(self._path(name))
+        try:
+            self.fs.open_input_file(self._path(name)).close()
+            return True
+        except (FileNotFoundError, IsADirectoryError):
+            return False
+
     def read_json(self, name: str):
         if not self.remote:
             return read_json(self._path(name))

@@ -71,7 +71,7 @@ def log_has(uri: str, version: int) -> bool:
     commit's entry by its version, written once: a table has moved past ``version - 1`` iff it exists)."""
     name = f"_delta_log/{version:020d}.json"
     if is_object_store(uri):
-        return Files(uri, "--sink").exists(name)
+        return Files(uri, "--sink").has_file(name)
     path = uri[len("file://"):] if uri.startswith("file://") else uri
     return os.path.exists(os.path.join(path, name))
 

@@ -237,3 +237,30 @@ def test_two_tails_of_one_capture_on_two_hosts_never_both_commit_a_batch(mariadb
     positions = _changelog_positions(s3, sink, table)
     assert positions and len(positions) == len(set(positions)), "a change was committed twice"
     assert not compare_rows(_lake_rows(s3, sink, table), mariadb.port, table)
+
+
+def test_opened_tables_on_s3_see_another_holders_commits_by_one_head_request(s3, tmp_path, monkeypatch):
+    """A held table on S3 learns of a commit made since by asking for the next log entry (``Files.has_file``:
+    one HEAD, no listing); what another holder committed is read, nothing is missed."""
+    import gc
+
+    from airflow_provider_dblog.store.files import Files
+    from airflow_provider_dblog.store.lake_tables import LakeTables
+    from tests.unit.test_opened_tables import _expected, _snapshot
+    from tests.unit.test_tail_fence import SOURCE, _batch, _pos
+
+    for name, value in s3.env().items():
+        monkeypatch.setenv(name, value)
+    sink = f"s3://{s3.bucket}/held-{tmp_path.name}"
+    lake = LakeTables(sink, "db.t", SOURCE, ["id"])
+    _snapshot(lake)
+    lake.commit_stream(_batch(200, 400), _pos(400))
+    files = Files(lake.changelog_uri, "--sink")
+    assert files.has_file("_delta_log/00000000000000000001.json")
+    assert not files.has_file("_delta_log/00000000000000000099.json") and not files.has_file("_delta_log")
+    other = LakeTables(sink, "db.t", SOURCE, ["id"])  # held beside ``lake``: its own objects
+    other.commit_stream(_batch(400, 600), _pos(600))
+    del other
+    gc.collect()
+    assert lake.tail_position() == _pos(600).boundary() and lake.current_behind() is None
+    assert {r["id"]: r["v"] for r in lake.read_current(["id", "v"]).to_pylist()} == _expected([(200, 400), (400, 600)])

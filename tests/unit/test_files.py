@@ -27,6 +27,8 @@ def test_files_on_a_local_path_write_atomically_list_and_delete(tmp_path):
     files.delete("plan.json")
     files.delete("plan.json")  # absent: nothing to do
     assert not files.exists("plan.json") and sorted(p.name for p in (tmp_path / "state").iterdir()) == ["reports"]
+    assert files.has_file("reports/d.t/chunk-000000.json")
+    assert not files.has_file("reports/d.t/chunk-000009.json") and not files.has_file("reports/d.t")  # a folder
 
 
 def test_a_local_state_keeps_its_checkpoints_inside_unless_told(tmp_path):
