@@ -27,9 +27,9 @@ import logging
 import math
 import time
 import uuid
-from urllib.parse import unquote
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -13,7 +13,6 @@ when its holder is gone (``weakref.finalize``); two holders of one table at once
 """
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from typing import Any, Callable
@@ -69,11 +68,8 @@ class HeldTables:
 def log_has(uri: str, version: int) -> bool:
     """Whether the Delta table at ``uri`` has the log entry of ``version`` (the Delta protocol names each
     commit's entry by its version, written once: a table has moved past ``version - 1`` iff it exists)."""
-    name = f"_delta_log/{version:020d}.json"
-    if is_object_store(uri):
-        return Files(uri, "--sink").has_file(name)
-    path = uri[len("file://"):] if uri.startswith("file://") else uri
-    return os.path.exists(os.path.join(path, name))
+    root = uri[len("file://"):] if uri.startswith("file://") else uri
+    return Files(root, "--sink").has_file(f"_delta_log/{version:020d}.json")
 
 
 def app_version(table, app: str) -> int | None:
