@@ -1154,11 +1154,9 @@ def _file_reader(table_uri: str, schema: pa.Schema, chunk_id: int):
         for name in names:
             field = schema.field(name)
             if name == "_chunk":
-                out.append(pa.array([chunk_id] * n, field.type))
+                out.append(pa.repeat(pa.scalar(chunk_id, field.type), n))
             elif name not in have:
                 out.append(pa.nulls(n, field.type))
-            elif pa.types.is_struct(field.type):
-                out.append(_conform_column(rows[name], field, n))
             else:
                 out.append(rows[name].cast(field.type))
         return pa.Table.from_arrays(out, schema=pa.schema([schema.field(n) for n in names]))
