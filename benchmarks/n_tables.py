@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Sequence
 
 import common
 
@@ -186,24 +187,23 @@ def write_changes(server, tables: list[str], rows_per_table: int, changes: int) 
 PATHS = {"spark": "0", "driver": "100000"}  # the tail's --driver-catch-up-mb: the streaming query, the catch-up
 
 
-def measure(server, work: Path, n: int, rows: int, changes: int, extra_plan: list[str], tail_timeout: float,
-            max_rss: float, paths: tuple[str, ...] = ("spark",), s3_bucket: str | None = None) -> dict:
-    db = f"n{n}"  # N = 0: the warm-up, one table
-    per_table = rows // max(n, 1)
+def synthetic_tables(server, db: str, n: int, per_table: int) -> list[str]:
+    """Database ``db`` with ``n`` synthetic tables of ``per_table`` rows; their names."""
     server.sql(f"CREATE DATABASE {db}")
-    tables = [f"{db}.t{i:03d}" for i in range(max(n, 1))]
+    tables = [f"{db}.t{i:03d}" for i in range(n)]
     for table in tables:
         common.create_synthetic_table(server, table, per_table)
-    state, sink, logs = work / f"state-{n}", work / f"sink-{n}", work / f"logs-{n}"
-    checkpoint: list[str] = []
-    if s3_bucket:  # state and lake on the S3 server; the tail's Spark checkpoint on local disk (it must be)
-        state, sink = f"s3://{s3_bucket}/state-{n}", f"s3://{s3_bucket}/sink-{n}"
-        checkpoint = ["--checkpoint", str(work / f"checkpoint-{n}")]
+    return tables
+
+
+def capture(server, db: str, state, sink, logs: Path, extra_plan: Sequence[str] = ()) -> dict:
+    """``db``'s tables captured by pattern as a user would, one process per step: ``dblog plan --tables
+    'DB.*'``, one ``dblog snapshot --batch I`` per batch (each a Spark application), ``dblog report``;
+    returns the steps' wall times, the Spark applications and the chunks."""
     logs.mkdir(parents=True, exist_ok=True)
-    common.log(f"N={n}: {n} tables of {per_table:,} rows")
     load = os.getloadavg()[0]
     plan = common.dblog(["plan", "--source", server.uri(), "--tables", f"{db}.*", "--state", str(state),
-                         *extra_plan, *checkpoint], logs / "plan.log")
+                         *extra_plan], logs / "plan.log")
     batches = plan.json()["batches"]
     steps = [plan.seconds]
     for batch in batches:
@@ -211,11 +211,26 @@ def measure(server, work: Path, n: int, rows: int, changes: int, extra_plan: lis
                                    str(sink)], logs / f"snapshot-{batch['batch']}.log").seconds)
     report = common.dblog(["report", "--state", str(state)], logs / "report.log")
     steps.append(report.seconds)
-    snapshot = {"seconds": round(sum(steps), 2), "load1_before": round(load, 2), "plan_s": round(steps[0], 2),
-                "snapshot_s": round(sum(steps[1:-1]), 2), "report_s": round(steps[-1], 2),
-                "spark_applications": len(batches), "chunks": sum(len(g["chunks"]) for b in batches
-                                                                  for g in b["groups"])}
-    common.log(f"N={n}: plan+snapshot+report {snapshot['seconds']:.1f}s in {len(batches)} Spark application(s)")
+    return {"seconds": round(sum(steps), 2), "load1_before": round(load, 2), "plan_s": round(steps[0], 2),
+            "snapshot_s": round(sum(steps[1:-1]), 2), "report_s": round(steps[-1], 2),
+            "spark_applications": len(batches), "chunks": sum(len(g["chunks"]) for b in batches
+                                                              for g in b["groups"])}
+
+
+def measure(server, work: Path, n: int, rows: int, changes: int, extra_plan: list[str], tail_timeout: float,
+            max_rss: float, paths: tuple[str, ...] = ("spark",), s3_bucket: str | None = None) -> dict:
+    db = f"n{n}"  # N = 0: the warm-up, one table
+    per_table = rows // max(n, 1)
+    tables = synthetic_tables(server, db, max(n, 1), per_table)
+    state, sink, logs = work / f"state-{n}", work / f"sink-{n}", work / f"logs-{n}"
+    checkpoint: list[str] = []
+    if s3_bucket:  # state and lake on the S3 server; the tail's Spark checkpoint on local disk (it must be)
+        state, sink = f"s3://{s3_bucket}/state-{n}", f"s3://{s3_bucket}/sink-{n}"
+        checkpoint = ["--checkpoint", str(work / f"checkpoint-{n}")]
+    common.log(f"N={n}: {n} tables of {per_table:,} rows")
+    snapshot = capture(server, db, state, sink, logs, [*extra_plan, *checkpoint])
+    batches = snapshot["spark_applications"]
+    common.log(f"N={n}: plan+snapshot+report {snapshot['seconds']:.1f}s in {batches} Spark application(s)")
     out = {"tables": n, "rows_per_table": per_table, "rows": per_table * n, "changes": changes,
            "snapshot": snapshot}
     for path in paths:  # each path tails its own ``changes`` new changes

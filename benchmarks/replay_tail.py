@@ -5,9 +5,9 @@
 
 Fresh-table runs (``n_tables.py``) vary by 1-3 s on this machine, more than a change to the per-table commit
 work. Here both sides tail exactly the same binlog range into exactly the same lake: a private MariaDB, N
-synthetic tables holding ``--rows`` rows in all, captured by pattern (``dblog plan`` / ``snapshot`` /
-``report``), then ``--changes`` row changes spread over them (``n_tables.write_changes``); state and lake are
-copied. Each round restores the copies and runs ``dblog tail --available-now`` once per side and path,
+synthetic tables holding ``--rows`` rows in all, captured by pattern as ``n_tables.py`` does (``dblog plan`` /
+``snapshot`` / ``report``), then ``--changes`` row changes spread over them (``n_tables.write_changes``);
+state and lake are copied. Each round restores the copies and runs ``dblog tail --available-now`` once per side and path,
 alternating sides: ``--driver-catch-up-mb 100000`` (in the driver) and ``0`` (the streaming query). The other
 side runs ``--rev`` exported under .bench/ and put first on PYTHONPATH (``common.export_revision``).
 Recorded per run: the whole process's wall time, and from the tail's own log the commit phases (in the driver
@@ -42,19 +42,11 @@ def phases(path: str, log_text: str) -> dict:
 
 
 def capture(server, work: Path, tables: int, rows: int, changes: int) -> tuple[Path, Path]:
-    """N tables captured and changed; returns the saved copies of state and lake."""
+    """N tables captured (``n_tables.capture``) and changed; returns the saved copies of state and lake."""
     db, per_table = f"r{tables}", rows // tables
-    server.sql(f"CREATE DATABASE {db}")
-    names = [f"{db}.t{i:03d}" for i in range(tables)]
-    for name in names:
-        common.create_synthetic_table(server, name, per_table)
-    state, sink, logs = work / "state", work / "sink", work / "logs"
-    plan = common.dblog(["plan", "--source", server.uri(), "--tables", f"{db}.*", "--state", str(state)],
-                        logs / "plan.log")
-    for batch in plan.json()["batches"]:
-        common.dblog(["snapshot", "--state", str(state), "--batch", str(batch["batch"]), "--sink", str(sink)],
-                     logs / f"snapshot-{batch['batch']}.log")
-    common.dblog(["report", "--state", str(state)], logs / "report.log")
+    names = n_tables.synthetic_tables(server, db, tables, per_table)
+    state, sink = work / "state", work / "sink"
+    n_tables.capture(server, db, state, sink, work / "logs")
     common.log(f"{tables} tables captured; writing {changes:,} changes")
     n_tables.write_changes(server, names, per_table, changes)
     saved_state, saved_sink = work / "saved-state", work / "saved-sink"
