@@ -65,14 +65,17 @@ def _print(data) -> None:
     print(json.dumps(data, indent=1, default=str))
 
 
-def _session(args, app_name: str, short_lived: bool = True):
-    """None under spark-submit (the stock session); for a local run the tuned local session, started
-    only if the step needs Spark."""
+def _executor(args, app_name: str, short_lived: bool = True, **local):
+    """Where the step reads (``steps.executor``): under spark-submit the application's stock session; for a
+    local run the single-machine executor (a tuned local Spark started only if the step needs it, plus
+    ``local`` options: the driver's threads, the size of a catch-up read without Spark)."""
     if args.spark_submit:
-        return None
-    from airflow_provider_dblog.local.session import lazy_local_session
+        from airflow_provider_dblog.spark.executor import SparkExecutor
 
-    return lazy_local_session(app_name, short_lived)
+        return SparkExecutor()
+    from airflow_provider_dblog.local.executor import LocalExecutor
+
+    return LocalExecutor(app_name, short_lived=short_lived, **local)
 
 
 def _capture(args):
@@ -105,7 +108,7 @@ def cmd_snapshot(args) -> dict:
     from airflow_provider_dblog.steps.snapshot import snapshot_batch
 
     reports = snapshot_batch(args.state, args.batch, args.sink, args.force, parse_chunk_ids(args.chunks),
-                             spark=_session(args, "dblog-snapshot"), table=args.table)
+                             executor=_executor(args, "dblog-snapshot"), table=args.table)
     tables: dict[str, list[int]] = {}
     for report in reports:
         tables.setdefault(report["table"], []).append(report["chunk"])
@@ -129,18 +132,18 @@ def _stop_on_signals() -> threading.Event:
 def cmd_tail(args) -> dict:
     from airflow_provider_dblog.steps.tail import run_tail
 
-    catch_up, spark = 0, _session(args, "dblog-tail", short_lived=False)
-    if not args.spark_submit:  # a local run may read a small cold catch-up in this process
+    if args.spark_submit:
+        executor = _executor(args, "dblog-tail")
+    else:  # a local run may read a small cold catch-up in this process
         from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
-        from airflow_provider_dblog.local.session import BackgroundSession
 
         catch_up = DRIVER_CATCH_UP_BYTES if args.driver_catch_up_mb is None else int(args.driver_catch_up_mb * 2**20)
+        executor = _executor(args, "dblog-tail", short_lived=False, catch_up_bytes=catch_up)
         if args.continuous or catch_up == 0:  # Spark's query will run: its JVM starts while the tail checks the
-            spark = BackgroundSession("dblog-tail", short_lived=False)  # lake and the binlog (many tables: seconds)
+            executor.start_spark()  # lake and the binlog (many tables: seconds)
     return run_tail(args.state, args.sink, available_now=not args.continuous, trigger_seconds=args.trigger_seconds,
                     max_events=args.max_events, tables=[args.table] if args.table else None,
-                    stop_event=_stop_on_signals(), spark=spark,
-                    driver_catch_up_bytes=catch_up, merge_interval=args.merge_interval,
+                    stop_event=_stop_on_signals(), executor=executor, merge_interval=args.merge_interval,
                     schema_changes=args.schema_changes, checkpoint=args.checkpoint, on_purge=args.on_purge,
                     batch_memory_bytes=int(args.batch_memory_mb * 2**20), signal_table=args.signal_table,
                     signal_seconds=args.signal_seconds)
@@ -176,7 +179,7 @@ def cmd_verify(args) -> dict:
         results = [verify(args.state, args.sink, table, args.out) for table in tables]
         return results[0] if len(results) == 1 else {"tables": results, "equal": True}
     result = verify_tables(args.state, args.sink, tables, repair=args.repair,
-                           spark=_session(args, "dblog-repair") if args.repair else None)
+                           executor=_executor(args, "dblog-repair") if args.repair else None)
     if not result["equal"]:
         _print(result)
         raise DblogError(f"the lake differs from the source in chunks {', '.join(map(str, result['unrepaired'][:20]))}"
@@ -235,7 +238,7 @@ def cmd_resnapshot(args) -> dict:
     from airflow_provider_dblog.steps.resnapshot import resnapshot
 
     return resnapshot(args.state, args.sink, args.table, args.key_lo, args.key_hi, args.chunks, args.filter,
-                      dry_run=args.dry_run, spark=_session(args, "dblog-resnapshot"))
+                      dry_run=args.dry_run, executor=_executor(args, "dblog-resnapshot"))
 
 
 def cmd_run(args) -> dict:
@@ -243,8 +246,15 @@ def cmd_run(args) -> dict:
     from airflow_provider_dblog.steps.run import run_capture
 
     source, tables, keys = _capture(args)
+    local = {}
+    if not args.spark_submit:
+        from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
+        from airflow_provider_dblog.local.chunk_readers import DRIVER_THREADS
+
+        local = {"catch_up_bytes": DRIVER_CATCH_UP_BYTES,
+                 "driver_threads": DRIVER_THREADS if args.driver_threads is None else args.driver_threads}
     return run_capture(source, tables, args.state, args.sink, args.chunk_size, args.batch_size, keys, args.watermark,
-                       args.watermark_table, args.driver_threads, args.batch_rows, args.startup,
+                       args.watermark_table, args.batch_rows, args.startup, executor=_executor(args, "dblog-run", **local),
                        schema_changes=args.schema_changes, checkpoint=args.checkpoint,
                        options={**capture_options(args.tables, args.exclude, args.chunk_size, args.batch_size,
                                                   args.batch_rows, args.watermark), **_signal_option(args)})

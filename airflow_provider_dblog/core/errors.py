@@ -3,6 +3,10 @@ one line to show for an error that crossed Spark (an executor's Python traceback
 import re
 
 
+# a table planned again (a new key) while its stream ran: the stream stops and starts again with the new plan
+REPLANNED = "planned again after a key change; its stream starts again with the new plan"
+
+
 class DblogError(Exception):
     """A problem the user can fix; the message names the problem and the fix, on one line."""
 

@@ -19,9 +19,7 @@ from airflow_provider_dblog.core.parallel import for_each_table
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream
-from airflow_provider_dblog.readers.change_committer import ChangeCommitter
 from airflow_provider_dblog.source.dialect import DataSourceDialect
-from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.object_store import table_threads
 from airflow_provider_dblog.store.state import StateDir
 
@@ -29,21 +27,13 @@ log = logging.getLogger("dblog")
 DRIVER_CATCH_UP_BYTES = 64 * 1024 * 1024
 
 
-def catch_up_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, table: str, offsets: TableOffsets,
-                       now: BinlogPosition, limit_bytes: int = DRIVER_CATCH_UP_BYTES,
-                       schema_changes: str = "evolve", gtid: Callable[[], str | None] = lambda: None) -> int | None:
-    """``catch_up_tables_in_driver`` of one table: the rows written, or None (the range is Spark's)."""
-    read = catch_up_tables_in_driver(state, sink, dialect, {table: offsets}, now, limit_bytes, schema_changes, gtid)
-    return None if read is None else read[table]
-
-
 def catch_up_tables_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, tables: dict[str, TableOffsets],
-                              now: BinlogPosition, limit_bytes: int = DRIVER_CATCH_UP_BYTES,
-                              schema_changes: str = "evolve", gtid: Callable[[], str | None] = lambda: None
-                              ) -> dict[str, int] | None:
+                              now: BinlogPosition, limit_bytes: int, committers: Callable,
+                              gtid: Callable[[], str | None] = lambda: None) -> dict[str, int] | None:
     """Read each table's ``[resume position, now)`` here, in one read of the binlog from the smallest of them,
-    if that is at most ``limit_bytes`` of binlog; returns the rows written per table, or None (the range is
-    Spark's). ``gtid()``: the server's GTID state at ``now``."""
+    if that is at most ``limit_bytes`` of binlog, and commit each table's part through ``committers(dialect,
+    table)``; returns the rows written per table, or None (the range is Spark's). ``gtid()``: the server's
+    GTID state at ``now``."""
     if limit_bytes <= 0 or not tables:
         return None
     recorded = state.tail_positions()  # read once: per table it is a parse of every table's record
@@ -65,8 +55,7 @@ def catch_up_tables_in_driver(state: StateDir, sink: str, dialect: DataSourceDia
     at_now = gtid()
 
     def commit(name: str) -> None:
-        lake = LakeTables(sink, name, dialect.arrow_schema(metas[name]), metas[name].key_columns)
-        ChangeCommitter(state, lake, dialect, schema_changes, sink=sink).commit(parts[name], ddl[name], now)
+        committers(dialect, name).commit(parts[name], ddl[name], now)
         state.write_caught_up(name, floors[name], now, at_now)
 
     for_each_table(commit, sorted(tables), "tail: the driver's catch-up committed", table_threads(sink))

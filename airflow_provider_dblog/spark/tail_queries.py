@@ -9,11 +9,9 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
 from airflow_provider_dblog.core import metrics
-from airflow_provider_dblog.core.errors import DblogError, root_cause
+from airflow_provider_dblog.core.errors import REPLANNED, DblogError, root_cause
 from airflow_provider_dblog.core.positions import BinlogPosition, merge_gtids
-from airflow_provider_dblog.readers.change_committer import REPLANNED, ChangeCommitter
 from airflow_provider_dblog.spark.session import spark_session
-from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.object_store import table_threads
 from airflow_provider_dblog.store.state import StateDir
 
@@ -22,19 +20,18 @@ log = logging.getLogger("dblog")
 
 class LakeSink:
     """``foreachBatch`` of the tail's query, in the driver: each table's changes and schema changes in the
-    micro-batch are committed at the batch's end position by that table's ``ChangeCommitter`` (made when
-    the table first brings changes); then the tail's progress (``StateDir.record_tail_positions``) moves
+    micro-batch are committed at the batch's end position by that table's committer (``committers(dialect,
+    table)``, the step's ``ChangeCommitter``, made when the table first brings changes); then the tail's progress (``StateDir.record_tail_positions``) moves
     every table read up to the end, changes or not, in one small write. ``current`` follows every batch,
     or at most every ``merge_interval`` seconds (MERGE rewrites every file it touches: fewer, larger merges
     cost less), and at ``flush()``. Tables commit side by side (``commit_threads``): a Delta commit waits
     on storage more than it computes."""
 
-    def __init__(self, state: StateDir, sink: str, dialect, spark, merge_interval: float = 0.0,
-                 schema_changes: str = "evolve", commit_threads: int = 4, batch_memory_bytes: int = 256 * 2**20):
-        self.state, self.sink, self.dialect, self.spark = state, sink, dialect, spark
-        self.merge_interval, self.schema_changes, self.commit_threads = merge_interval, schema_changes, commit_threads
-        self.batch_memory_bytes = batch_memory_bytes
-        self.committers: dict[str, ChangeCommitter] = {}
+    def __init__(self, state: StateDir, sink: str, dialect, committers: Callable, merge_interval: float = 0.0,
+                 commit_threads: int = 4):
+        self.state, self.sink, self.dialect, self.make_committer = state, sink, dialect, committers
+        self.merge_interval, self.commit_threads = merge_interval, commit_threads
+        self.committers: dict = {}
         self.rows: dict[str, int] = {}
         self.positions: dict[str, BinlogPosition] = {}  # per table, the end of the last batch that read it
         self._merged_at = 0.0
@@ -43,13 +40,9 @@ class LakeSink:
         self._pool: ThreadPoolExecutor | None = None
         self._source_tag: str | None = None
 
-    def committer(self, name: str) -> ChangeCommitter:
+    def committer(self, name: str):
         if name not in self.committers:
-            meta = self.state.table(name).meta
-            lake = LakeTables(self.sink, name, self.dialect.arrow_schema(meta), meta.key_columns)
-            lake.memory_bytes = self.batch_memory_bytes
-            self.committers[name] = ChangeCommitter(self.state, lake, self.dialect, self.schema_changes,
-                                                    reread_on_spark(self.state, self.sink, self.dialect, self.spark))
+            self.committers[name] = self.make_committer(self.dialect, name)
         return self.committers[name]
 
     def follow_recorded(self, names: list[str]) -> None:
@@ -149,36 +142,19 @@ class LakeSink:
             self._pool = None
 
 
-def reread_on_spark(state: StateDir, sink: str, dialect, spark) -> Callable:
-    """Read every chunk of a table's plan again as one Spark job (after a schema change)."""
-    from airflow_provider_dblog.readers.chunk_reader import persist_reports
-    from airflow_provider_dblog.spark.snapshot_job import run_chunks
-
-    def reread(plan) -> None:
-        from airflow_provider_dblog.core.batches import BatchGroup
-
-        group = BatchGroup(plan.meta.qualified, tuple(c.id for c in plan.chunks))
-        reports = run_chunks(sink, {group.table: plan}, [group], dialect, spark,
-                             f"re-read of {group.table} after a schema change")
-        persist_reports(state, sink, plan, group.chunk_ids, reports)
-    return reread
-
-
 def start_query(state: StateDir, sink: str, tables: list[str] | None, available_now: bool, trigger_seconds: float,
-                max_events: int, decode_parallelism: int = 0, spark=None, merge_interval: float = 0.0,
-                schema_changes: str = "evolve", batch_memory_bytes: int = 256 * 2**20) -> tuple[object, LakeSink]:
+                max_events: int, decode_parallelism: int, spark, merge_interval: float, committers: Callable,
+                batch_memory_bytes: int = 256 * 2**20) -> tuple[object, LakeSink]:
     """Start the tail's one query over ``tables`` (None: every table of the offset map, tables that join
     it while the query runs included); returns the query and its lake sink. ``batch_memory_bytes``: half
-    of it for the rows the decoding tasks hand to the driver in memory (more are staged as files), all of
-    it for the changes one MERGE applies to ``current`` (more go chunk by chunk)."""
+    of it for the rows the decoding tasks hand to the driver in memory (more are staged as files)."""
     from airflow_provider_dblog.source import open_dialect
     from airflow_provider_dblog.spark.binlog_source import ALL_TABLES, SOURCE_NAME, BinlogDataSource
 
     spark = spark_session("dblog-tail", spark)
     spark.dataSource.register(BinlogDataSource)
     dialect = open_dialect(state.source(), state.options())
-    lake_sink = LakeSink(state, sink, dialect, spark, merge_interval, schema_changes, table_threads(sink),
-                         batch_memory_bytes)
+    lake_sink = LakeSink(state, sink, dialect, committers, merge_interval, table_threads(sink))
     parallelism = decode_parallelism or spark.sparkContext.defaultParallelism
     lake_sink.follow_recorded(sorted(state.offsets()) if tables is None else tables)
     reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("sink", str(sink))

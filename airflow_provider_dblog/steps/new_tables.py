@@ -8,13 +8,14 @@ import logging
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.steps.plan import plan_tables, resolve_tables
 from airflow_provider_dblog.steps.report import build_offsets
+from airflow_provider_dblog.steps.executor import Executor
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
 
 
-def capture_new_tables(state: StateDir, sink: str, spark=None, refused: set | None = None) -> list[str]:
+def capture_new_tables(state: StateDir, sink: str, executor: Executor, refused: set | None = None) -> list[str]:
     """Plan, read and report the tables matching the plan's recorded patterns that are not planned yet;
     returns them (none without recorded patterns). Tables that cannot be planned (no usable key) are
     logged once and added to ``refused``: the running capture goes on without them."""
@@ -48,6 +49,6 @@ def capture_new_tables(state: StateDir, sink: str, spark=None, refused: set | No
         return []
     for batch in StateDir(state.path).batches():
         if batch.index not in before:
-            snapshot_batch(str(state.path), batch.index, sink, spark=spark)
+            snapshot_batch(str(state.path), batch.index, sink, executor=executor)
     build_offsets(str(state.path))
     return planned

@@ -228,16 +228,19 @@ def select_chunks(state_dir: str, table: Any, key_lo: Any = None, key_hi: Any = 
 
 
 def resnapshot(state_dir: str, sink: str, table: Any, key_lo: Any = None, key_hi: Any = None, chunk_ids: Any = None,
-               filter: Any = None, dry_run: bool = False, spark=None) -> dict:
-    """Select chunks (``select_chunks``) and re-read them (``--force``): each replaces its key range at
-    its new high watermark while a tail may keep running."""
+               filter: Any = None, dry_run: bool = False, executor=None) -> dict:
+    """Select chunks (``select_chunks``) and re-read them (``--force``) on ``executor`` (``steps.executor``;
+    None only with ``dry_run``): each replaces its key range at its new high watermark while a tail may keep
+    running."""
     from airflow_provider_dblog.steps.snapshot import snapshot_batch
 
     selection = select_chunks(state_dir, table, key_lo, key_hi, chunk_ids, filter)
     rows = 0
     if not dry_run:
+        if selection["batches"] and executor is None:
+            raise ValueError("resnapshot reads chunks: pass the executor that reads them")
         for batch in selection["batches"]:
             reports = snapshot_batch(state_dir, batch["batch"], sink, force=True, chunk_ids=batch["chunks"],
-                                     spark=spark, table=batch["table"])
+                                     executor=executor, table=batch["table"])
             rows += sum(r["rows"] for r in reports)
     return {**selection, "rows": rows, "dry_run": dry_run}

@@ -17,9 +17,10 @@ SIGNAL_SECONDS = 5.0
 
 
 class SignalWatcher:
-    def __init__(self, state: StateDir, sink: str, dialect, table: str, every: float = SIGNAL_SECONDS, spark=None):
+    def __init__(self, state: StateDir, sink: str, dialect, table: str, every: float = SIGNAL_SECONDS,
+                 executor=None):
         self.state, self.sink, self.dialect, self.table = state, sink, dialect, table
-        self.every, self.spark, self.last = every, spark, 0.0
+        self.every, self.executor, self.last = every, executor, 0.0
 
     def due(self) -> bool:
         return time.time() - self.last >= self.every
@@ -51,7 +52,7 @@ class SignalWatcher:
                     log.info("signal %s: reading %s again%s", signal_id, name,
                              f" where {signal.filters[name]}" if name in signal.filters else "")
                     result = resnapshot(str(self.state.path), self.sink, name, filter=signal.filters.get(name),
-                                        spark=self.spark)
+                                        executor=self.executor)
                     results[name] = {"chunks": result["chunks"], "rows": result["rows"]}
             except DblogError as exc:
                 log.error("signal %s: %s", signal_id, exc)

@@ -1,4 +1,5 @@
-"""Snapshot: read a batch's chunks (of one or several tables) on Spark, each in its watermark window."""
+"""Snapshot: read a batch's chunks (of one or several tables) on the executor (Spark), each in its watermark
+window."""
 from __future__ import annotations
 
 import logging
@@ -8,7 +9,7 @@ from airflow_provider_dblog.core.batches import BatchGroup
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.readers.chunk_reader import persist_reports
 from airflow_provider_dblog.source import open_dialect
-from airflow_provider_dblog.spark.snapshot_job import run_chunks
+from airflow_provider_dblog.steps.executor import Executor
 from airflow_provider_dblog.store.object_store import check_sink
 from airflow_provider_dblog.store.state import StateDir
 
@@ -16,9 +17,9 @@ log = logging.getLogger("dblog")
 
 
 def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = False,
-                   chunk_ids: Sequence[int] | None = None, spark=None, table: str | None = None,
+                   chunk_ids: Sequence[int] | None = None, *, executor: Executor, table: str | None = None,
                    only: Sequence[BatchGroup] | None = None) -> list[dict]:
-    """Read a batch's unreported chunks (all selected with ``force``) on Spark; this driver checks that each
+    """Read a batch's unreported chunks (all selected with ``force``) on ``executor``; this driver checks that each
     chunk's commit is in the lake and persists its report. Returns the reports. Selection: ``table`` (one
     table of the batch), ``chunk_ids`` (of that table, or of the batch's only table), and ``only`` (these
     chunks of the batch, e.g. the ones a local driver did not read itself)."""
@@ -40,7 +41,7 @@ def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = Fa
     log.info("%s: reading %d chunks of %d tables: %s", label, sum(len(g.chunk_ids) for g in groups), len(groups),
              ", ".join(f"{g.table} {len(g.chunk_ids)}/{len(plans[g.table].chunks)}" for g in groups[:20])
              + (", ..." if len(groups) > 20 else ""))
-    return persist_groups(state, sink, plans, groups, run_chunks(sink, plans, groups, dialect, spark, label=label))
+    return persist_groups(state, sink, plans, groups, executor.read_chunks(sink, plans, groups, dialect, label=label))
 
 
 def persist_groups(state: StateDir, sink: str, plans: dict, groups: Sequence[BatchGroup], reports: list[dict]

@@ -2,9 +2,9 @@
 binlog per micro-batch, whatever the number of tables), until caught up (``available_now``) or stopped;
 log lag per table while it runs.
 
-Before Spark starts, an available-now tail skips tables whose binlog range provably holds no change
-(``DataSourceDialect.scan_changes``) and, on local CLI runs, reads small cold ranges in this process
-(``local.catch_up``)."""
+Before the query starts, an available-now tail skips tables whose binlog range provably holds no change
+(``DataSourceDialect.scan_changes``), and the executor may read small cold ranges itself (``Executor.catch_up``:
+the local executor of CLI runs reads them in this process)."""
 from __future__ import annotations
 
 import fcntl
@@ -23,12 +23,12 @@ from airflow_provider_dblog.core.parallel import for_each_table
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.status import LISTED_TABLES, lag_text, rows_text
 from airflow_provider_dblog.readers.binlog_reader import release_log
-from airflow_provider_dblog.readers.change_committer import unfollowed_schema_changes
 from airflow_provider_dblog.source import open_dialect
+from airflow_provider_dblog.steps.change_committer import table_committers, unfollowed_schema_changes
+from airflow_provider_dblog.steps.executor import Executor
 from airflow_provider_dblog.steps.failover import follow_promoted_server
 from airflow_provider_dblog.steps.health import check_same_server
 from airflow_provider_dblog.steps.signals import SIGNAL_SECONDS, SignalWatcher
-from airflow_provider_dblog.spark.tail_queries import start_query, watch
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.object_store import check_sink, table_threads
 from airflow_provider_dblog.store.state import StateDir
@@ -39,18 +39,17 @@ BATCH_MEMORY_BYTES = 256 * 1024 * 1024  # a micro-batch's changes in the driver'
 
 
 def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seconds: float = 1.0,
-             max_events: int = 0, tables: list[str] | None = None, spark=None,
+             max_events: int = 0, tables: list[str] | None = None, *, executor: Executor,
              stop_event: threading.Event | None = None, progress_seconds: float = 10.0,
-             decode_parallelism: int = 0, driver_catch_up_bytes: int = 0, merge_interval: float = 0.0,
+             decode_parallelism: int = 0, merge_interval: float = 0.0,
              checkpoint: str | None = None, schema_changes: str = "evolve",
              table_scan_seconds: float = TABLE_SCAN_SECONDS, on_purge: str = "resnapshot",
              batch_memory_bytes: int = BATCH_MEMORY_BYTES, signal_table: str | None = None,
              signal_seconds: float = SIGNAL_SECONDS) -> dict:
-    """Run the tail; ``checkpoint``: the directory of its Spark checkpoints (default STATE/checkpoints; required
-    for an object-store state); ``driver_catch_up_bytes`` > 0 lets a cold available-now catch-up of at most that much
-    binlog run in this process (local runs only: ``local.catch_up``); ``merge_interval``: update the
+    """Run the tail on ``executor`` (``steps.executor``); ``checkpoint``: the directory of its Spark checkpoints
+    (default STATE/checkpoints; required for an object-store state); ``merge_interval``: update the
     lake's ``current`` tables at most this often (seconds; 0: every micro-batch), and when the tail ends;
-    ``schema_changes``: what a DDL statement of a captured table does (``readers.change_committer``).
+    ``schema_changes``: what a DDL statement of a captured table does (``steps.change_committer``).
     A tail of every planned table (no ``tables``) first plans, reads and reports tables that started to
     match the capture's patterns (``steps.new_tables``). A continuous one also follows tables that join the offset map
     while it runs (planned, snapshotted and reported later, e.g. a wider ``--tables`` pattern, or created
@@ -66,7 +65,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
         if available_now and tables is None:  # a scheduled catch-up also captures tables created under the
             from airflow_provider_dblog.steps.new_tables import capture_new_tables  # capture's patterns
 
-            capture_new_tables(state, sink, spark)
+            capture_new_tables(state, sink, executor)
         offsets = state.offsets()
         names = tables or sorted(offsets)
         unknown = [t for t in names if t not in offsets]
@@ -81,17 +80,17 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             recorded = state.tail_positions()
             check_same_server(state, dialect, [recorded[n][0] for n in names if n in recorded])
             for name in again:
-                read_table_again(state, sink, name, spark)
+                read_table_again(state, sink, name, executor)
             if again:
                 offsets, recorded = state.offsets(), state.tail_positions()
-            if names and finish_replans(state, sink, dialect, names, offsets, spark):
+            if names and finish_replans(state, sink, dialect, names, offsets, executor):
                 offsets = state.offsets()
-            if names and reread_purged(state, sink, dialect, names, offsets, recorded, on_purge, spark):
+            if names and reread_purged(state, sink, dialect, names, offsets, recorded, on_purge, executor):
                 offsets = state.offsets()
             create_unread_tables(state, sink, dialect, names)
             bring_current_up_to_date(state, sink, dialect, names, batch_memory_bytes)
             signal_table = signal_table or state.options().get("signal_table")
-            signals = SignalWatcher(state, sink, dialect, signal_table, signal_seconds, spark) if signal_table else None
+            signals = SignalWatcher(state, sink, dialect, signal_table, signal_seconds, executor) if signal_table else None
             if signals is not None:
                 signals.poll()
             settled: dict[str, BinlogPosition] = {}
@@ -103,11 +102,10 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                 skipped = skip_catch_ups(state, dialect, {n: offsets[n].min_hw for n in names}, now, recorded,
                                          now_gtid)
                 changed = [n for n in names if n not in skipped]
-                if changed and driver_catch_up_bytes > 0:
-                    from airflow_provider_dblog.local.catch_up import catch_up_tables_in_driver
-
-                    read = catch_up_tables_in_driver(state, sink, dialect, {n: offsets[n] for n in changed}, now,
-                                                     driver_catch_up_bytes, schema_changes, now_gtid)
+                if changed:  # a re-read after a schema change in it runs here too (``reread_here``)
+                    read = executor.catch_up(state, sink, dialect, {n: offsets[n] for n in changed}, now,
+                                             table_committers(state, sink, schema_changes, batch_memory_bytes),
+                                             now_gtid)
                     in_driver, rows = sorted(read or {}), dict(read or {})
                 settled.update(dict.fromkeys([*skipped, *in_driver], now))
             todo = [name for name in names if name not in settled]
@@ -116,10 +114,12 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             if todo:
                 follow_all = not available_now and tables is None  # tables joining the offset map join the query
 
+                committers = table_committers(state, sink, schema_changes, batch_memory_bytes, executor)
+
                 def start():
-                    return start_query(state, sink, None if follow_all else todo, available_now, trigger_seconds,
-                                       max_events, decode_parallelism, spark, merge_interval, schema_changes,
-                                       batch_memory_bytes)
+                    return executor.start_tail(state, sink, None if follow_all else todo, available_now,
+                                               trigger_seconds, max_events, decode_parallelism, merge_interval,
+                                               committers, batch_memory_bytes)
 
                 query, lake_sink = start()
                 sinks = [lake_sink]  # the query's sink, and those of the queries it replaced
@@ -130,7 +130,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                     reads every table of the offset map, so they join it at its next micro-batch."""
                     from airflow_provider_dblog.steps.new_tables import capture_new_tables
 
-                    capture_new_tables(state, sink, spark, refused)
+                    capture_new_tables(state, sink, executor, refused)
                     last_scan[0] = time.time()
                     added = [t for t in sorted(state.offsets()) if t not in names]
                     if added:
@@ -166,7 +166,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
                     return again
 
                 try:
-                    query = watch(query, lambda: stop_event is not None and stop_event.is_set(), tick, restart)
+                    query = executor.watch(query, lambda: stop_event is not None and stop_event.is_set(), tick, restart)
                 finally:
                     sinks[-1].close()
                 done, positions = progress()
@@ -203,7 +203,7 @@ def create_unread_tables(state: StateDir, sink: str, dialect, names: list[str]) 
 
 
 def reread_purged(state: StateDir, sink: str, dialect, names: list[str], offsets: dict, recorded: dict,
-                  on_purge: str, spark=None) -> bool:
+                  on_purge: str, executor: Executor) -> bool:
     """Tables whose floor (where their read resumes) is in a binlog file the server purged can no longer be
     caught up from the binlog. ``resnapshot`` (the default: the changes are gone, a re-read is the only way
     to converge, and doing it for those tables alone keeps the others current): every chunk of each is
@@ -228,11 +228,11 @@ def reread_purged(state: StateDir, sink: str, dialect, names: list[str], offsets
     for name in purged:
         log.warning("tail: the binlog %s needs from %s was purged: reading its %d chunks again (--on-purge "
                     "resnapshot); the other tables resume after it", name, floors[name], len(state.table(name).chunks))
-        read_table_again(state, sink, name, spark)
+        read_table_again(state, sink, name, executor)
     return True
 
 
-def finish_replans(state: StateDir, sink: str, dialect, names: list[str], offsets: dict, spark=None) -> bool:
+def finish_replans(state: StateDir, sink: str, dialect, names: list[str], offsets: dict, executor: Executor) -> bool:
     """A table planned again (a new key) whose offsets still describe its old chunks: the tail was killed
     between saving the new plan and its new offsets. Its ``current`` starts again with the new key and every
     new chunk is read again, then it gets its offsets; streaming it with the old ones would put keys in the
@@ -247,18 +247,18 @@ def finish_replans(state: StateDir, sink: str, dialect, names: list[str], offset
                     "interrupted; reading its %d new chunks", name, ", ".join(plan.meta.key_columns), len(ordered))
         LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns).restart_current(
             dialect.arrow_schema(plan.meta), plan.meta.key_columns, plan.planned_at)
-        read_table_again(state, sink, name, spark)
+        read_table_again(state, sink, name, executor)
         done = True
     return done
 
 
-def read_table_again(state: StateDir, sink: str, name: str, spark=None) -> None:
+def read_table_again(state: StateDir, sink: str, name: str, executor: Executor) -> None:
     """Every chunk of ``name`` read again (each replaces its range at its new HW), and its offsets moved to
     the new high watermarks: its stream starts from there."""
     from airflow_provider_dblog.steps.resnapshot import resnapshot
 
     plan = state.table(name)
-    resnapshot(str(state.path), sink, name, spark=spark)
+    resnapshot(str(state.path), sink, name, executor=executor)
     reports = state.reports(name)
     hws = {c.id: BinlogPosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks}
     state.replace_table_offsets(name, TableOffsets.from_chunks(name, plan.chunks, hws))

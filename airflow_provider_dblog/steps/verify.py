@@ -53,11 +53,11 @@ def planned_tables(state_dir: str, table: str | None = None, patterns: str | Non
     return chosen
 
 
-def verify_tables(state_dir: str, sink: str, tables: Sequence[str], repair: bool = False, spark=None,
+def verify_tables(state_dir: str, sink: str, tables: Sequence[str], repair: bool = False, executor=None,
                   source: SourceConfig | None = None) -> dict:
     """Checksum verify (and repair) of ``tables``; the result names what was checked, what drifted and what
-    was repaired. Raises nothing for drift: the caller decides (``equal`` says it). ``source``: the
-    connection to use (default: the state's, with its stored password)."""
+    was repaired (read again on ``executor``, ``steps.executor``). Raises nothing for drift: the caller decides
+    (``equal`` says it). ``source``: the connection to use (default: the state's, with its stored password)."""
     check_sink(sink)
     state = StateDir(state_dir)
     per_table, started = {}, time.time()
@@ -67,7 +67,7 @@ def verify_tables(state_dir: str, sink: str, tables: Sequence[str], repair: bool
             from airflow_provider_dblog.steps.resnapshot import resnapshot
 
             log.info("verify %s: repairing chunks %s", table, compress_ids(result["drifted"]))
-            resnapshot(state_dir, sink, table, chunk_ids=compress_ids(result["drifted"]), spark=spark)
+            resnapshot(state_dir, sink, table, chunk_ids=compress_ids(result["drifted"]), executor=executor)
             again = verify_table(state, sink, table, result["drifted"], source=source)
             result["repaired"] = [c for c in result["drifted"] if c not in again["drifted"]]
             result["still_drifted"] = again["drifted"]

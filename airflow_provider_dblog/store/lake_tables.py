@@ -40,7 +40,11 @@ from airflow_provider_dblog.store import key_ranges
 from airflow_provider_dblog.store.atomic import dictionary_columns
 from airflow_provider_dblog.store.files import Files
 from airflow_provider_dblog.store.lake import (
-    UNCHANGED, changelog_schema, changelog_uri, current_schema, current_uri, position_rows,
+    changelog_schema, changelog_uri, current_schema, current_uri, position_rows,
+)
+from airflow_provider_dblog.store.lake_merge import latest_per_key, merge_changes
+from airflow_provider_dblog.store.lake_schema import (
+    arrow_schema, changed_columns, column_names, conform, merge_schemas, plain, row_bytes, same_columns, source_columns,
 )
 from airflow_provider_dblog.store.opened_tables import HeldTables, app_version, log_has
 from airflow_provider_dblog.store.staged import StagedFile, add_actions, discard, read_staged, stage
@@ -49,7 +53,6 @@ log = logging.getLogger("dblog")
 TAIL_APP = "dblog-tail"
 SCHEMA_APP = "dblog-schema"  # ``current``'s columns follow the source's from this position on
 REREAD_APP = "dblog-reread"  # every chunk was read again after the schema change at this position
-METADATA = ("_op", "_pos", "_ts_ms", "_chunk")
 MAX_ATTEMPTS = 30
 MEMORY_BYTES = 256 * 1024 * 1024  # changes applied to ``current`` in one MERGE; more go chunk by chunk
 SCAN_BATCH_ROWS = 65_536
@@ -153,7 +156,7 @@ class LakeTables:
         table = self._open(self.current_uri, self.current_schema, ["_chunk"])
         # the lake's columns are what it holds (a schema change may have been followed by another writer a
         # moment ago); what a caller read is compared with them (``commit_chunk``)
-        source = source_columns(_arrow_schema(table))
+        source = source_columns(arrow_schema(table))
         if not same_columns(source, self.source):
             self._use_source(source)
         return table
@@ -219,7 +222,7 @@ class LakeTables:
         from deltalake import write_deltalake
 
         changelog = self.changelog()
-        have = _arrow_schema(changelog)
+        have = arrow_schema(changelog)
         merged = merge_schemas(have, changelog_schema(source))
         if all(merged.field(f.name).type == f.type for f in have):
             return False  # only added columns: the next append adds them (schema_mode merge)
@@ -247,7 +250,7 @@ class LakeTables:
             return
         applied = _version_position(app_version(current, TAIL_APP))
         data = current.to_pyarrow_dataset().to_table()
-        data = conform(data, _plain(data.schema))
+        data = conform(data, plain(data.schema))
         for start, at, source, renamed, defaults in steps:
             data = self._apply_here(current, data, applied, start)
             applied = start if applied is None or start > applied else applied
@@ -361,7 +364,7 @@ class LakeTables:
         """The rows of a Delta table whose key columns take the values of ``wanted``'s keys (a superset for a
         composite key) and whose ``_pos`` is below the largest wanted one (and above ``since``), read through the
         files' statistics (and ``_chunk`` partitions)."""
-        schema = _arrow_schema(table)
+        schema = arrow_schema(table)
         expression = pc.field("_pos") < max(p for p, _ in wanted.values())
         if since is not None:
             expression = expression & (pc.field("_pos") > since)
@@ -412,7 +415,7 @@ class LakeTables:
         current, changelog, columns = self.current(), self.changelog(), self.current_schema
         if (not rows.num_rows or not shared_file.shareable(self.current_uri)
                 or not self._takes_first_read(current, chunk_id, columns)
-                or not same_columns(_arrow_schema(changelog), self.changelog_schema)
+                or not same_columns(arrow_schema(changelog), self.changelog_schema)
                 or not same_columns(rows.schema, self.changelog_schema)):
             return None
 
@@ -446,7 +449,7 @@ class LakeTables:
         if app_version(current, chunk_app(chunk_id)) is None and app_version(current, TAIL_APP) is None:
             return None  # nothing of the chunk can be in the lake yet (a first read)
         changelog = self.changelog()
-        have = [n for n in self.source.names if n in _arrow_schema(changelog).names]
+        have = [n for n in self.source.names if n in arrow_schema(changelog).names]
         history = changelog.to_pyarrow_dataset().to_table(
             columns=[*have, "_pos", "_op"],
             filter=(pc.field("_chunk") == chunk_id) & (pc.field("_pos") <= hw.as_snapshot().encode()))
@@ -470,7 +473,7 @@ class LakeTables:
         of the chunk and no tail batch in it yet, and its columns ``columns``."""
         return (app_version(current, chunk_app(chunk_id)) is None
                 and app_version(current, TAIL_APP) is None
-                and same_columns(_arrow_schema(current), columns))
+                and same_columns(arrow_schema(current), columns))
 
     def _append_once(self, what: str, rows: pa.Table) -> list[dict] | None:
         """Append a chunk's rows to the changelog exactly once, although a commit can land and still raise
@@ -511,7 +514,7 @@ class LakeTables:
             if checked is not None:  # what the caller checked is older than the rewrite: check again
                 raise CommitFailedError("the changelog's columns were widened: check its position again")
             changelog = self.changelog()
-        have = _arrow_schema(changelog)
+        have = arrow_schema(changelog)
         added = [f for f in rows.schema if f.name not in have.names]
         rows = conform(rows, pa.schema([*have, *added]))  # columns it keeps but these rows lack: null
         if small and rows.num_rows and not added:
@@ -541,7 +544,7 @@ class LakeTables:
 
     def _widen_for(self, rows: pa.Table, changelog) -> bool:
         """Widen the changelog where ``rows`` have a wider type than it (True if it was rewritten)."""
-        have = _arrow_schema(changelog)
+        have = arrow_schema(changelog)
         if not any(f.name in have.names and have.field(f.name).type != f.type for f in rows.schema):
             return False
         return self._widen_changelog(source_columns(rows.schema))
@@ -603,8 +606,8 @@ class LakeTables:
     def takes_staged(self, schemas: Sequence[pa.Schema]) -> bool:
         """Whether files of these columns can be added to the changelog as they are: each column is one the
         changelog has, of its type (a column it has and a file lacks reads as null)."""
-        have = _arrow_schema(self.changelog())
-        return all(f.name in have.names and _plain(pa.schema([f])).field(0).type == have.field(f.name).type
+        have = arrow_schema(self.changelog())
+        return all(f.name in have.names and plain(pa.schema([f])).field(0).type == have.field(f.name).type
                    for schema in schemas for f in schema)
 
     def update_current(self, end: BinlogPosition | None = None) -> None:
@@ -830,7 +833,7 @@ class LakeTables:
         for f in window:
             expression = expression & f
         changelog = self.changelog()
-        have = _names(changelog)
+        have = column_names(changelog)
         names = [n for n in self.current_schema.names if n in have]
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="dblog-apply-") as spill:
@@ -874,7 +877,7 @@ class LakeTables:
         for f in filters:
             expression = expression & f
         changelog = self.changelog()
-        have = _names(changelog)
+        have = column_names(changelog)
         data = changelog.to_pyarrow_dataset().to_table(columns=[n for n in schema.names if n in have],
                                                        filter=expression)
         return conform(data, schema)
@@ -950,7 +953,7 @@ class PinnedCurrent:
         except TableNotFoundError:
             raise DblogError(f"the lake has no {current_uri(sink, table)}: snapshot {table} first") from None
         self.version = self.table.version()
-        self.columns = source_columns(_arrow_schema(self.table)).names
+        self.columns = source_columns(arrow_schema(self.table)).names
 
     def tail_position(self) -> BinlogPosition | None:
         """Every change up to here is in this version (None: no tail batch yet)."""
@@ -978,160 +981,8 @@ def chunk_commits(sink: str, table: str, chunk_ids: Sequence[int],
     return {c: _version_position(app_version(current, chunk_app(c))) for c in chunk_ids}
 
 
-def merge_changes(data: pa.Table, changes: pa.Table, keys: Sequence[str],
-                  hws: dict[int, BinlogPosition | None]) -> pa.Table:
-    """``current``'s rows ``data`` with ``changes`` (one per key, ``latest_per_key``) applied as the tail's
-    MERGE does: per key the greatest ``_pos`` wins, deletes drop the key, and a key ``data`` lacks is
-    inserted only after its chunk's HW (``hws``: chunk -> HW; before it, the chunk's read has it)."""
-    if changes.num_rows == 0:
-        return data
-    probe = changes.select(list(keys)).append_column("_i", pa.array(range(changes.num_rows), pa.int64()))
-    present = data.select(list(keys)).append_column("_in", pa.nulls(data.num_rows, pa.bool_()).fill_null(True))
-    joined = probe.join(present, list(keys), join_type="left outer")
-    matched = pc.fill_null(pc.take(joined["_in"], pc.sort_indices(joined["_i"])), False)
-    chunk_hw = pa.array([(hws[c].as_snapshot().encode() if hws.get(c) else "") for c in changes["_chunk"].to_pylist()],
-                        pa.string())
-    keep = pc.or_(matched, pc.greater(changes["_pos"], chunk_hw))
-    merged = latest_per_key(pa.concat_tables([data, changes.filter(keep).select(data.column_names)]), keys)
-    return merged.filter(pc.not_equal(merged["_op"], "d"))
-
-
-def row_bytes(schema: pa.Schema) -> int:
-    """About how many bytes one row of ``schema`` takes in Arrow (variable-width values counted at 32)."""
-    def width(t: pa.DataType) -> int:
-        if pa.types.is_struct(t):
-            return sum(width(f.type) for f in t)
-        try:
-            return max(1, t.bit_width // 8)
-        except ValueError:
-            return 32
-    return sum(width(f.type) for f in schema) + 1
-
-
 def _lowest_pos(file: StagedFile) -> str:
     return json.loads(file.stats).get("minValues", {}).get("_pos", "")
-
-
-def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """Per key the row with the greatest ``_pos`` (deletes included: the caller decides)."""
-    if rows.num_rows == 0:
-        return rows
-    ordered = rows.sort_by([(k, "ascending") for k in keys] + [("_pos", "descending")])
-    if ordered.num_rows == 1:
-        return ordered
-    same = None  # row i has the key of row i - 1 (keys are never null)
-    for k in keys:
-        col = ordered[k]
-        eq = pc.equal(col.slice(1), col.slice(0, len(col) - 1))
-        same = eq if same is None else pc.and_(same, eq)
-    first = pa.concat_arrays([pa.array([True]), pc.invert(same).combine_chunks()])
-    return ordered.filter(first)
-
-
-def changed_columns(data: pa.Table, source: pa.Schema, at: BinlogPosition, renamed: dict, defaults: dict
-                    ) -> pa.Table:
-    """``current``'s rows in the source's new columns: ``renamed`` (new name -> old) carried over, dropped ones
-    removed, types cast, added ones null or, for rows from before ``at``, their ``defaults``."""
-    kept = set(data.column_names) | set(renamed)  # added columns stay nullable: rows before it may lack values
-    target = current_schema(pa.schema([f if f.name in kept else f.with_nullable(True) for f in source]))
-    data = data.rename_columns([next((new for new, old in renamed.items() if old == n), n) for n in data.column_names])
-    data = conform(data, target)
-    before = pc.less_equal(data["_pos"], at.as_snapshot().encode())
-    for name, value in defaults.items():
-        if value is not None and data.num_rows:
-            filled = pc.if_else(before, pa.scalar(value.as_py(), target.field(name).type), data[name])
-            data = data.set_column(data.schema.get_field_index(name), target.field(name), filled)
-    return data
-
-
-def same_columns(a: pa.Schema, b: pa.Schema) -> bool:
-    """Same column names and types, in order (nullability aside: a lake's and a source's may differ)."""
-    return a.names == b.names and a.types == b.types
-
-
-def source_columns(schema: pa.Schema) -> pa.Schema:
-    """The source's columns of a lake schema (without the ``_``-prefixed metadata)."""
-    return pa.schema([f for f in schema if f.name not in METADATA and f.name not in ("_kind", "_before", UNCHANGED)])
-
-
-def _names(table) -> set[str]:
-    return {f.name for f in table.schema().fields}
-
-
-def _arrow_schema(table) -> pa.Schema:
-    """A Delta table's schema as pyarrow's (large types as the lake writes them)."""
-    return _plain(pa.schema(table.schema().to_arrow()))
-
-
-def _plain(schema: pa.Schema) -> pa.Schema:
-    def plain(t: pa.DataType) -> pa.DataType:
-        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-            return pa.string()
-        if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-            return pa.binary()
-        if pa.types.is_struct(t):
-            return pa.struct([pa.field(f.name, plain(f.type), f.nullable) for f in t])
-        return t
-    return pa.schema([pa.field(f.name, plain(f.type), f.nullable) for f in schema])
-
-
-def merge_schemas(old: pa.Schema, new: pa.Schema) -> pa.Schema:
-    """Every column of both; a column whose type changed takes the new type if every old value fits it
-    (a widening), the old one if every new value fits it (rows decoded before a widening arrive after
-    it), else text."""
-    fields = {f.name: f for f in old}
-    for f in new:
-        prior = fields.get(f.name)
-        if prior is None or prior.type == f.type:
-            fields[f.name] = f if prior is None else prior
-        elif pa.types.is_struct(prior.type) and pa.types.is_struct(f.type):
-            fields[f.name] = pa.field(f.name, pa.struct(list(merge_schemas(pa.schema(list(prior.type)),
-                                                                          pa.schema(list(f.type))))))
-        else:
-            fields[f.name] = pa.field(f.name, f.type if widens(prior.type, f.type) else
-                                      prior.type if widens(f.type, prior.type) else pa.string())
-    return pa.schema([pa.field(f.name, f.type, True) for f in fields.values()])
-
-
-def widens(old: pa.DataType, new: pa.DataType) -> bool:
-    """Whether every value of ``old`` is a value of ``new`` (a type the lake can change in place)."""
-    if pa.types.is_integer(old) and pa.types.is_integer(new):
-        return new.bit_width >= old.bit_width and (pa.types.is_signed_integer(new) or not pa.types.is_signed_integer(old))
-    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
-        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
-    if pa.types.is_integer(old) and pa.types.is_decimal(new):
-        return True
-    if pa.types.is_floating(old) and pa.types.is_floating(new):
-        return new.bit_width >= old.bit_width
-    return pa.types.is_string(new) or (pa.types.is_binary(old) and pa.types.is_binary(new))
-
-
-def conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``rows`` in ``schema``: missing columns null, extra ones dropped, other types cast (a value that
-    does not fit becomes null: only where every chunk is read again afterwards)."""
-    n = rows.num_rows
-    return pa.Table.from_arrays([_conform_column(rows.column(f.name) if f.name in rows.schema.names else None, f, n)
-                                 for f in schema], schema=schema)
-
-
-def _conform_column(column, field: pa.Field, n: int):
-    if column is None:
-        return pa.nulls(n, field.type)
-    if column.type == field.type:
-        return column
-    if pa.types.is_struct(field.type) and pa.types.is_struct(column.type):
-        flat = pa.Table.from_arrays(column.combine_chunks().flatten(), names=[f.name for f in column.type])
-        parts = conform(flat, pa.schema(list(field.type)))
-        valid = pc.is_valid(column)
-        struct = pa.StructArray.from_arrays([c.combine_chunks() for c in parts.columns], fields=list(field.type),
-                                            mask=pc.invert(valid).combine_chunks() if n else None)
-        return struct
-    try:
-        return column.cast(field.type)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        if pa.types.is_string(field.type):
-            return pc.cast(column, pa.string(), safe=False) if not pa.types.is_binary(column.type) else pa.nulls(n, field.type)
-        return pa.nulls(n, field.type)
 
 
 def _file_reader(table_uri: str, schema: pa.Schema, chunk_id: int):

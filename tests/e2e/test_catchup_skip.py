@@ -17,6 +17,8 @@ from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
 from airflow_provider_dblog.store.state import StateDir
+from airflow_provider_dblog.spark.executor import SparkExecutor
+from airflow_provider_dblog.local.executor import LocalExecutor
 from tests.support.lakecheck import assert_each_change_once, compare_mirror, lake_changes
 
 
@@ -89,7 +91,7 @@ def _loaded(mariadb, db, spark, tmp_path, rows=3_000):
     table, state, sink = f"{db}.t", str(tmp_path / "state"), str(tmp_path / "sink")
     plan_table(SourceConfig.parse(mariadb.uri()), table, state, chunk_size=1_000, batch_size=10)
     for batch in StateDir(state).batches():
-        snapshot_batch(state, batch.index, sink, spark=spark)
+        snapshot_batch(state, batch.index, sink, executor=SparkExecutor(spark))
     build_offsets(state)
     return table, state, sink
 
@@ -106,7 +108,7 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
     of ANOTHER table is skipped too, a change of the table is read, from where the check ended."""
     table, state, sink = _loaded(mariadb, db, spark, tmp_path)
     min_hw = StateDir(state).offsets()[table].min_hw
-    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    summary = run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert summary["rows"] == {table: 0} and table in summary["skipped"]
     assert summary["lag"][table]["offset"] == summary["skipped"][table]
     assert len(lake_changes(sink, table)) == 0 and StateDir(state).checkpoint() == ("none", None)
@@ -116,7 +118,7 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
     mariadb.sql(f"INSERT INTO {db}.other VALUES (1, 1)")
     _flush_binary_logs(mariadb)
     mariadb.sql(f"UPDATE {db}.other SET v = 2")
-    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    summary = run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert table in summary["skipped"]
     resume = StateDir(state).resume_position(table, min_hw)
     assert resume > min_hw and resume.seq > min_hw.seq  # an idle table does not pin the old binlog file
@@ -126,7 +128,7 @@ def test_skip_without_checkpoint_then_tail_converges(mariadb, db, spark, tmp_pat
     # (b) a change of this table: the query runs, from the recorded position, and the lake converges
     mariadb.sql(f"UPDATE {table} SET v = 'changed' WHERE id <= 5", f"DELETE FROM {table} WHERE id > 2990",
                 f"INSERT INTO {table} VALUES (5000, 'new', 1)")
-    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    summary = run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert "skipped" not in summary and summary["rows"][table] == 5 + 10 + 1
     kind, position = StateDir(state).checkpoint()
     assert kind == "committed" and position == _position(mariadb)
@@ -143,29 +145,29 @@ def test_an_idle_table_is_skipped_across_rotations_whatever_the_checkpoint_holds
     ended, not from the checkpoint's offset, and the lake converges."""
     table, state, sink = _loaded(mariadb, db, spark, tmp_path)
     mariadb.sql(f"UPDATE {table} SET n = -n WHERE id <= 3")
-    assert "skipped" not in run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    assert "skipped" not in run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     _, checkpoint = StateDir(state).checkpoint()
 
     mariadb.sql(f"INSERT INTO {db}.other VALUES (7, 7)")
-    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    summary = run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert table in summary["skipped"] and summary["rows"] == {table: 0}
     assert StateDir(state).checkpoint() == ("committed", checkpoint)
     progress, _, origin = tail_progress(state, table)
     assert progress == _position(mariadb) and "catch-up check" in origin
 
     _flush_binary_logs(mariadb)
-    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    summary = run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert table in summary["skipped"] and StateDir(state).checkpoint() == ("committed", checkpoint)
     rotated = _position(mariadb)
     assert rotated.seq > checkpoint.seq and tail_progress(state, table)[0] == rotated
 
     mariadb.sql(f"DELETE FROM {table} WHERE id = 1")
-    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    summary = run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert "skipped" not in summary and summary["rows"] == {table: 1}
     kind, moved = StateDir(state).checkpoint()
     assert kind == "committed" and moved == _position(mariadb)
     assert sum(p > rotated.encode() for p in lake_changes(sink, table)["_pos"].to_pylist()) == 1
-    assert table in run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)["skipped"]
+    assert table in run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))["skipped"]
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m")
 
 
@@ -178,26 +180,26 @@ def test_small_cold_catch_ups_run_in_the_driver_then_the_stream_continues(mariad
     table, state, sink = _loaded(mariadb, db, spark, tmp_path)
     min_hw = StateDir(state).offsets()[table].min_hw
     mariadb.sql(f"UPDATE {table} SET v = 'one' WHERE id <= 100", f"DELETE FROM {table} WHERE id BETWEEN 500 AND 509")
-    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)
+    summary = run_tail(state, sink, available_now=True, executor=LocalExecutor("dblog-test", 1 << 20, spark=spark))
     assert table in summary["caught_up_in_driver"] and summary["rows"][table] == 110
     assert StateDir(state).checkpoint() == ("none", None) and assert_each_change_once(sink, table) == 110
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m1")
 
     # killed after the lake commit, before the record: the rerun adds no second copy
     StateDir(state).files.delete(StateDir(state).caught_up_file(table))
-    run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)
+    run_tail(state, sink, available_now=True, executor=LocalExecutor("dblog-test", 1 << 20, spark=spark))
     assert assert_each_change_once(sink, table) == 110
 
     # a second small catch-up continues the recorded range
     mariadb.sql(f"UPDATE {table} SET n = -n WHERE id BETWEEN 50 AND 149", f"INSERT INTO {table} VALUES (7000, 'x', 7)")
-    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=1 << 20)
+    summary = run_tail(state, sink, available_now=True, executor=LocalExecutor("dblog-test", 1 << 20, spark=spark))
     assert summary["rows"][table] == 101
     assert StateDir(state).resume_position(table, min_hw) == _position(mariadb)  # the next read starts at now
     assert assert_each_change_once(sink, table) == 211
 
     # a limit below the range size leaves it to the streaming query, which starts after the catch-ups
     mariadb.sql(f"UPDATE {table} SET v = 'three' WHERE id <= 30")
-    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=10)
+    summary = run_tail(state, sink, available_now=True, executor=LocalExecutor("dblog-test", 10, spark=spark))
     assert "caught_up_in_driver" not in summary and summary["rows"][table] == 30
     assert assert_each_change_once(sink, table) == 241
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m2")

@@ -25,6 +25,8 @@ from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
 from airflow_provider_dblog.store.state import StateDir
+from airflow_provider_dblog.spark.executor import SparkExecutor
+from airflow_provider_dblog.local.executor import LocalExecutor
 from tests.support.lakecheck import assert_each_change_once, compare_rows, duckdb_current, SEED_SQL, TYPES_DDL, compare_mirror, typed_mutation, typed_row
 from tests.support.workload import Writer
 
@@ -41,7 +43,7 @@ def load_table(mariadb, db, rows):
 def snapshot_all(state, sink, spark, table):
     for batch in StateDir(state).batches():
         if table in batch.tables:
-            snapshot_batch(state, batch.index, sink, spark=spark, table=table)
+            snapshot_batch(state, batch.index, sink, executor=SparkExecutor(spark), table=table)
 
 
 def assert_mirror_equals_source(spark, state, sink, table, port, tmp_path, name="mirror"):
@@ -71,13 +73,13 @@ def test_lake_converges_under_concurrent_writes(mariadb, db, spark, tmp_path, st
         assert summary["chunks"] == plan["tables"][table]["chunks"] >= 9
         # consistent_snapshot: the first catch-up reads in the driver, then the streaming
         # query continues from where it ended; the other strategies stream from the start
-        first = run_tail(state, sink, available_now=True, spark=spark,
-                         driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES if strategy == "consistent_snapshot" else 0)
+        first = run_tail(state, sink, available_now=True, executor=LocalExecutor(
+            "dblog-test", DRIVER_CATCH_UP_BYTES if strategy == "consistent_snapshot" else 0, spark=spark))
         assert ("caught_up_in_driver" in first) == (strategy == "consistent_snapshot")
     finally:
         counts = writer.stop()
     assert counts.get("update_key", 0) > 0 and counts.get("rollback", 0) > 0
-    assert "caught_up_in_driver" not in run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    assert "caught_up_in_driver" not in run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
     assert_unique_stream_positions(spark, sink, table)
     # a plain read of `current` by DuckDB (no dblog code) equals the source column by column
@@ -178,7 +180,7 @@ def test_tail_survives_sigkill_mid_batch_and_a_lost_checkpoint(mariadb, db, spar
             tail.wait()
     finally:
         writer.stop()
-    run_tail(state, sink, available_now=True, spark=spark)
+    run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
     changes = assert_each_change_once(sink, table)
     # the checkpoint and the state's progress record lost: the tail resumes from the position the lake
@@ -187,7 +189,7 @@ def test_tail_survives_sigkill_mid_batch_and_a_lost_checkpoint(mariadb, db, spar
     StateDir(state).files.delete(StateDir.TAIL_POSITIONS)
     updated = mariadb.sql(f"SELECT COUNT(*) FROM {table} WHERE id <= 7")[0][0]
     mariadb.sql(f"UPDATE {table} SET txt_v = 'after the checkpoint' WHERE id <= 7")
-    run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert assert_each_change_once(sink, table) == changes + updated
     assert not compare_rows(duckdb_current(sink, table, str(tmp_path / "duckdb")), mariadb.port, table)
 
@@ -209,11 +211,11 @@ def test_a_snapshot_batch_killed_mid_commit_is_rerun_without_loss_or_doubles(mar
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert 6 <= commits() < 31 and not StateDir(state).reports(table), f"{commits()} commits before the kill"
-    rest = snapshot_batch(state, 0, sink, spark=spark)
+    rest = snapshot_batch(state, 0, sink, executor=SparkExecutor(spark))
     assert len(rest) == 30
     mariadb.sql(f"DELETE FROM {table} WHERE id % 97 = 0", f"UPDATE {table} SET n_v = -id WHERE id % 13 = 0")
     build_offsets(state)
-    run_tail(state, sink, available_now=True, spark=spark)
+    run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
     assert not compare_rows(duckdb_current(sink, table, str(tmp_path / "duckdb")), mariadb.port, table)
 
@@ -231,7 +233,7 @@ def test_forced_chunk_reruns_while_the_tail_runs(mariadb, db, spark, tmp_path):
             batch = rnd.choice(batches)
             ids = batch.chunk_ids(table)
             chunks = rnd.sample(list(ids), k=rnd.randint(1, len(ids)))
-            reports = snapshot_batch(state, batch.index, sink, force=True, spark=spark, chunk_ids=chunks)
+            reports = snapshot_batch(state, batch.index, sink, force=True, executor=SparkExecutor(spark), chunk_ids=chunks)
             assert sorted(r["chunk"] for r in reports) == sorted(chunks)
             time.sleep(1)
     finally:
@@ -239,7 +241,7 @@ def test_forced_chunk_reruns_while_the_tail_runs(mariadb, db, spark, tmp_path):
         time.sleep(3)
         os.killpg(tail.pid, signal.SIGTERM)
         tail.wait(60)
-    run_tail(state, sink, available_now=True, spark=spark)
+    run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
     assert_each_change_once(sink, table)
 
@@ -296,12 +298,12 @@ def test_case_insensitive_keys_are_located_in_database_order(mariadb, db, spark,
     state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
     plan_table(SourceConfig.parse(mariadb.uri()), table, state, chunk_size=3, batch_size=1)
     assert [c.hi for c in StateDir(state).table(table).chunks] == [("D",), None]
-    snapshot_batch(state, 0, sink, spark=spark)
+    snapshot_batch(state, 0, sink, executor=SparkExecutor(spark))
     mariadb.sql(f"UPDATE {table} SET v = 1 WHERE k = 'a'", f"UPDATE {table} SET k = 'zz' WHERE k = 'c'")
-    snapshot_batch(state, 1, sink, spark=spark)
+    snapshot_batch(state, 1, sink, executor=SparkExecutor(spark))
     build_offsets(state)
     mariadb.sql(f"UPDATE {table} SET v = 2 WHERE k = 'B'")
-    run_tail(state, sink, available_now=True, spark=spark)
+    run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     out = tmp_path / "mirror"
     mirror(state, sink, table, str(out))
     import pyarrow.parquet as pq
@@ -318,7 +320,7 @@ def test_chunk_rerun_repairs_changes_the_lake_never_saw(mariadb, db, spark, tmp_
     table, state, sink = _prepared(mariadb, db, spark, tmp_path, rows=5_000, chunk_size=1_000)
     mariadb.sql(f"INSERT INTO {table} (id, txt_v) VALUES (6001, 'seen by the tail')",
                 f"UPDATE {table} SET txt_v = 'seen' WHERE id = 10")
-    run_tail(state, sink, available_now=True, spark=spark)
+    run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     mariadb.sql("SET sql_log_bin = 0", f"DELETE FROM {table} WHERE id IN (10, 6001)",
                 f"UPDATE {table} SET n_v = -1 WHERE id = 2500", f"INSERT INTO {table} (id) VALUES (3333333)")
     out = tmp_path / "before"
@@ -330,8 +332,8 @@ def test_chunk_rerun_repairs_changes_the_lake_never_saw(mariadb, db, spark, tmp_
     for batch in StateDir(state).batches():
         todo = sorted(holding & set(batch.chunk_ids(table)))
         if todo:
-            snapshot_batch(state, batch.index, sink, force=True, spark=spark, chunk_ids=todo)
-    run_tail(state, sink, available_now=True, spark=spark)
+            snapshot_batch(state, batch.index, sink, force=True, executor=SparkExecutor(spark), chunk_ids=todo)
+    run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path)
 
 
@@ -357,7 +359,7 @@ class SlowStart(BackgroundSession):
 
 def on_spark(state, sink, spark):
     """What `dblog run` gives ``snapshot_table``: a batch's chunks read on ``spark``."""
-    return lambda batch, groups: snapshot_batch(state, batch, sink, only=groups, spark=spark)
+    return lambda batch, groups: snapshot_batch(state, batch, sink, only=groups, executor=SparkExecutor(spark))
 
 
 def _planned(mariadb, db, tmp_path, rows):
@@ -430,7 +432,7 @@ def test_two_tables_tail_in_one_application(mariadb, db, spark, tmp_path):
     time.sleep(3)
     for writer in (writer_a, writer_b):
         writer.stop()
-    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0, max_events=400)
+    summary = run_tail(state, sink, available_now=True, executor=SparkExecutor(spark), max_events=400)
     assert set(summary["rows"]) == set(tables) and all(summary["rows"].values())
     for table in tables:
         assert_mirror_equals_source(spark, state, sink, table, mariadb.port, tmp_path, name=f"mirror-{table}")
@@ -448,7 +450,7 @@ def test_one_transaction_larger_than_the_batch_memory_is_committed_whole_once(ma
 
     table, state, sink = _prepared(mariadb, db, spark, tmp_path, rows=8_000, chunk_size=2_000)
     mariadb.sql(f"UPDATE {table} SET txt_v = 'before' WHERE id <= 10")  # a small batch first
-    run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     mariadb.sql("START TRANSACTION", f"UPDATE {table} SET txt_v = CONCAT('huge ', id), n_v = COALESCE(n_v, 0) + 1",
                 f"DELETE FROM {table} WHERE id % 97 = 0",
                 f"INSERT INTO {table} (id, txt_v) SELECT seq, 'new' FROM seq_8001_to_9000", "COMMIT", db=db)
@@ -464,7 +466,7 @@ def test_one_transaction_larger_than_the_batch_memory_is_committed_whole_once(ma
     os.killpg(tail.pid, signal.SIGKILL)  # files staged, the commit not made yet (or just made)
     tail.wait()
     caplog.set_level("INFO", logger="dblog")
-    run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0, batch_memory_bytes=50 * 1024)
+    run_tail(state, sink, available_now=True, executor=SparkExecutor(spark), batch_memory_bytes=50 * 1024)
 
     log = DeltaTable(str(changelog)).history()
     added = [v["version"] for v in log if v["version"] > version and v.get("operation") == "WRITE"]

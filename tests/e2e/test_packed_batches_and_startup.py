@@ -16,6 +16,7 @@ from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
 from airflow_provider_dblog.store.state import StateDir
+from airflow_provider_dblog.spark.executor import SparkExecutor
 from tests.support.lakecheck import SEED_SQL, TYPES_DDL, compare_rows
 from tests.support.cli import dblog, one_error_line
 
@@ -61,13 +62,13 @@ def test_small_tables_of_two_databases_share_batches_and_a_big_table_spreads(mar
                 f"INSERT INTO {other}.c_empty VALUES (1, 'late', 1, NOW(6))")  # during the snapshot, in effect
     caplog.set_level(logging.INFO, logger="dblog")
     for batch in batches:
-        snapshot_batch(state, batch["batch"], sink, spark=spark)
+        snapshot_batch(state, batch["batch"], sink, executor=SparkExecutor(spark))
     assert any(f"snapshot: {big}: " in r.getMessage() and " chunks (all tables: " in r.getMessage()
                for r in caplog.records), "no per-table progress line"
     build_offsets(state)
     mariadb.sql(f"UPDATE {smalls[1]} SET name = 'after' WHERE id < 5", f"DELETE FROM {big} WHERE id % 50 = 0",
                 f"INSERT INTO {smalls[11]} VALUES (9999, 'new', 2, NOW(6))")
-    run_tail(state, sink, available_now=True, spark=spark)
+    run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     for table in tables:
         problems = compare_rows(current(sink, table), mariadb.port, table)
         assert not problems, f"{table}: {problems[:5]}"
@@ -103,10 +104,10 @@ def test_latest_streams_only_the_changes_after_the_plan(mariadb, db, spark, tmp_
     ids = _changes_after_start(mariadb, table)
     report = build_offsets(state)
     assert report["tables"][table]["min_hw"] == plan["tables"][table]["start_at"]
-    run_tail(state, sink, available_now=True, spark=spark)  # a Spark streaming query
+    run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))  # a Spark streaming query
     assert_holds_only(sink, mariadb, table, ids)
     mariadb.sql(f"UPDATE {table} SET name = 'later' WHERE id = 9")
-    run_tail(state, sink, available_now=True, spark=spark)
+    run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert_holds_only(sink, mariadb, table, ids | {9})
 
 

@@ -1,3 +1,4 @@
+from airflow_provider_dblog.spark.executor import SparkExecutor
 """A seeded random walk over everything that may happen to a capture (issue 25's acceptance): DML of
 every shape, DDL of every kind the lake follows (added columns with literal, generated and implicit
 values, drops, renames, widenings), TRUNCATE, re-reads of random chunks, and tails killed with SIGKILL
@@ -116,7 +117,7 @@ def test_a_random_walk_of_dml_ddl_truncate_rereads_and_kills_converges(mariadb, 
             walk.truncate()
         elif action == "reread":
             chunks = sorted(rnd.sample(range(8), rnd.randint(1, 3)))
-            resnapshot(state, sink, table, chunk_ids=",".join(map(str, chunks)), spark=spark)
+            resnapshot(state, sink, table, chunk_ids=",".join(map(str, chunks)), executor=SparkExecutor(spark))
         elif action == "tail":
             code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
             assert code == 0, f"{context}: {err[-3000:]}"

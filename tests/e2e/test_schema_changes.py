@@ -11,13 +11,15 @@ import pytest
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
-from airflow_provider_dblog.readers import change_committer
+from airflow_provider_dblog.steps import change_committer
 from airflow_provider_dblog.steps.mirror import current_rows, verify
 from airflow_provider_dblog.steps.plan import plan_table
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
 from airflow_provider_dblog.store.state import StateDir
+from airflow_provider_dblog.spark.executor import SparkExecutor
+from airflow_provider_dblog.local.executor import LocalExecutor
 from tests.support.lakecheck import (
     SEED_SQL, TYPES_DDL, assert_each_change_once, compare_rows, duckdb_current, typed_mutation, typed_row,
 )
@@ -33,14 +35,14 @@ def start_capture(mariadb, db, spark, tmp_path, rows=600, chunk_size=150):
     state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
     plan_table(SourceConfig.parse(mariadb.uri()), table, state, chunk_size=chunk_size, batch_size=2)
     for batch in StateDir(state).batches():
-        snapshot_batch(state, batch.index, sink, spark=spark)
+        snapshot_batch(state, batch.index, sink, executor=SparkExecutor(spark))
     build_offsets(state)
     return table, state, sink
 
 
 def tail(state, sink, spark, path, **kwargs):
-    return run_tail(state, sink, available_now=True, spark=spark,
-                    driver_catch_up_bytes=DRIVER_CATCH_UP_BYTES if path == "driver" else 0, **kwargs)
+    return run_tail(state, sink, available_now=True, **kwargs, executor=LocalExecutor(
+        "dblog-test", DRIVER_CATCH_UP_BYTES if path == "driver" else 0, spark=spark))
 
 
 def assert_lake_equals_source(mariadb, state, sink, table):
@@ -153,7 +155,7 @@ def test_schema_changes_during_the_snapshot(mariadb, db, spark, tmp_path):
     plan_table(SourceConfig.parse(mariadb.uri()), table, state, chunk_size=200, batch_size=5,
                watermark="position")
     batches = StateDir(state).batches()
-    snapshot_batch(state, batches[0].index, sink, spark=spark)
+    snapshot_batch(state, batches[0].index, sink, executor=SparkExecutor(spark))
     mariadb.sql(f"ALTER TABLE {table} DROP COLUMN b", f"ALTER TABLE {table} ADD COLUMN d INT DEFAULT 3")
     stop = threading.Event()
 
@@ -171,7 +173,7 @@ def test_schema_changes_during_the_snapshot(mariadb, db, spark, tmp_path):
     writer.start()
     try:
         for batch in batches[1:]:
-            snapshot_batch(state, batch.index, sink, spark=spark)
+            snapshot_batch(state, batch.index, sink, executor=SparkExecutor(spark))
     finally:
         stop.set()
         writer.join()
@@ -190,7 +192,7 @@ def test_a_tail_without_ddl_sees_no_schema_change_for_any_type(mariadb, db, spar
     state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
     plan_table(SourceConfig.parse(mariadb.uri()), table, state, chunk_size=100, batch_size=4)
     for batch in StateDir(state).batches():
-        snapshot_batch(state, batch.index, sink, spark=spark)
+        snapshot_batch(state, batch.index, sink, executor=SparkExecutor(spark))
     build_offsets(state)
     writer = Writer(mariadb.port, table, 500, typed_row, typed_mutation, seed=5)
     writer.start()

@@ -16,6 +16,7 @@ from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
 from airflow_provider_dblog.store.state import StateDir
+from airflow_provider_dblog.spark.executor import SparkExecutor
 from tests.support.lakecheck import compare_rows
 
 pytestmark = pytest.mark.slow
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.slow
 def _snapshot_new(state, sink, spark, done: set) -> None:
     for batch in StateDir(state).batches():
         if batch.index not in done:
-            snapshot_batch(state, batch.index, sink, spark=spark)
+            snapshot_batch(state, batch.index, sink, executor=SparkExecutor(spark))
             done.add(batch.index)
 
 
@@ -33,7 +34,7 @@ def _continuous_tail(state, sink, spark) -> tuple[threading.Thread, threading.Ev
     stop = threading.Event()
     result: dict = {}
     tail = threading.Thread(target=lambda: result.update(run_tail(
-        state, sink, available_now=False, trigger_seconds=0.5, spark=spark, stop_event=stop, table_scan_seconds=1)))
+        state, sink, available_now=False, trigger_seconds=0.5, executor=SparkExecutor(spark), stop_event=stop, table_scan_seconds=1)))
     tail.start()
     return tail, stop, result
 
@@ -112,7 +113,7 @@ def test_a_table_created_while_the_tail_runs_is_captured(mariadb, db, spark, tmp
     # a scheduled available-now tail (the dblog_tail DAG) captures a table created since, too
     mariadb.sql(f"CREATE TABLE {db}.later (id INT PRIMARY KEY, v INT)",
                 f"INSERT INTO {db}.later SELECT seq, seq FROM {db}.seq_1_to_120", f"UPDATE {db}.a SET v = 5 WHERE id = 1")
-    summary = run_tail(state, sink, available_now=True, spark=spark, driver_catch_up_bytes=0)
+    summary = run_tail(state, sink, available_now=True, executor=SparkExecutor(spark))
     assert f"{db}.later" in summary["rows"]
     assert not _wait_equal(mariadb, state, sink, f"{db}.later", seconds=1)
     assert not _wait_equal(mariadb, state, sink, f"{db}.a", seconds=1)

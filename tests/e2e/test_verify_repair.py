@@ -1,3 +1,4 @@
+from airflow_provider_dblog.spark.executor import SparkExecutor
 """Drift detection and repair by chunk checksums (issue 25's acceptance), while a writer and a continuous
 tail keep running: no false alarm under writes; drift planted behind the binlog's back (``sql_log_bin=0``)
 in three chunks is reported as exactly those chunks and repaired by ``--repair``."""
@@ -104,7 +105,7 @@ def test_a_reread_after_a_schema_change_followed_in_place_keeps_it(mariadb, db, 
                 f"UPDATE {table} SET v = 3000000000, extra = 'set' WHERE id = 5")
     code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
     assert code == 0, err
-    resnapshot(state, sink, table, chunk_ids="0,2", spark=spark)
+    resnapshot(state, sink, table, chunk_ids="0,2", executor=SparkExecutor(spark))
     code, result, err = _verify(state, sink, table)
     assert code == 0 and result["drifted"] == [], (result, err)
     code, result, err = _verify(state, sink, table, "--rows")

@@ -24,6 +24,7 @@ from deltalake import DeltaTable
 
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
+from airflow_provider_dblog.spark.executor import SparkExecutor
 from tests.support.lakecheck import assert_each_change_once, compare_rows
 from tests.support.cli import dblog, one_error_line
 
@@ -235,7 +236,7 @@ def test_fifty_tables_of_two_databases_converge_under_a_writer(mariadb, spark, s
         assert 1 < len(batches) <= 4, [(x["batch"], x["rows"], len(x["tables"])) for x in batches]
         assert sum(info["chunks"] for info in plan["tables"].values()) > 2 * len(names)  # tables split too
         for batch in batches:
-            snapshot_batch(state, batch["batch"], sink, spark=spark)
+            snapshot_batch(state, batch["batch"], sink, executor=SparkExecutor(spark))
         build_offsets(state)
         writer.phase = "after"
         writer.wait_touched("after", names)

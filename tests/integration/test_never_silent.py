@@ -10,6 +10,7 @@ import pytest
 
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.store.state import StateDir
+from airflow_provider_dblog.local.executor import LocalExecutor
 from tests.support.cli import captured, dblog, one_error_line
 
 
@@ -126,7 +127,7 @@ def test_a_tail_killed_between_changelog_and_current_leaves_no_stale_current(mar
 
     with monkeypatch.context() as patched:
         patched.setattr(LakeTables, "update_current", killed)
-        run_tail(state, sink, available_now=True, driver_catch_up_bytes=64 << 20)
+        run_tail(state, sink, available_now=True, executor=LocalExecutor("dblog-test", 64 << 20))
     code, result = _verify_rows(state, sink, f"{db}.t")
     assert code != 0  # current is stale now (the changelog has the changes)
     code, _, err = _tail(state, sink)  # no new change of the table

@@ -7,8 +7,8 @@ import pytest
 
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange, alter_actions, ddl_tables
-from airflow_provider_dblog.readers.change_committer import in_place_changes, statement_groups
-from airflow_provider_dblog.store.lake_tables import conform, merge_schemas, widens
+from airflow_provider_dblog.steps.change_committer import in_place_changes, statement_groups
+from airflow_provider_dblog.store.lake_schema import conform, merge_schemas, widens
 
 
 @pytest.mark.parametrize("statement, expected", [

@@ -14,12 +14,13 @@ from airflow_provider_dblog.core.retention import BinlogFile, BinlogRetention
 from airflow_provider_dblog.core.status import (
     NEEDS_RESNAPSHOT, PHASES, PLANNED, SNAPSHOTTING, STOPPED, STREAMING, render, summarize, table_phase,
 )
-from airflow_provider_dblog.local.catch_up import catch_up_in_driver
+from airflow_provider_dblog.local.catch_up import catch_up_tables_in_driver
 from airflow_provider_dblog.local.chunk_readers import snapshot_batches
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.steps.plan import plan_table
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.status import capture_status
+from airflow_provider_dblog.steps.tail import BATCH_MEMORY_BYTES, table_committers
 from airflow_provider_dblog.store.lake import changelog_uri
 from airflow_provider_dblog.store.state import StateDir
 from tests.support.fake_dialect import BINLOG, InMemoryServer
@@ -130,7 +131,9 @@ def test_status_through_a_capture_on_the_in_memory_source(tmp_path):
     assert stopped["summary"]["phases"][STOPPED] == 1 and stopped["summary"]["max_lag_bytes"] == 200
 
     dialect = open_dialect(state.source())  # the tail's in-driver catch-up: commits the changes, records progress
-    assert catch_up_in_driver(state, sink, dialect, TABLE, state.offsets()[TABLE], server.position(), 2**20) == 3
+    committers = table_committers(state, sink, "evolve", BATCH_MEMORY_BYTES)
+    assert catch_up_tables_in_driver(state, sink, dialect, {TABLE: state.offsets()[TABLE]}, server.position(), 2**20,
+                                     committers) == {TABLE: 3}
     streaming = status()
     lake = BinlogPosition.from_version(DeltaTable(changelog_uri(sink, TABLE)).transaction_version("dblog-tail"))
     assert streaming["lake_position"] == str(lake.in_file_of(server.position())) == str(server.position())

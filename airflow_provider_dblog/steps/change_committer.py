@@ -16,6 +16,10 @@ naming the table may sit between them. What happens to them is the capture's beh
   naming the table, the statement and its position; a restart under ``evolve`` continues from there.
 * ``freeze``: the lake keeps its columns (new ones are left out, dropped ones are null); a TRUNCATE,
   RENAME, DROP or CREATE of the table still reads its chunks again. Each ignored change is logged.
+
+It is a step, not a reader: following a change writes (the lake, the table's plan and offsets) and may read
+chunks again, on the executor the tail was given (``table_committers``). The executors' tail loops (the
+Spark query's ``foreachBatch``, the local catch-up) receive their committers from the tail step.
 """
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dblog.core import metrics
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.batches import BatchGroup
+from airflow_provider_dblog.core.errors import REPLANNED, DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.schema_events import SchemaChange, alter_actions
@@ -37,12 +42,12 @@ from airflow_provider_dblog.readers.chunk_reader import persist_reports, run_chu
 from airflow_provider_dblog.readers.unchanged_values import fill_unchanged, has_unchanged
 from airflow_provider_dblog.source.dialect import DataSourceDialect
 from airflow_provider_dblog.store.lake import UNCHANGED
-from airflow_provider_dblog.store.lake_tables import LakeTables, conform, same_columns, source_columns, widens
+from airflow_provider_dblog.store.lake_schema import conform, same_columns, source_columns, widens
+from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.staged import StagedFile, discard, read_staged
 from airflow_provider_dblog.store.state import StateDir, TablePlan
 
 log = logging.getLogger("dblog")
-REPLANNED = "planned again after a key change; its stream starts again with the new plan"
 # one schema change followed at a time in a process: a re-read or a new plan of one table may run a
 # Spark job and rewrites the plan, while other tables of the micro-batch commit on other threads
 _FOLLOWING = threading.Lock()
@@ -349,3 +354,28 @@ def _rows(parts: Sequence[pa.Table | pa.RecordBatch], schema: pa.Schema) -> pa.T
     if not tables:
         return schema.empty_table()
     return pa.concat_tables(tables, promote_options="permissive")
+
+
+def table_committers(state: StateDir, sink: str, schema_changes: str, memory_bytes: int,
+                     executor=None) -> Callable:
+    """``(dialect, table) -> ChangeCommitter``: how the tail commits a table's changes under ``schema_changes``,
+    ``current`` updated with at most ``memory_bytes`` of changes at once; chunks read again after a schema
+    change are read by ``executor`` (None: one after another in this process, ``reread_here``)."""
+    def make(dialect, name: str) -> ChangeCommitter:
+        meta = state.table(name).meta
+        lake = LakeTables(sink, name, dialect.arrow_schema(meta), meta.key_columns)
+        lake.memory_bytes = memory_bytes
+        reread = None if executor is None else reread_by(executor, state, sink, dialect)
+        return ChangeCommitter(state, lake, dialect, schema_changes, reread, sink=sink)
+    return make
+
+
+def reread_by(executor, state: StateDir, sink: str, dialect) -> Callable:
+    """Read every chunk of a table's plan again as one read of ``executor`` (``steps.executor``), after a
+    schema change."""
+    def reread(plan) -> None:
+        group = BatchGroup(plan.meta.qualified, tuple(c.id for c in plan.chunks))
+        reports = executor.read_chunks(sink, {group.table: plan}, [group], dialect,
+                                       f"re-read of {group.table} after a schema change")
+        persist_reports(state, sink, plan, group.chunk_ids, reports)
+    return reread
