@@ -18,7 +18,7 @@ from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.retention import BinlogRetention
-from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
+from airflow_provider_dblog.core.schema_events import ColumnAction, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 
@@ -164,6 +164,10 @@ class DataSourceDialect(Protocol):
 
     # ---- re-snapshot selection ----
     def quote_identifier(self, name: str) -> str: ...
+
+    def column_actions(self, change: SchemaChange) -> list[ColumnAction]:
+        """What an ALTER ``change`` does to the rows, clause by clause, as far as its statement says;
+        ``[ColumnAction(\"other\")]`` when it cannot tell (the table's chunks are then read again)."""
 
     def chunks_matching(self, meta: TableMeta, chunks: Sequence[ChunkRange], condition: str,
                         lo: Key | None, hi: Key | None) -> list[int]:

@@ -36,7 +36,7 @@ from airflow_provider_dblog.core.batches import BatchGroup
 from airflow_provider_dblog.core.errors import REPLANNED, DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import BinlogPosition
-from airflow_provider_dblog.core.schema_events import SchemaChange, alter_actions
+from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.chunk_reader import persist_reports, run_chunk
 from airflow_provider_dblog.readers.unchanged_values import fill_unchanged, has_unchanged
@@ -195,7 +195,7 @@ class ChangeCommitter:
         before, steps = self.lake.source, []
         for group, columns in groups:
             after = columns or self.dialect.arrow_schema(live)
-            known = in_place_changes(before, after, group)
+            known = in_place_changes(before, after, group, self.dialect.column_actions)
             if known is None:
                 return None
             steps.append((group[0].start, group[-1].pos, after, *known))
@@ -218,7 +218,7 @@ class ChangeCommitter:
             live = self.plan.meta
         else:
             source = self.dialect.arrow_schema(live)
-            in_place = in_place_changes(self.lake.source, columns or source, group)
+            in_place = in_place_changes(self.lake.source, columns or source, group, self.dialect.column_actions)
             if in_place is not None:
                 self.lake.evolve(columns or source, last.pos, *in_place)
                 self.state.record_schema_version(live, last.pos)
@@ -301,17 +301,17 @@ def statement_groups(changes: Sequence[SchemaChange], parts: Sequence[pa.Table |
     return groups
 
 
-def in_place_changes(before: pa.Schema, after: pa.Schema, changes: Sequence[SchemaChange]
-                     ) -> tuple[dict[str, str], dict[str, pa.Scalar]] | None:
+def in_place_changes(before: pa.Schema, after: pa.Schema, changes: Sequence[SchemaChange],
+                     column_actions: Callable[[SchemaChange], list]) -> tuple[dict[str, str], dict[str, pa.Scalar]] | None:
     """(renamed: new name -> old name, defaults of added columns) when ALTER TABLE ``changes`` turn the lake's
-    columns ``before`` into the source's ``after`` in a way the statements fully explain; None when the
-    rows must be read again."""
+    columns ``before`` into the source's ``after`` in a way the statements fully explain (``column_actions``:
+    the dialect's reading of a statement); None when the rows must be read again."""
     origin = {f.name.lower(): f.name for f in before}  # column now (lower case) -> the lake's column, or None
     defaults: dict[str, object] = {}
     for change in changes:
         if change.kind != "alter":
             return None
-        for action in alter_actions(change.statement):
+        for action in column_actions(change):
             name, new = action.name.lower(), action.new.lower()
             if action.kind == "keep":
                 continue

@@ -18,6 +18,7 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.retention import BinlogFile, BinlogRetention
+from airflow_provider_dblog.core.schema_events import ColumnAction
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source import register_dialect
 from airflow_provider_dblog.source.dialect import RangeScan
@@ -261,6 +262,10 @@ class InMemoryDialect:
 
     def range_bytes(self, start, end) -> int | None:
         return max(0, end.offset - start.offset)
+
+    def column_actions(self, change) -> list:
+        """The in-memory source has no DDL: whatever changed is read again."""
+        return [ColumnAction("other")]
 
     def quote_identifier(self, name: str) -> str:
         return f"`{name}`"

@@ -15,12 +15,14 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import BinlogPosition
 from airflow_provider_dblog.core.retention import BinlogRetention
+from airflow_provider_dblog.core.schema_events import ColumnAction, SchemaChange
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.mysql import binlog, checksum, retention, schema, splitter, startup, watermarks
 from airflow_provider_dblog.source.mysql.collation import KeyOrder
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
+from airflow_provider_dblog.source.mysql.ddl import alter_actions
 from airflow_provider_dblog.source.mysql.sql import at_most, range_condition, snapshot_sql, table_sql
 from airflow_provider_dblog.source.mysql.types import arrow_schema, cast_snapshot_column, quote_ident
 
@@ -181,6 +183,9 @@ class MySqlDialect:
     # ---- re-snapshot selection ----
     def quote_identifier(self, name: str) -> str:
         return quote_ident(name)
+
+    def column_actions(self, change: SchemaChange) -> list[ColumnAction]:
+        return alter_actions(change.statement)
 
     def chunks_matching(self, meta: TableMeta, chunks: Sequence[ChunkRange], condition: str,
                         lo: Key | None, hi: Key | None) -> list[int]:

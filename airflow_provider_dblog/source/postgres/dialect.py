@@ -22,7 +22,7 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import BinlogPosition, lsn_position, position_lsn
 from airflow_provider_dblog.core.retention import BinlogRetention
-from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
+from airflow_provider_dblog.core.schema_events import ColumnAction, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
@@ -258,6 +258,11 @@ class PostgresDialect:
     # ---- re-snapshot selection ----
     def quote_identifier(self, name: str) -> str:
         return quote_ident(name)
+
+    def column_actions(self, change: SchemaChange) -> list[ColumnAction]:
+        """Unknown: DDL is not in the WAL, a table's new columns come with its next Relation message, so
+        what a change did to the rows already there is read again, never guessed."""
+        return [ColumnAction("other")]
 
     def chunks_matching(self, meta: TableMeta, chunks: Sequence[ChunkRange], condition: str,
                         lo: Key | None, hi: Key | None) -> list[int]:

@@ -1,0 +1,184 @@
+"""MySQL / MariaDB DDL and DML statements of the binlog read as far as the capture needs them: which tables a
+statement names (``ddl_tables``, ``dml_tables``: a statement-logged change of a captured table stops the
+capture) and what an ALTER TABLE does to the rows (``alter_actions``: an in-place follow, or a re-read)."""
+from __future__ import annotations
+
+import re
+
+from airflow_provider_dblog.core.schema_events import ColumnAction
+
+_NAME = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
+_QUALIFIED = rf"{_NAME}(?:\s*\.\s*{_NAME})?"
+_COMMENTS = re.compile(r"/\*(?!!).*?\*/|--[^\n]*|#[^\n]*", re.S)
+_VERSIONED = re.compile(r"/\*!\d*\s*(.*?)\*/", re.S)
+_STATEMENTS = [
+    ("alter", re.compile(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?({_QUALIFIED})", re.I)),
+    ("truncate", re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?({_QUALIFIED})", re.I)),
+    ("drop", re.compile(r"^DROP\s+(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)),
+    ("rename", re.compile(r"^RENAME\s+TABLES?\s+(.+)$", re.I | re.S)),
+    ("create", re.compile(rf"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?"
+                          rf"({_QUALIFIED})", re.I)),
+]
+
+
+def _unquote(name: str) -> str:
+    name = name.strip()
+    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+
+
+def _qualify(name: str, default_db: str) -> str:
+    parts = re.findall(_NAME, name)
+    if len(parts) >= 2:
+        return f"{_unquote(parts[0])}.{_unquote(parts[1])}"
+    return f"{default_db}.{_unquote(parts[0])}"
+
+
+def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
+    """(kind, tables the statement changes) of a DDL statement, or None if it changes no table's rows or
+    columns. ``RENAME TABLE a TO b`` names both ``a`` and ``b`` (a table swap renames onto a captured name)."""
+    text = _VERSIONED.sub(r"\1", _COMMENTS.sub(" ", statement)).strip()
+    for kind, pattern in _STATEMENTS:
+        match = pattern.match(text)
+        if match is None:
+            continue
+        if kind in ("alter", "truncate", "create"):
+            return kind, [_qualify(match.group(1), default_db)]
+        body = re.split(r"\s+(?:RESTRICT|CASCADE)\s*$", match.group(1).strip(), flags=re.I)[0]
+        if kind == "drop":
+            return kind, [_qualify(n, default_db) for n in body.split(",") if n.strip()]
+        names = []
+        for pair in body.split(","):
+            sides = re.split(r"\s+TO\s+", pair.strip(), flags=re.I)
+            names.extend(_qualify(s, default_db) for s in sides if s.strip())
+        return kind, names
+    return None
+
+
+# ---- statement-logged DML (binlog_format STATEMENT or MIXED) ----------------------------------------
+_DML = re.compile(r"^(INSERT|REPLACE|UPDATE|DELETE|LOAD\s+(?:DATA|XML))\b(.*)$", re.I | re.S)
+_MODIFIERS = re.compile(r"^(?:\s+(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|QUICK|IGNORE|CONCURRENT|LOCAL))*\s*", re.I)
+_REFERENCE_END = re.compile(r"\s(?:SET|WHERE|ORDER\s+BY|LIMIT|VALUES?|SELECT|PARTITION|RETURNING)\b|\(", re.I)
+_JOIN_WORDS = re.compile(r"\b(?:(?:NATURAL|INNER|CROSS|STRAIGHT_JOIN|LEFT|RIGHT|OUTER)\s+)*JOIN\b|\bON\b.*?(?=\bJOIN\b|,|$)"
+                         r"|\bUSING\s*\(.*?\)|\bAS\b", re.I | re.S)
+
+
+def dml_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
+    """(kind, tables it may change) of a DML statement logged as a statement, or None if it is no DML.
+    Multi-table UPDATE and DELETE name every table of their table references (more than they change: a
+    false match stops a capture loudly, a missed one would lose changes)."""
+    text = _VERSIONED.sub(r"\1", _COMMENTS.sub(" ", statement)).strip()
+    match = _DML.match(text)
+    if match is None:
+        return None
+    kind = match.group(1).split()[0].lower()
+    rest = _MODIFIERS.sub(" ", " " + match.group(2), count=1)
+    if kind == "load":
+        into = re.search(rf"\bINTO\s+TABLE\s+({_QUALIFIED})", rest, re.I)
+        return kind, [_qualify(into.group(1), default_db)] if into else []
+    if kind == "delete":
+        using = re.search(r"\bUSING\b", rest, re.I)
+        source = re.match(r"^\s*FROM\b", rest, re.I)
+        if source and not using:  # DELETE FROM t [WHERE ...]: one table (or FROM refs of a multi-table form)
+            rest = rest[source.end():]
+        elif using:  # DELETE FROM t1, t2 USING refs: the tables before USING
+            rest = re.sub(r"^\s*FROM\b", " ", rest[:using.start()], flags=re.I)
+        else:  # DELETE t1, t2 FROM refs: the tables before FROM
+            rest = re.split(r"\bFROM\b", rest, maxsplit=1, flags=re.I)[0]
+    elif kind in ("insert", "replace"):
+        rest = re.sub(r"^\s*INTO\b", " ", rest, flags=re.I)
+        target = re.match(rf"\s*({_QUALIFIED})", rest)
+        return kind, [_qualify(target.group(1), default_db)] if target else []
+    end = _REFERENCE_END.search(rest)
+    references = _JOIN_WORDS.sub(",", rest[:end.start()] if end else rest)
+    names = []
+    for reference in references.split(","):
+        first = re.match(rf"\s*({_QUALIFIED})", reference)
+        if first:
+            names.append(_qualify(first.group(1), default_db))
+    return kind, names
+
+
+# ---- what an ALTER TABLE does to the rows ----------------------------------------------------------
+_NO_ROW_CHANGE = re.compile(r"^(ADD|DROP)\s+(INDEX|KEY|UNIQUE|FULLTEXT|SPATIAL|FOREIGN|CONSTRAINT|CHECK)\b|"
+                            r"^(ALGORITHM|LOCK|ENGINE|COMMENT|AUTO_INCREMENT|ROW_FORMAT)\b|"
+                            r"^ALTER\s+(COLUMN\s+)?\S+\s+(SET|DROP)\s+DEFAULT\b|^RENAME\s+(INDEX|KEY)\b|"
+                            r"^(FORCE|ENABLE\s+KEYS|DISABLE\s+KEYS)$", re.I)
+_DEFAULT = re.compile(r"\bDEFAULT\s+('(?:[^']|'')*'|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|NULL)(?=\s|,|$)", re.I)
+
+
+_COMPUTED = re.compile(r"\bGENERATED\b|\bAS\s*\(|\bAUTO_INCREMENT\b|\bSERIAL\b|\bVIRTUAL\b|\bPERSISTENT\b|"
+                       r"\bSTORED\b|\bINVISIBLE\b.*\bDEFAULT\s*\(", re.I | re.S)
+_NULLABLE = re.compile(r"(?<!NOT)\s+NULL\b", re.I)
+
+
+def _clauses(body: str) -> list[str]:
+    """Top-level comma-separated clauses (commas inside parentheses or quotes belong to their clause)."""
+    out, depth, quote, current = [], 0, "", ""
+    for ch in body:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(current.strip())
+            current = ""
+            continue
+        current += ch
+    return [c for c in [*out, current.strip()] if c]
+
+
+def _column_name(text: str) -> tuple[str, str]:
+    match = re.match(rf"\s*({_NAME})\s*(.*)$", text, re.S)
+    return (_unquote(match.group(1)), match.group(2)) if match else ("", text)
+
+
+def alter_actions(statement: str) -> list[ColumnAction]:
+    """The clauses of an ``ALTER TABLE`` statement, as far as they change rows."""
+    text = _VERSIONED.sub(r"\1", _COMMENTS.sub(" ", statement)).strip()
+    head = re.match(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?{_QUALIFIED}\s*", text, re.I)
+    if head is None:
+        return [ColumnAction("other")]
+    actions = []
+    for clause in _clauses(text[head.end():]):
+        if _NO_ROW_CHANGE.match(clause):
+            actions.append(ColumnAction("keep"))
+            continue
+        if re.match(r"^ADD\s+PRIMARY\b|^DROP\s+PRIMARY\b", clause, re.I):
+            actions.append(ColumnAction("other", clause))
+            continue
+        verb = re.match(r"^(ADD|DROP|RENAME|CHANGE|MODIFY)\s+(?:COLUMN\s+)?(?:IF\s+(?:NOT\s+)?EXISTS\s+)?(.*)$",
+                        clause, re.I | re.S)
+        if verb is None or verb.group(2).lstrip().startswith("("):
+            actions.append(ColumnAction("other", clause))
+            continue
+        kind, rest = verb.group(1).lower(), verb.group(2)
+        name, rest = _column_name(rest)
+        if kind == "add":
+            default = _DEFAULT.search(rest)
+            bare = re.sub(r"'(?:[^']|'')*'", "''", rest)  # the definition without its string literals
+            if _COMPUTED.search(bare) or (re.match(r"\s*TIMESTAMP\b", bare, re.I) and not _NULLABLE.search(bare)):
+                # a generated or AUTO_INCREMENT column, or a TIMESTAMP that may take CURRENT_TIMESTAMP by
+                # itself: the value of the rows already there is the server's to say (a re-read)
+                value = ...
+            elif default is not None:
+                literal = default.group(1)
+                value = None if literal.upper() == "NULL" else (
+                    literal[1:-1].replace("''", "'") if literal.startswith("'") else literal)
+            else:
+                value = ... if re.search(r"\bNOT\s+NULL\b|\bDEFAULT\b", rest, re.I) else None
+            actions.append(ColumnAction("add", name, default=value))
+        elif kind == "drop":
+            actions.append(ColumnAction("drop", name))
+        elif kind == "rename":
+            to = re.match(rf"^TO\s+({_NAME})\s*$", rest.strip(), re.I)
+            actions.append(ColumnAction("rename", name, _unquote(to.group(1))) if to else ColumnAction("other", clause))
+        elif kind == "change":
+            new, _ = _column_name(rest)
+            actions.append(ColumnAction("rename", name, new) if new != name else ColumnAction("modify", name))
+        else:
+            actions.append(ColumnAction("modify", name))
+    return actions
