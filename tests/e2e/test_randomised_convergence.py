@@ -1,4 +1,3 @@
-from airflow_provider_dblog.spark.executor import SparkExecutor
 """A seeded random walk over everything that may happen to a capture (issue 25's acceptance): DML of
 every shape, DDL of every kind the lake follows (added columns with literal, generated and implicit
 values, drops, renames, widenings), TRUNCATE, re-reads of random chunks, and tails killed with SIGKILL
@@ -17,6 +16,7 @@ import time
 import pymysql
 import pytest
 
+from airflow_provider_dblog.spark.executor import SparkExecutor
 from tests.support.cli import DBLOG, captured, dblog
 from tests.support.lakecheck import assert_replay_equals_current
 

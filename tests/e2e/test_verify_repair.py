@@ -1,4 +1,3 @@
-from airflow_provider_dblog.spark.executor import SparkExecutor
 """Drift detection and repair by chunk checksums (issue 25's acceptance), while a writer and a continuous
 tail keep running: no false alarm under writes; drift planted behind the binlog's back (``sql_log_bin=0``)
 in three chunks is reported as exactly those chunks and repaired by ``--repair``."""
@@ -10,6 +9,7 @@ import time
 
 import pytest
 
+from airflow_provider_dblog.spark.executor import SparkExecutor
 from tests.support.cli import DBLOG, captured, dblog, one_error_line
 from tests.support.lakecheck import SEED_SQL, TYPES_DDL, assert_replay_equals_current, typed_mutation, typed_row
 from tests.support.processes import stop_group
