@@ -24,7 +24,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airflow_provider_dblog.core.positions import BinlogPosition  # noqa: E402
+from airflow_provider_dblog.core.positions import SourcePosition  # noqa: E402
 from airflow_provider_dblog.store.atomic import write_parquet  # noqa: E402
 from airflow_provider_dblog.store.lake import snapshot_rows  # noqa: E402
 from airflow_provider_dblog.store.lake_tables import LakeTables  # noqa: E402
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
     source = orders_like(args.rows)
-    hw = BinlogPosition.at("mysql-bin.000001", 1000)
+    hw = SourcePosition.at("mysql-bin.000001", 1000)
     pos = hw.as_snapshot().encode()
     work = Path(tempfile.mkdtemp(prefix="dblog-chunk-commit-"))
     try:

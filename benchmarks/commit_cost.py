@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from airflow_provider_dblog.core.events import ChangeEvent  # noqa: E402
-from airflow_provider_dblog.core.positions import BinlogPosition  # noqa: E402
+from airflow_provider_dblog.core.positions import SourcePosition  # noqa: E402
 from airflow_provider_dblog.store import lake_tables  # noqa: E402
 from airflow_provider_dblog.store.lake import changelog_schema, current_schema, event_rows, snapshot_rows  # noqa: E402
 
@@ -44,11 +44,11 @@ ROWS, CHANGES = 1000, 100
 VARIANTS = {"interval-100": 100, "interval-10": lake_tables.CHECKPOINT_INTERVAL}
 
 
-def _pos(offset: int) -> BinlogPosition:
-    return BinlogPosition.at("mysql-bin.000001", offset)
+def _pos(offset: int) -> SourcePosition:
+    return SourcePosition.at("mysql-bin.000001", offset)
 
 
-def _batch(index: int) -> tuple[pa.Table, BinlogPosition]:
+def _batch(index: int) -> tuple[pa.Table, SourcePosition]:
     """Micro-batch ``index``: 100 updates of consecutive keys, at positions after the previous batch."""
     base = 10_000 + index * 1000
     events = []

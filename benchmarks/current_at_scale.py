@@ -40,7 +40,7 @@ import pyarrow as pa
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from airflow_provider_dblog.core.positions import BinlogPosition  # noqa: E402
+from airflow_provider_dblog.core.positions import SourcePosition  # noqa: E402
 from airflow_provider_dblog.store.lake import changelog_schema, snapshot_rows  # noqa: E402
 from airflow_provider_dblog.store.lake_tables import LakeTables  # noqa: E402
 
@@ -53,8 +53,8 @@ TABLE = "bench.items"
 MODES = ("skewed", "uniform")
 
 
-def _pos(offset: int) -> BinlogPosition:
-    return BinlogPosition.at("mysql-bin.000001", offset)
+def _pos(offset: int) -> SourcePosition:
+    return SourcePosition.at("mysql-bin.000001", offset)
 
 
 def _rows(ids: np.ndarray, version: int, rnd: np.random.Generator) -> pa.Table:

@@ -20,7 +20,7 @@ import time
 
 import common
 
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 
 
 def main() -> None:
@@ -45,13 +45,13 @@ def main() -> None:
                                  "--merge-interval", str(args.merge_interval), "--trigger-seconds", "1"],
                                 env=common.bench_env(), stdout=subprocess.DEVNULL,
                                 stderr=open(work / "tail.log", "w"), start_new_session=True, cwd=common.BENCH_DIR)
-        source: list[tuple[float, BinlogPosition]] = []
+        source: list[tuple[float, SourcePosition]] = []
         stop = threading.Event()
 
         def sample_source():
             while not stop.is_set():
                 file, pos = server.sql("SHOW MASTER STATUS")[0][:2]
-                source.append((time.time(), BinlogPosition.at(file, pos)))
+                source.append((time.time(), SourcePosition.at(file, pos)))
                 time.sleep(0.2)
 
         sampler = threading.Thread(target=sample_source, daemon=True)
@@ -70,7 +70,7 @@ def main() -> None:
             version = DeltaTable(current_uri).transaction_version("dblog-tail")
             if version is None:
                 continue
-            at = BinlogPosition.from_version(version)
+            at = SourcePosition.from_version(version)
             now = time.time()
             passed = [t for t, p in source if p > at]
             staleness.append((now - started, now - passed[0] if passed else 0.0))

@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--start", required=True, help="FILE:POS")
     args = parser.parse_args()
 
-    from airflow_provider_dblog.core.positions import BinlogPosition
+    from airflow_provider_dblog.core.positions import SourcePosition
     from airflow_provider_dblog.readers.binlog_reader import TableStream
     from airflow_provider_dblog.source import open_dialect
     from airflow_provider_dblog.spark.binlog_source import BinlogRange, BinlogStreamReader
@@ -36,7 +36,7 @@ def main() -> None:
     offsets = state.offsets()[args.table]
     dialect = open_dialect(state.source(), state.options())
     file, pos = args.start.rsplit(":", 1)
-    start = BinlogPosition.at(file, int(pos))
+    start = SourcePosition.at(file, int(pos))
     end = dialect.current_position()
     out = {"start": str(start), "end": str(end)}
 

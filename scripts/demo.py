@@ -330,10 +330,10 @@ def airflow_env(home: Path, port: int, state: Path, sink: Path, chunk_size: int,
 
 # ---- positions and lag ------------------------------------------------------------------------
 def source_position(server):
-    from airflow_provider_dblog.core.positions import BinlogPosition
+    from airflow_provider_dblog.core.positions import SourcePosition
 
     file, pos = server.sql("SHOW MASTER STATUS")[0][:2]
-    return BinlogPosition.at(file, pos)
+    return SourcePosition.at(file, pos)
 
 
 def behind(source, tail_pos) -> str:

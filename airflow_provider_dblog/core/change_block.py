@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class ChangeBlock:
     ``ops``: c / u / d; ``positions``: each row's encoded position; ``ts_ms``: its commit time."""
 
     table: str
-    first: BinlogPosition
+    first: SourcePosition
     images: pa.StructArray
     before: pa.StructArray
     ops: pa.Array

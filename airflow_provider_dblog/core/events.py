@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 
 Key = tuple
 Row = Mapping[str, Any]
@@ -23,7 +23,7 @@ class ChangeEvent:
 
     table: str
     op: str
-    pos: BinlogPosition
+    pos: SourcePosition
     key: Key
     after: Row | None
     before: Row | None
@@ -40,7 +40,7 @@ def key_of(row: Row, key_columns: tuple[str, ...]) -> Key:
     return tuple([row[c] for c in key_columns])
 
 
-def row_change(table: str, pos: BinlogPosition, key_columns: tuple[str, ...],
+def row_change(table: str, pos: SourcePosition, key_columns: tuple[str, ...],
                before: Row | None, after: Row | None, ts_ms: int = 0,
                unchanged: tuple[str, ...] = ()) -> list[ChangeEvent]:
     """The events for one binlog row: one, or two for an update that changes the key.
@@ -50,7 +50,7 @@ def row_change(table: str, pos: BinlogPosition, key_columns: tuple[str, ...],
     committer takes from the deleted key at the row before it). Keys compare by exact stored value: an update from 'abc' to 'ABC' is a key change
     even under a case-insensitive collation, because the stored key is a different value.
     """
-    first = BinlogPosition(pos.seq, pos.offset, pos.row * 2, pos.file)
+    first = SourcePosition(pos.seq, pos.offset, pos.row * 2, pos.file)
     if before is None:
         return [ChangeEvent(table, "c", first, key_of(after, key_columns), after, None, ts_ms, unchanged)]
     if after is None:
@@ -58,6 +58,6 @@ def row_change(table: str, pos: BinlogPosition, key_columns: tuple[str, ...],
     old, new = key_of(before, key_columns), key_of(after, key_columns)
     if old == new and tuple(map(type, old)) == tuple(map(type, new)):
         return [ChangeEvent(table, "u", first, new, after, before, ts_ms, unchanged)]
-    second = BinlogPosition(pos.seq, pos.offset, pos.row * 2 + 1, pos.file)
+    second = SourcePosition(pos.seq, pos.offset, pos.row * 2 + 1, pos.file)
     return [ChangeEvent(table, "d", first, old, None, before, ts_ms),
             ChangeEvent(table, "c", second, new, after, None, ts_ms, unchanged)]

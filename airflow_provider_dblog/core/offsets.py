@@ -6,7 +6,7 @@ from functools import cached_property
 from typing import Sequence
 
 from airflow_provider_dblog.core.chunks import ChunkRange, encode_key, decode_key
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 
 
 @dataclass(frozen=True)
@@ -15,25 +15,25 @@ class TableOffsets:
 
     table: str
     boundaries: tuple  # n key tuples -> n+1 chunks
-    high_watermarks: tuple[BinlogPosition, ...]
+    high_watermarks: tuple[SourcePosition, ...]
 
     @cached_property
-    def min_hw(self) -> BinlogPosition:
+    def min_hw(self) -> SourcePosition:
         return min(self.high_watermarks)
 
     @cached_property
-    def max_hw(self) -> BinlogPosition:
+    def max_hw(self) -> SourcePosition:
         return max(self.high_watermarks)
 
     @cached_property
-    def _snapshot_positions(self) -> tuple[BinlogPosition, BinlogPosition, tuple[BinlogPosition, ...]]:
+    def _snapshot_positions(self) -> tuple[SourcePosition, SourcePosition, tuple[SourcePosition, ...]]:
         """The HWs as snapshot-row positions, computed once: ``should_emit`` runs for every event."""
         return (self.min_hw.as_snapshot(), self.max_hw.as_snapshot(),
                 tuple(hw.as_snapshot() for hw in self.high_watermarks))
 
     @classmethod
     def from_chunks(cls, table: str, chunks: Sequence[ChunkRange],
-                    hws: dict[int, BinlogPosition]) -> "TableOffsets":
+                    hws: dict[int, SourcePosition]) -> "TableOffsets":
         ordered = sorted(chunks, key=lambda c: c.id)
         return cls(table, tuple(c.hi for c in ordered[:-1]), tuple(hws[c.id] for c in ordered))
 
@@ -49,13 +49,13 @@ class TableOffsets:
     @classmethod
     def from_dict(cls, data: dict) -> "TableOffsets":
         return cls(data["table"], tuple(decode_key(b) for b in data["boundaries"]),
-                   tuple(BinlogPosition.from_dict(h) for h in data["high_watermarks"]))
+                   tuple(SourcePosition.from_dict(h) for h in data["high_watermarks"]))
 
-    def needs_key(self, pos: BinlogPosition) -> bool:
+    def needs_key(self, pos: SourcePosition) -> bool:
         """True when the emit decision for an event at ``pos`` depends on its key's chunk."""
         return not is_after(pos, self.max_hw) and is_after(pos, self.min_hw)
 
-    def should_emit(self, pos: BinlogPosition, chunk: int | None = None) -> bool:
+    def should_emit(self, pos: SourcePosition, chunk: int | None = None) -> bool:
         """Emit an event only after its chunk's HW; after the largest HW everything is emitted.
 
         ``chunk`` may be None only when ``needs_key(pos)`` is False.
@@ -70,6 +70,6 @@ class TableOffsets:
         return pos > per_chunk[chunk]
 
 
-def is_after(pos: BinlogPosition, hw: BinlogPosition) -> bool:
+def is_after(pos: SourcePosition, hw: SourcePosition) -> bool:
     """True if the event at ``pos`` was written after the high watermark ``hw`` (not in the snapshot)."""
     return pos > hw.as_snapshot()

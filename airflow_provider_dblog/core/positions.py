@@ -1,4 +1,5 @@
-"""Binlog positions: a total order over every change event and every snapshot row.
+"""Source positions: a total order over every change event and every snapshot row, one codec for both
+sources (a MySQL / MariaDB binlog file and offset; a PostgreSQL LSN, mapped below).
 
 An event's position is the *end* offset of its binlog event (what the server reports as the
 next position) plus the row's index inside the event, so that
@@ -44,13 +45,14 @@ def file_sequence(file: str) -> int:
 
 
 def encode_position(seq: int, offset: int, row: int) -> str:
-    """``BinlogPosition(seq, offset, row).encode()`` without the object (a block's rows)."""
+    """``SourcePosition(seq, offset, row).encode()`` without the object (a block's rows)."""
     return f"{seq:08d}.{offset:012d}.{row:08d}"
 
 
 @dataclass(frozen=True, order=True)
-class BinlogPosition:
-    """A point in the binlog; ordered by (file sequence, offset, row)."""
+class SourcePosition:
+    """A point in the source's change log (a binlog event's end, or a WAL location: ``lsn_position``);
+    ordered by (file sequence, offset, row)."""
 
     seq: int
     offset: int
@@ -58,7 +60,7 @@ class BinlogPosition:
     file: str = field(default="", compare=False)
 
     @classmethod
-    def at(cls, file: str, offset: int, row: int = 0, epoch: int = 0) -> "BinlogPosition":
+    def at(cls, file: str, offset: int, row: int = 0, epoch: int = 0) -> "SourcePosition":
         """The position ``offset`` of the server's binlog ``file``, on the capture's ``epoch``-th server."""
         return cls(epoch * EPOCH_SPAN + file_sequence(file), int(offset), int(row), file)
 
@@ -69,24 +71,24 @@ class BinlogPosition:
     def encode(self) -> str:
         return encode_position(self.seq, self.offset, self.row)
 
-    def with_row(self, row: int) -> "BinlogPosition":
-        return BinlogPosition(self.seq, self.offset, row, self.file)
+    def with_row(self, row: int) -> "SourcePosition":
+        return SourcePosition(self.seq, self.offset, row, self.file)
 
     @classmethod
-    def decode(cls, text: str, base: str = "") -> "BinlogPosition":
+    def decode(cls, text: str, base: str = "") -> "SourcePosition":
         match = _ENCODED_RE.match(text)
         if not match:
             raise ValueError(f"not an encoded position: {text!r}")
         seq, offset, row = (int(g) for g in match.groups())
         return cls(seq, offset, row, _file_name(base, seq))
 
-    def boundary(self) -> "BinlogPosition":
+    def boundary(self) -> "SourcePosition":
         """The transaction boundary this position's event ends at (row index dropped)."""
-        return BinlogPosition(self.seq, self.offset, 0, self.file)
+        return SourcePosition(self.seq, self.offset, 0, self.file)
 
-    def as_snapshot(self) -> "BinlogPosition":
+    def as_snapshot(self) -> "SourcePosition":
         """The position snapshot rows read at this high watermark carry."""
-        return BinlogPosition(self.seq, self.offset, SNAPSHOT_ROW, self.file)
+        return SourcePosition(self.seq, self.offset, SNAPSHOT_ROW, self.file)
 
     def to_version(self) -> int:
         """The transaction boundary as one integer that orders like positions (a Delta app
@@ -94,20 +96,20 @@ class BinlogPosition:
         return (self.seq << OFFSET_BITS) | self.offset
 
     @classmethod
-    def from_version(cls, version: int, base: str = "") -> "BinlogPosition":
+    def from_version(cls, version: int, base: str = "") -> "SourcePosition":
         seq, offset = version >> OFFSET_BITS, version & ((1 << OFFSET_BITS) - 1)
         return cls(seq, offset, 0, _file_name(base, seq))
 
-    def in_file_of(self, other: "BinlogPosition") -> "BinlogPosition":
+    def in_file_of(self, other: "SourcePosition") -> "SourcePosition":
         """This position with the binlog file name it has in ``other``'s naming (same base name)."""
         base = other.file.rsplit(".", 1)[0] if other.file else ""
-        return BinlogPosition(self.seq, self.offset, self.row, _file_name(base, self.seq) if base else self.file)
+        return SourcePosition(self.seq, self.offset, self.row, _file_name(base, self.seq) if base else self.file)
 
     def to_dict(self) -> dict:
         return {"file": self.file, "pos": self.offset, **({"epoch": self.epoch} if self.epoch else {})}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "BinlogPosition":
+    def from_dict(cls, data: dict) -> "SourcePosition":
         return cls.at(data["file"], data["pos"], epoch=int(data.get("epoch", 0)))
 
     def __str__(self) -> str:
@@ -120,7 +122,7 @@ LSN_FILE = "lsn"  # the pseudo file name of PostgreSQL positions: lsn.HHHHHH (th
 LSN_LOW_BITS = 32
 
 
-def lsn_position(lsn: int, row: int = 0) -> BinlogPosition:
+def lsn_position(lsn: int, row: int = 0) -> SourcePosition:
     """The position of PostgreSQL WAL location ``lsn`` (an ``int``; ``0/16B3748`` is ``0x16B3748``):
     ``seq`` = its high 32 bits, ``offset`` = its low 32 bits, ``file`` = ``lsn.{seq:06d}``. Positions order
     as the LSNs do, and ``encode()`` stays fixed-width while the high half is below ``EPOCH_SPAN`` (4 PB of
@@ -131,10 +133,10 @@ def lsn_position(lsn: int, row: int = 0) -> BinlogPosition:
     high, low = lsn >> LSN_LOW_BITS, lsn & ((1 << LSN_LOW_BITS) - 1)
     if high >= EPOCH_SPAN:
         raise ValueError(f"WAL location {high:X}/{low:X} is beyond what a position encodes (high half < {EPOCH_SPAN})")
-    return BinlogPosition(high, low, int(row), f"{LSN_FILE}.{high:06d}")
+    return SourcePosition(high, low, int(row), f"{LSN_FILE}.{high:06d}")
 
 
-def position_lsn(position: BinlogPosition) -> int:
+def position_lsn(position: SourcePosition) -> int:
     """The WAL location (``int``) of a position made by ``lsn_position`` (its row index dropped)."""
     return ((position.seq % EPOCH_SPAN) << LSN_LOW_BITS) | position.offset
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from airflow_provider_dblog.core.positions import BinlogPosition, file_sequence
+from airflow_provider_dblog.core.positions import SourcePosition, file_sequence
 
 # a table warns when its file is due to be purged within this share of the expiry period (of the size limit)
 DEFAULT_WARNING_SHARE = 0.2
@@ -54,7 +54,7 @@ class BinlogRetention:
     def oldest(self) -> str | None:
         return self.files[0].name if self.files else None
 
-    def index(self, position: BinlogPosition) -> int | None:
+    def index(self, position: SourcePosition) -> int | None:
         """Where the file holding ``position`` is among ``files`` (matched by sequence number); None if absent."""
         return next((i for i, f in enumerate(self.files) if file_sequence(f.name) == position.seq), None)
 
@@ -67,7 +67,7 @@ class PurgeRisk:
     size limit)."""
 
     table: str
-    needed: BinlogPosition
+    needed: SourcePosition
     file: str
     purged: bool
     seconds_left: float | None
@@ -102,7 +102,7 @@ class PurgeRisk:
                 f"up (dblog tail) or keep binlogs longer, or the table must be read again")
 
 
-def purge_risks(needed: Mapping[str, BinlogPosition], retention: BinlogRetention, now: float,
+def purge_risks(needed: Mapping[str, SourcePosition], retention: BinlogRetention, now: float,
                 warn_seconds: float | None = None, warn_bytes: int | None = None) -> dict[str, PurgeRisk]:
     """Per table (``needed``: the position its tail resumes at) whether its file is purged, how close the
     server is to purging it, and whether that is within the warning margin: ``warn_seconds`` before the

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import TableMeta
 
 SCHEMA_CHANGE_BEHAVIOURS = ("evolve", "fail", "freeze")
@@ -24,8 +24,8 @@ class SchemaChange:
     table: str
     kind: str  # alter | truncate | rename | drop | create
     statement: str
-    start: BinlogPosition
-    pos: BinlogPosition
+    start: SourcePosition
+    pos: SourcePosition
 
     def describe(self) -> str:
         text = " ".join(self.statement.split())
@@ -37,7 +37,7 @@ class SchemaVersion:
     """The columns of ``meta.qualified`` in force for rows events from ``pos`` on."""
 
     meta: TableMeta
-    pos: BinlogPosition
+    pos: SourcePosition
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from airflow_provider_dblog.core.errors import DblogError
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 
 MODES = ("initial", "snapshot-only", "latest", "position:FILE:POS", "gtid:SET", "timestamp:EPOCH_MS")
 _FILE_RE = re.compile(r"^[^\s/:]+\.\d+$")
@@ -18,7 +18,7 @@ class StartupMode:
     position, a GTID set or a timestamp) is set for the last three."""
 
     kind: str = "initial"
-    position: BinlogPosition | None = None
+    position: SourcePosition | None = None
     gtid: str | None = None
     timestamp_ms: int | None = None
 
@@ -52,7 +52,7 @@ class StartupMode:
         if kind == "position":
             file, _, pos = arg.rpartition(":")
             if _FILE_RE.match(file) and pos.isdigit() and int(pos) >= 4:
-                return cls(kind, position=BinlogPosition.at(file, int(pos)))
+                return cls(kind, position=SourcePosition.at(file, int(pos)))
             raise DblogError(f"bad startup mode {text!r}: use position:FILE:POS with a binlog file name and a "
                              f"byte offset, e.g. position:mysql-bin.000003:4")
         if kind == "gtid":

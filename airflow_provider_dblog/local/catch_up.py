@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.parallel import for_each_table
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream
 from airflow_provider_dblog.source.dialect import DataSourceDialect
@@ -28,7 +28,7 @@ DRIVER_CATCH_UP_BYTES = 64 * 1024 * 1024
 
 
 def catch_up_tables_in_driver(state: StateDir, sink: str, dialect: DataSourceDialect, tables: dict[str, TableOffsets],
-                              now: BinlogPosition, limit_bytes: int, committers: Callable,
+                              now: SourcePosition, limit_bytes: int, committers: Callable,
                               gtid: Callable[[], str | None] = lambda: None) -> dict[str, int] | None:
     """Read each table's ``[resume position, now)`` here, in one read of the binlog from the smallest of them,
     if that is at most ``limit_bytes`` of binlog, and commit each table's part through ``committers(dialect,

@@ -19,7 +19,7 @@ from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.chunks import locate
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.offsets import TableOffsets
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import DataSourceDialect
@@ -37,11 +37,11 @@ class TableStream:
 
     meta: TableMeta
     offsets: TableOffsets
-    floor: BinlogPosition
+    floor: SourcePosition
 
 
-def table_floor(state: StateDir, sink: str, dialect, name: str, min_hw: BinlogPosition,
-                recorded: dict | None = None) -> BinlogPosition:
+def table_floor(state: StateDir, sink: str, dialect, name: str, min_hw: SourcePosition,
+                recorded: dict | None = None) -> SourcePosition:
     """Where the lake holds every change of ``name`` up to: the state's record (``resume_position``) or
     the lake's own, whichever is further (another host's tail may have committed past the state)."""
     floor = state.resume_position(name, min_hw, recorded)
@@ -50,7 +50,7 @@ def table_floor(state: StateDir, sink: str, dialect, name: str, min_hw: BinlogPo
     return floor if lake is None else max(floor, lake.in_file_of(floor))
 
 
-def needed_position(state: StateDir) -> BinlogPosition | None:
+def needed_position(state: StateDir) -> SourcePosition | None:
     """The smallest position the capture still needs from the source's log: per planned table where its stream
     resumes (the tail's record, else its smallest chunk HW), or its plan's position while it has no offsets yet
     (its chunks' windows all start after it). What ``DataSourceDialect.release`` may let go before."""
@@ -131,7 +131,7 @@ class ChangeReader:
         self.tables, self.dialect = dict(tables), dialect
         self.rows_in_blocks = 0  # changes the source decoded column by column (``ChangeBlock``), for the logs
 
-    def batches(self, end: BinlogPosition, share: tuple[int, int] = (0, 1), begin: BinlogPosition | None = None
+    def batches(self, end: SourcePosition, share: tuple[int, int] = (0, 1), begin: SourcePosition | None = None
                 ) -> Iterator[tuple[str, pa.RecordBatch | SchemaChange]]:
         """(table, item) for the changes after each table's floor up to ``end``: each table's rows in
         batches in the columns they were decoded with (a schema change starts new batches), and the DDL

@@ -18,7 +18,7 @@ from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.config import compress_ids
 from airflow_provider_dblog.core.errors import DblogError, SchemaChangedError
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.core.window import merge_window
 from airflow_provider_dblog.source.dialect import DataSourceDialect
@@ -35,8 +35,8 @@ READ_ATTEMPTS = 3
 @dataclass(frozen=True)
 class ChunkRead:
     rows: pa.Table          # the chunk's rows at HW, source columns only
-    lw: BinlogPosition
-    hw: BinlogPosition
+    lw: SourcePosition
+    hw: SourcePosition
     window_events: int
     selected: int
     meta: TableMeta         # the columns it was read with
@@ -122,7 +122,7 @@ def persist_reports(state: StateDir, sink: str, plan: TablePlan, chunk_ids: Sequ
     errors = {r["chunk"]: r["error"] for r in reports if "error" in r}
     commits = chunk_commits(sink, table, sorted(done))
     landed = [c for c in chunk_ids if c in done and commits[c] is not None
-              and commits[c] >= BinlogPosition.from_dict(done[c]["hw"]).boundary()]
+              and commits[c] >= SourcePosition.from_dict(done[c]["hw"]).boundary()]
     for chunk_id in landed:
         state.write_report(table, chunk_id, done[chunk_id])
     if landed:

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.lake import UNCHANGED
 
 # {key: (position, chunk)} -> {key: image}: the lake's latest image of each key before its position
@@ -71,8 +71,8 @@ class _Rows:
         """(key, chunk) whose previous image holds ``row``'s missing values: its own, or for the insert of a
         key change the deleted old key's (the row before it at the same position)."""
         if row[3] == "c":
-            pos = BinlogPosition.decode(row[0])
-            before = BinlogPosition(pos.seq, pos.offset, pos.row - 1, pos.file)
+            pos = SourcePosition.decode(row[0])
+            before = SourcePosition(pos.seq, pos.offset, pos.row - 1, pos.file)
             deleted = self.by_pos.get(before.encode())
             if deleted is not None and deleted[3] == "d" and _key_change(before, pos):
                 return deleted[4], deleted[5]
@@ -107,7 +107,7 @@ class _Rows:
                 before = latest.get(source)
                 missing = [c for c in row[6] if before is None or c not in before]
                 if missing:
-                    raise DblogError(f"{table}: the change of key {key} at {BinlogPosition.decode(pos)} left "
+                    raise DblogError(f"{table}: the change of key {key} at {SourcePosition.decode(pos)} left "
                                      f"{', '.join(missing)} unchanged and the source did not send the value, and "
                                      f"the lake holds no earlier image of the key to take it from; "
                                      + FIX.format(table=table))
@@ -169,7 +169,7 @@ def carry_unchanged(events: Iterable[ChangeEvent]) -> Iterator[tuple[ChangeEvent
         yield event, source
 
 
-def _key_change(deleted: BinlogPosition, inserted: BinlogPosition) -> bool:
+def _key_change(deleted: SourcePosition, inserted: SourcePosition) -> bool:
     """The two events ``core.events.row_change`` makes of one key-changing update (rows 2i and 2i + 1)."""
     return ((deleted.seq, deleted.offset, deleted.file) == (inserted.seq, inserted.offset, inserted.file)
             and deleted.row % 2 == 0 and inserted.row == deleted.row + 1)

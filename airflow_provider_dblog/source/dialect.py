@@ -3,7 +3,7 @@
 One implementation per database family (``source/mysql``, ``source/postgres``); tests/support/fake_dialect.py
 is an in-memory one for tests of the algorithm. Tables are named ``DB.TABLE`` (MySQL) or ``SCHEMA.TABLE``
 (PostgreSQL: a capture is one database) everywhere; callers never split, quote or compare them themselves.
-Positions are ``BinlogPosition`` for every source (``core.positions``: PostgreSQL LSNs via ``lsn_position``)."""
+Positions are ``SourcePosition`` for every source (``core.positions``: PostgreSQL LSNs via ``lsn_position``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,7 +16,7 @@ from airflow_provider_dblog.core.checksums import ChunkChecksum
 from airflow_provider_dblog.core.chunks import ChunkRange, Key
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.retention import BinlogRetention
 from airflow_provider_dblog.core.schema_events import ColumnAction, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.startup import StartupMode
@@ -39,7 +39,7 @@ class Watermark(Protocol):
 
     def high(self) -> None: ...
 
-    def window(self) -> tuple[BinlogPosition, BinlogPosition, list[ChangeEvent]]:
+    def window(self) -> tuple[SourcePosition, SourcePosition, list[ChangeEvent]]:
         """(LW, HW, the table's events between them)."""
 
 
@@ -84,7 +84,7 @@ class DataSourceDialect(Protocol):
     def drop_stream(self) -> list[str]:
         """Remove what ``prepare_stream`` made at the source (``dblog drop``); what was removed."""
 
-    def release(self, position: BinlogPosition) -> None:
+    def release(self, position: SourcePosition) -> None:
         """The lake holds every change before ``position``: the source may recycle its log before it (a slot
         advances; a binlog needs nothing)."""
 
@@ -104,61 +104,61 @@ class DataSourceDialect(Protocol):
         """What names the server whose binlog positions these are (a promoted replica or another server
         answers with another identity: positions recorded on one mean nothing on the other)."""
 
-    def current_position(self) -> BinlogPosition: ...
+    def current_position(self) -> SourcePosition: ...
 
     def gtid_position(self) -> str | None: ...
 
-    def gtid_at(self, position: BinlogPosition) -> str | None:
+    def gtid_at(self, position: SourcePosition) -> str | None:
         """The server's GTID state at a transaction boundary of its binlog (None: no GTIDs here)."""
 
     def gtids_read(self) -> dict[int, str]:
         """Per GTID domain the last GTID the last ``read_changes`` passed (with the state at its start, the
         state at its end: what a failover resumes from)."""
 
-    def position_after_gtid(self, gtid: str) -> BinlogPosition:
+    def position_after_gtid(self, gtid: str) -> SourcePosition:
         """The boundary right after the transaction ``gtid`` in this server's binlog (a promoted replica's
         own positions for what another server's binlog held); ``DblogError`` when it lacks it."""
 
-    def ensure_available(self, position: BinlogPosition) -> None:
+    def ensure_available(self, position: SourcePosition) -> None:
         """Raise if the binlog needed to read from ``position`` was purged."""
 
-    def binlog_retention(self, needed: Sequence[BinlogPosition] = ()) -> BinlogRetention:
+    def binlog_retention(self, needed: Sequence[SourcePosition] = ()) -> BinlogRetention:
         """The server's binlog files (oldest first, sizes), its purge limits and clock, and what dates the
         files holding ``needed`` positions (``core/retention.py`` decides how close each is to its purge)."""
 
-    def startup_position(self, mode: StartupMode) -> BinlogPosition:
+    def startup_position(self, mode: StartupMode) -> SourcePosition:
         """Where a startup mode without a snapshot starts: a transaction boundary the server still has
         (``DblogError`` in one line when purged, in the future, mid-transaction or not supported)."""
 
-    def read_changes(self, start: BinlogPosition, end: BinlogPosition | None,
+    def read_changes(self, start: SourcePosition, end: SourcePosition | None,
                      tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1),
-                     blocks_after: Mapping[str, BinlogPosition] | None = None
+                     blocks_after: Mapping[str, SourcePosition] | None = None
                      ) -> Iterator[ChangeEvent | ChangeBlock | SchemaVersion | SchemaChange]:
         """Row changes of ``tables`` with ``start < pos <= end`` (end None: up to now); with
         ``share=(k, n)`` only the k-th of n interleaved shares, for parallel decoding. A table's changes
         after ``blocks_after[table]`` may come as ``ChangeBlock`` s (a source's column-by-column decoder),
         the others as ``ChangeEvent`` s."""
 
-    def commit_after(self, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
+    def commit_after(self, start: SourcePosition, max_events: int) -> SourcePosition | None:
         """A transaction boundary about ``max_events`` events after ``start`` (a micro-batch limit)."""
 
-    def split_range(self, start: BinlogPosition, end: BinlogPosition, parts: int) -> list[BinlogPosition]:
+    def split_range(self, start: SourcePosition, end: SourcePosition, parts: int) -> list[SourcePosition]:
         """Transaction boundaries inside ``(start, end)`` that cut the range into at most ``parts`` pieces of
         about equal size, each of which ``read_changes`` can read alone (every piece starts at a boundary); []
         when the source's log has one reader at a time (PostgreSQL's slot) or the range is too small to split."""
 
-    def scan_changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[str]) -> RangeScan:
+    def scan_changes(self, start: SourcePosition, end: SourcePosition, tables: Sequence[str]) -> RangeScan:
         """A cheap proof that ``[start, end)`` holds no row change of ``tables``."""
 
-    def scan_each(self, floors: Mapping[str, BinlogPosition], end: BinlogPosition) -> dict[str, RangeScan]:
+    def scan_each(self, floors: Mapping[str, SourcePosition], end: SourcePosition) -> dict[str, RangeScan]:
         """Per table the proof for ``[its floor, end)``, from one pass over the range whatever the tables."""
 
-    def range_bytes(self, start: BinlogPosition, end: BinlogPosition) -> int | None:
+    def range_bytes(self, start: SourcePosition, end: SourcePosition) -> int | None:
         """Binlog bytes in ``[start, end)``; None when unknown."""
 
     # ---- drift detection ----
     def checksum_chunks(self, meta: TableMeta, chunks: Sequence[ChunkRange]
-                        ) -> tuple[BinlogPosition, dict[int, ChunkChecksum]]:
+                        ) -> tuple[SourcePosition, dict[int, ChunkChecksum]]:
         """(P, each chunk's ``ChunkChecksum``) computed inside the database in one read view whose exact
         binlog position is P (``DblogError`` where the server cannot name it)."""
 

@@ -33,7 +33,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 import json
 
 from airflow_provider_dblog.core.errors import DblogError
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream, release_log, table_floor
 from airflow_provider_dblog.readers.staging import INLINE_BYTES, ChangeStager
@@ -79,8 +79,8 @@ class MicroBatch:
     staged: dict[str, list[StagedFile]] = field(default_factory=dict)
     changes: dict[str, list[SchemaChange]] = field(default_factory=dict)
     read: set[str] = field(default_factory=set)
-    end: BinlogPosition | None = None
-    start: BinlogPosition | None = None  # where the read began (the smallest floor)
+    end: SourcePosition | None = None
+    start: SourcePosition | None = None  # where the read began (the smallest floor)
     gtids: dict[str, str] = field(default_factory=dict)  # per GTID domain the last GTID read (MariaDB)
     pieces: int = 0  # the range's pieces read apart (``BinlogRange.begin``; interleaved shares count as one)
 
@@ -96,16 +96,16 @@ def open_envelopes(data: pa.Table) -> MicroBatch:
         elif op == DDL:
             d = json.loads(payload)
             batch.changes.setdefault(table, []).append(
-                SchemaChange(d["table"], d["kind"], d["statement"], BinlogPosition.from_dict(d["start"]),
-                             BinlogPosition.from_dict(d["pos"])))
+                SchemaChange(d["table"], d["kind"], d["statement"], SourcePosition.from_dict(d["start"]),
+                             SourcePosition.from_dict(d["pos"])))
         elif op == END_MARKER:
             d = json.loads(payload)
-            marker = BinlogPosition.from_dict(d["end"])
+            marker = SourcePosition.from_dict(d["end"])
             batch.pieces = max(batch.pieces, 1) + (1 if d.get("begin") else 0)
             batch.end = marker if batch.end is None or marker > batch.end else batch.end
             batch.read.update(d["read"])
             if d.get("start"):
-                batch.start = BinlogPosition.from_dict(d["start"])
+                batch.start = SourcePosition.from_dict(d["start"])
             for domain, gtid in (d.get("gtids") or {}).items():  # pieces of a range: the latest per domain
                 if domain not in batch.gtids or _gtid_number(gtid) > _gtid_number(batch.gtids[domain]):
                     batch.gtids[domain] = gtid
@@ -164,7 +164,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.parallelism = max(1, parallelism)
         self.inline_bytes = inline_bytes
         self.target: dict | None = None
-        self._first_floors: dict[str, BinlogPosition] = {}
+        self._first_floors: dict[str, SourcePosition] = {}
         self._lake_floors = False  # the first floors were taken from the lake (the state's were too far back)
 
     # ---- driver side ----
@@ -185,7 +185,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out[name] = TableStream(meta, offsets[name], max(floors))
         return out
 
-    def _available_from(self) -> tuple[BinlogPosition | None, dict[str, TableStream]]:
+    def _available_from(self) -> tuple[SourcePosition | None, dict[str, TableStream]]:
         """The smallest floor, once the source is known to still have its log, and the streams it is the
         floor of. Floors come from the state's records, not from each table's lake (opening a Delta table per
         table is most of a whole database's start-up); the lake may be further (a crash between its commit and
@@ -223,8 +223,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.max_events) if self.max_events > 0 else ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit) -> dict:
-        start_pos = BinlogPosition.from_dict(start)
-        latest = BinlogPosition.from_dict(self.target or self._now())
+        start_pos = SourcePosition.from_dict(start)
+        latest = SourcePosition.from_dict(self.target or self._now())
         if isinstance(limit, ReadMaxRows) and latest > start_pos:
             capped = self.dialect.commit_after(start_pos, limit.max_rows)
             if capped is not None and capped < latest:
@@ -238,7 +238,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """One piece of the range per task when the source can cut it at transaction boundaries (each task reads
         and decodes only its piece), else interleaved shares of the decoding (each task reads the whole range)."""
         streams = self._available_from()[1]  # the state read once per micro-batch (a request each on S3)
-        stop = BinlogPosition.from_dict(end)
+        stop = SourcePosition.from_dict(end)
         floors = [t.floor for t in streams.values() if t.floor < stop]
         cuts = self.dialect.split_range(min(floors), stop, self.parallelism) if floors and self.parallelism > 1 else []
         if not cuts:
@@ -257,8 +257,8 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---- executor side ----
     def read(self, partition: BinlogRange) -> Iterator[pa.RecordBatch]:
-        end = BinlogPosition.from_dict(partition.end)
-        begin = BinlogPosition.from_dict(partition.begin) if partition.begin else None
+        end = SourcePosition.from_dict(partition.end)
+        begin = SourcePosition.from_dict(partition.begin) if partition.begin else None
         read = ChangeReader(partition.tables, self.dialect).batches(end, (partition.part, partition.parts), begin)
         for table, item in ChangeStager(self.sink, self.inline_bytes).items(read):
             yield envelope(table, item)

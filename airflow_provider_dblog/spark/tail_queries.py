@@ -10,7 +10,7 @@ from typing import Callable
 
 from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.errors import REPLANNED, DblogError, root_cause
-from airflow_provider_dblog.core.positions import BinlogPosition, merge_gtids
+from airflow_provider_dblog.core.positions import SourcePosition, merge_gtids
 from airflow_provider_dblog.spark.session import spark_session
 from airflow_provider_dblog.store.object_store import table_threads
 from airflow_provider_dblog.store.state import StateDir
@@ -33,10 +33,10 @@ class LakeSink:
         self.merge_interval, self.commit_threads = merge_interval, commit_threads
         self.committers: dict = {}
         self.rows: dict[str, int] = {}
-        self.positions: dict[str, BinlogPosition] = {}  # per table, the end of the last batch that read it
+        self.positions: dict[str, SourcePosition] = {}  # per table, the end of the last batch that read it
         self._merged_at = 0.0
-        self._pending: dict[str, BinlogPosition] = {}  # tables whose current lags their changelog
-        self._gtid: tuple[BinlogPosition, str] | None | bool = None  # (position, GTID state there); False: none
+        self._pending: dict[str, SourcePosition] = {}  # tables whose current lags their changelog
+        self._gtid: tuple[SourcePosition, str] | None | bool = None  # (position, GTID state there); False: none
         self._pool: ThreadPoolExecutor | None = None
         self._source_tag: str | None = None
 
@@ -83,7 +83,7 @@ class LakeSink:
                  f" in {batch.pieces} pieces" if batch.pieces > 1 else "", committed - read, time.monotonic() - committed)
         self._batch_metrics(batch.end, time.monotonic() - started)
 
-    def _batch_metrics(self, end: BinlogPosition, seconds: float) -> None:
+    def _batch_metrics(self, end: SourcePosition, seconds: float) -> None:
         """``micro_batch_seconds`` and ``binlog_bytes_behind`` (from the batch's end to the server's position
         now) of this tail, tagged with its source's ``host:port``."""
         if not metrics.enabled():

@@ -35,7 +35,7 @@ from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.batches import BatchGroup
 from airflow_provider_dblog.core.errors import REPLANNED, DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.chunk_reader import persist_reports, run_chunk
@@ -80,7 +80,7 @@ class ChangeCommitter:
             raise DblogError(f"{self.lake.table}: {REPLANNED}")
 
     def commit(self, parts: Sequence[pa.Table | pa.RecordBatch], changes: Sequence[SchemaChange],
-               end: BinlogPosition, update_current: bool = True, staged: Sequence[StagedFile] = ()) -> str:
+               end: SourcePosition, update_current: bool = True, staged: Sequence[StagedFile] = ()) -> str:
         """Commit the changelog rows ``parts`` (and the ``staged`` files of more of them: ``readers.staging``)
         and schema ``changes`` of ``[start, end)``; returns what ``LakeTables.commit_stream`` says
         ("committed" or "replayed"). Counts the rows committed in the ``changes_committed`` metric."""
@@ -91,7 +91,7 @@ class ChangeCommitter:
         return outcome
 
     def _commit(self, parts: Sequence[pa.Table | pa.RecordBatch], changes: Sequence[SchemaChange],
-                end: BinlogPosition, update_current: bool, staged: Sequence[StagedFile]) -> str:
+                end: SourcePosition, update_current: bool, staged: Sequence[StagedFile]) -> str:
         if staged and any(UNCHANGED in f.schema.names for f in staged):
             parts = [*parts, *read_staged(self.lake.changelog_uri, staged)]  # filled from memory: rare beside a
             discard(self.lake.changelog_uri, staged)                          # transaction too large for it
@@ -127,7 +127,7 @@ class ChangeCommitter:
         return outcome
 
     def _adds_staged(self, parts, changes: Sequence[SchemaChange], staged: Sequence[StagedFile],
-                     end: BinlogPosition) -> bool:
+                     end: SourcePosition) -> bool:
         """Whether the staged files can be added as they are: no schema change to follow in the range, and
         every row in the changelog's columns (a schema change rewrites rows in memory: rare beside a
         transaction too large for it)."""
@@ -136,11 +136,11 @@ class ChangeCommitter:
                 and all(same_columns(source_columns(s), self.lake.source) for s in schemas)
                 and self.lake.takes_staged(schemas))
 
-    def _unannounced(self, parts: Sequence[pa.Table | pa.RecordBatch], end: BinlogPosition) -> list[SchemaChange]:
+    def _unannounced(self, parts: Sequence[pa.Table | pa.RecordBatch], end: SourcePosition) -> list[SchemaChange]:
         """Rows decoded with other columns than the lake's, newer than its last schema change, and no DDL
         statement seen (one the parser did not attribute to the table): followed like a statement that
         needs a re-read, from the first such row."""
-        newer = [BinlogPosition.decode(pc.min(p["_pos"]).as_py()).in_file_of(end) for p in parts
+        newer = [SourcePosition.decode(pc.min(p["_pos"]).as_py()).in_file_of(end) for p in parts
                  if p.num_rows and not same_columns(source_columns(p.schema), self.lake.source)]
         if not newer:
             return []
@@ -149,11 +149,11 @@ class ChangeCommitter:
         if not newer:
             return []
         first = min(newer)
-        at = BinlogPosition(first.seq, max(first.offset - 1, 0), 0, first.file)
+        at = SourcePosition(first.seq, max(first.offset - 1, 0), 0, first.file)
         return [SchemaChange(self.lake.table, "alter", "(columns changed in the binlog's table map; no DDL "
                                                        "statement seen)", at, at)]
 
-    def pending(self, end: BinlogPosition) -> list[SchemaChange]:
+    def pending(self, end: SourcePosition) -> list[SchemaChange]:
         """Recorded schema changes before ``end`` the lake has not followed yet."""
         return unfollowed_schema_changes(self.state, self.lake, end)
 
@@ -166,7 +166,7 @@ class ChangeCommitter:
                          f"keep the lake's columns")
 
     def follow(self, changes: Sequence[SchemaChange], parts: Sequence[pa.Table] = (),
-               end: BinlogPosition | None = None) -> None:
+               end: SourcePosition | None = None) -> None:
         """Follow the table's schema ``changes`` in binlog order: ``current`` takes every change before a
         statement in the columns before it, then the statement's columns (in place, or by reading every
         chunk again, which also covers the statements after it); each followed statement is recorded.
@@ -265,7 +265,7 @@ class ChangeCommitter:
         self.reread(plan)
         reports = self.state.reports(live.qualified)
         self.state.replace_table_offsets(live.qualified, TableOffsets.from_chunks(
-            live.qualified, plan.chunks, {c.id: BinlogPosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks}))
+            live.qualified, plan.chunks, {c.id: SourcePosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks}))
         self.plan, self.replanned = plan, True
 
     def _log_ignored(self, changes: Sequence[SchemaChange]) -> None:
@@ -275,7 +275,7 @@ class ChangeCommitter:
                 log.warning("schema change ignored (--schema-changes freeze): %s", change.describe())
 
 
-def unfollowed_schema_changes(state: StateDir, lake: LakeTables, end: BinlogPosition) -> list[SchemaChange]:
+def unfollowed_schema_changes(state: StateDir, lake: LakeTables, end: SourcePosition) -> list[SchemaChange]:
     """The table's recorded schema changes up to ``end`` that its lake has not followed yet."""
     changes = state.schema_changes(lake.table)
     if not changes:

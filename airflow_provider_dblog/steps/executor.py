@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable, Protocol, Sequence
 
 from airflow_provider_dblog.core.batches import Batch, BatchGroup
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.source.dialect import DataSourceDialect
 from airflow_provider_dblog.store.state import StateDir
@@ -24,7 +24,7 @@ ReadBatch = Callable[[int, list[BatchGroup]], list[dict]]
 class TailSink(Protocol):
     """What a running tail has committed: rows per table and the position each table reached."""
     rows: dict[str, int]
-    positions: dict[str, BinlogPosition]
+    positions: dict[str, SourcePosition]
 
     def close(self) -> None: ...
 
@@ -44,7 +44,7 @@ class Executor(Protocol):
         through ``read_batch(batch, groups)``; returns the reports ``read_batch`` gave."""
 
     def catch_up(self, state: StateDir, sink: str, dialect: DataSourceDialect, tables: dict[str, TableOffsets],
-                 now: BinlogPosition, committers: Committers, gtid: Callable[[], str | None]
+                 now: SourcePosition, committers: Committers, gtid: Callable[[], str | None]
                  ) -> dict[str, int] | None:
         """An available-now catch-up of ``tables`` up to ``now`` read before any query starts, if this
         executor does that for a range this small; rows per table, or None (the query reads it)."""

@@ -16,13 +16,13 @@ import time
 from typing import Sequence
 
 from airflow_provider_dblog.core.errors import DblogError
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.retention import PurgeRisk, purge_risks
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.state import StateDir, describe_server
 
 
-def check_same_server(state: StateDir, dialect, floors: Sequence[BinlogPosition] = ()) -> BinlogPosition:
+def check_same_server(state: StateDir, dialect, floors: Sequence[SourcePosition] = ()) -> SourcePosition:
     """Refuse, in one line, a source that is not the server the state's positions belong to: another
     ``server_id`` (a promoted replica, a restored copy), or a binlog behind a position the lake already
     reached (``RESET MASTER``, a server rebuilt under the same id). Returns the source's position."""
@@ -40,7 +40,7 @@ def check_same_server(state: StateDir, dialect, floors: Sequence[BinlogPosition]
     return now
 
 
-def tail_progress(state_dir: str, table: str, checkpoint: str | None = None) -> tuple[BinlogPosition, float, str]:
+def tail_progress(state_dir: str, table: str, checkpoint: str | None = None) -> tuple[SourcePosition, float, str]:
     """(committed position, when it was committed (epoch s), where that came from) for ``table``;
     ``checkpoint`` is accepted for callers that pass the tail's ``--checkpoint``: progress lives in the state."""
     state = StateDir(state_dir, checkpoint)
@@ -57,7 +57,7 @@ def tail_progress(state_dir: str, table: str, checkpoint: str | None = None) -> 
     return found
 
 
-def check_tail_health(state_dir: str, source_position: BinlogPosition, max_stall_seconds: float,
+def check_tail_health(state_dir: str, source_position: SourcePosition, max_stall_seconds: float,
                       tables: Sequence[str] | None = None, now: float | None = None,
                       checkpoint: str | None = None) -> dict:
     """Per table: lag and stall; raises ``DblogError`` naming every stalled table."""

@@ -7,7 +7,7 @@ import logging
 from airflow_provider_dblog.core.config import compress_ids
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
@@ -38,7 +38,7 @@ def build_offsets(state_dir: str) -> dict:
             if rep["lo"] != expected["lo"] or rep["hi"] != expected["hi"]:
                 problems.append(f"{name} chunk {chunk.id} reported range {rep['lo']}..{rep['hi']}, the plan says "
                                 f"{expected['lo']}..{expected['hi']} (re-plan or --force rerun its batch)")
-            lw, hw = BinlogPosition.from_dict(rep["lw"]), BinlogPosition.from_dict(rep["hw"])
+            lw, hw = SourcePosition.from_dict(rep["lw"]), SourcePosition.from_dict(rep["hw"])
             if lw > hw:
                 problems.append(f"{name} chunk {chunk.id} has LW {lw} after HW {hw}")
             hws[chunk.id] = hw

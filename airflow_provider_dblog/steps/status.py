@@ -16,7 +16,7 @@ from typing import Sequence
 from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.status import summarize, table_phase
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.steps.health import check_same_server, check_tail_health, purge_horizon
@@ -62,7 +62,7 @@ def capture_status(state_dir: str, sink: str, tables: Sequence[str] | None = Non
         reports = state.reports(name)
         total = len(plan.chunks) if plan.startup.snapshots else 0
         planned = {c.id for c in plan.chunks}
-        hws = [BinlogPosition.from_dict(r["hw"]) for c, r in reports.items() if c in planned]
+        hws = [SourcePosition.from_dict(r["hw"]) for c, r in reports.items() if c in planned]
         lake = lake_figures(sink, name)
         risk, progress = horizon.get(name), health.get(name, {})
         named = source_position or plan.planned_at  # the lake's positions get the server's file names
@@ -103,7 +103,7 @@ def status_metrics(tables: dict[str, dict]) -> None:
             metrics.gauge(metric, entry.get(key), table=name)
 
 
-def _tail_health(state_dir: str, names: list[str], position: BinlogPosition, max_stall_seconds: float,
+def _tail_health(state_dir: str, names: list[str], position: SourcePosition, max_stall_seconds: float,
                  now: float) -> dict[str, dict]:
     """The health check's per-table report (``check_tail_health``); a table it finds stalled gets the
     check's line under ``stalled``. One check of every table in the common case, none stalled."""
@@ -121,7 +121,7 @@ def _tail_health(state_dir: str, names: list[str], position: BinlogPosition, max
     return report
 
 
-def _named(position: BinlogPosition | None, reference: BinlogPosition) -> str | None:
+def _named(position: SourcePosition | None, reference: SourcePosition) -> str | None:
     """A position the lake recorded (a number: no file name) named like ``reference``'s binlog files."""
     return None if position is None else str(position.in_file_of(reference))
 

@@ -20,7 +20,7 @@ from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.parallel import for_each_table
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.status import LISTED_TABLES, lag_text, rows_text
 from airflow_provider_dblog.readers.binlog_reader import release_log
 from airflow_provider_dblog.source import open_dialect
@@ -93,7 +93,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             signals = SignalWatcher(state, sink, dialect, signal_table, signal_seconds, executor) if signal_table else None
             if signals is not None:
                 signals.poll()
-            settled: dict[str, BinlogPosition] = {}
+            settled: dict[str, SourcePosition] = {}
             rows: dict[str, int] = {}
             skipped, in_driver = [], []
             if available_now:  # before Spark: nothing to read, or little enough to read here
@@ -260,7 +260,7 @@ def read_table_again(state: StateDir, sink: str, name: str, executor: Executor) 
     plan = state.table(name)
     resnapshot(str(state.path), sink, name, executor=executor)
     reports = state.reports(name)
-    hws = {c.id: BinlogPosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks}
+    hws = {c.id: SourcePosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks}
     state.replace_table_offsets(name, TableOffsets.from_chunks(name, plan.chunks, hws))
     log.info("tail: %s read again; it streams from %s", name, min(hws.values()))
 
@@ -304,13 +304,13 @@ def tail_lock(state: StateDir):
         yield
 
 
-def skip_catch_up(state: StateDir, dialect, table: str, min_hw: BinlogPosition, now: BinlogPosition,
+def skip_catch_up(state: StateDir, dialect, table: str, min_hw: SourcePosition, now: SourcePosition,
                   recorded: dict | None = None, gtid: Callable[[], str | None] = lambda: None) -> bool:
     """``skip_catch_ups`` of one table: True if it was skipped."""
     return bool(skip_catch_ups(state, dialect, {table: min_hw}, now, recorded, gtid))
 
 
-def skip_catch_ups(state: StateDir, dialect, min_hws: dict[str, BinlogPosition], now: BinlogPosition,
+def skip_catch_ups(state: StateDir, dialect, min_hws: dict[str, SourcePosition], now: SourcePosition,
                    recorded: dict | None = None, gtid: Callable[[], str | None] = lambda: None) -> list[str]:
     """The tables whose available-now catch-up can be skipped: the binlog from the table's floor (where the
     lake holds every change of it) to ``now`` holds no row event or DDL statement of it, as one pass over
@@ -366,12 +366,12 @@ class LagTracker:
 
     def __init__(self, dialect):
         self.dialect = dialect
-        self.samples: deque[tuple[float, BinlogPosition]] = deque(maxlen=50_000)
+        self.samples: deque[tuple[float, SourcePosition]] = deque(maxlen=50_000)
 
     def sample(self) -> None:
         self.samples.append((time.time(), self.dialect.current_position()))
 
-    def lag(self, positions: dict[str, BinlogPosition]) -> dict:
+    def lag(self, positions: dict[str, SourcePosition]) -> dict:
         """Per table the lag of its position."""
         if not self.samples:
             self.sample()

@@ -23,7 +23,7 @@ from airflow_provider_dblog.core.checksums import ChunkChecksum, table_checksum
 from airflow_provider_dblog.core.config import SourceConfig, compress_ids, match_tables, table_patterns
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
 from airflow_provider_dblog.readers.unchanged_values import carry_unchanged
@@ -128,7 +128,7 @@ def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int
             "lake_version": lake.version, "missing_columns": missing}
 
 
-def _exact_positions(lake: PinnedCurrent, chunk_ids: Sequence[int]) -> dict[int, BinlogPosition | None]:
+def _exact_positions(lake: PinnedCurrent, chunk_ids: Sequence[int]) -> dict[int, SourcePosition | None]:
     """Per chunk, the position ``current`` holds it exactly at (None: never read, nothing to compare)."""
     tail = lake.tail_position()
     out = {}
@@ -138,7 +138,7 @@ def _exact_positions(lake: PinnedCurrent, chunk_ids: Sequence[int]) -> dict[int,
     return out
 
 
-def _latest_changes(dialect: DataSourceDialect, meta: TableMeta, offsets, exact_at: dict, position: BinlogPosition,
+def _latest_changes(dialect: DataSourceDialect, meta: TableMeta, offsets, exact_at: dict, position: SourcePosition,
                     lake: PinnedCurrent) -> dict[int, dict[tuple, ChangeEvent]]:
     """Per chunk, the last change of each key after the earliest exact position, up to ``position``; a value
     the source did not send (PostgreSQL's unchanged TOASTed values) taken from the key's previous image: an
@@ -187,7 +187,7 @@ def _unchanged_from_lake(lake: PinnedCurrent, meta: TableMeta, reader: TableChan
     out = {}
     for key, event in events.items():
         row = rows.get(sources[key])
-        if row is None or BinlogPosition.decode(row["_pos"]) >= event.pos:
+        if row is None or SourcePosition.decode(row["_pos"]) >= event.pos:
             raise DblogError(f"verify {meta.qualified}: the change of key {key} at {event.pos} left "
                              f"{', '.join(event.unchanged)} unchanged and the lake has no earlier image of it: let "
                              f"the tail commit it (dblog tail), then verify")
@@ -195,7 +195,7 @@ def _unchanged_from_lake(lake: PinnedCurrent, meta: TableMeta, reader: TableChan
     return out
 
 
-def _lake_checksum(lake: PinnedCurrent, meta: TableMeta, chunk_id: int, exact_at: BinlogPosition | None,
+def _lake_checksum(lake: PinnedCurrent, meta: TableMeta, chunk_id: int, exact_at: SourcePosition | None,
                    changes: dict[tuple, ChangeEvent]) -> ChunkChecksum:
     """The chunk's checksum in ``current`` brought forward by ``changes`` (the last per key)."""
     names, keys = list(meta.column_names), list(meta.key_columns)
@@ -208,7 +208,7 @@ def _lake_checksum(lake: PinnedCurrent, meta: TableMeta, chunk_id: int, exact_at
             if event.pos <= exact_at:
                 continue  # the chunk's state already includes it
             have = pos_of.get(key)
-            if have is not None and BinlogPosition.decode(have) >= event.pos:
+            if have is not None and SourcePosition.decode(have) >= event.pos:
                 continue
             applied[key] = event
         if applied:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 
 
 def _numbered(folder: Path) -> list[Path]:
@@ -16,8 +16,8 @@ def _numbered(folder: Path) -> list[Path]:
     return sorted((p for p in folder.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
 
 
-def _end_offset(offsets_file: Path) -> BinlogPosition:
-    return BinlogPosition.from_dict(json.loads(offsets_file.read_text().strip().splitlines()[-1]))
+def _end_offset(offsets_file: Path) -> SourcePosition:
+    return SourcePosition.from_dict(json.loads(offsets_file.read_text().strip().splitlines()[-1]))
 
 
 class CheckpointState(NamedTuple):
@@ -25,7 +25,7 @@ class CheckpointState(NamedTuple):
     "pending" (it did not: a restarted query runs it again); ``position``: that batch's end offset."""
 
     kind: str
-    position: BinlogPosition | None
+    position: SourcePosition | None
 
 
 def checkpoint_state(checkpoint: Path) -> CheckpointState:

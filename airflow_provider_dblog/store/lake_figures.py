@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.lake import changelog_uri, current_uri
 from airflow_provider_dblog.store.lake_tables import TAIL_APP
 
@@ -21,8 +21,8 @@ class LakeFigures:
     ``--merge-interval``); ``rows``: rows in ``current`` (None: no ``current`` yet, or a file without
     statistics); ``committed_at``: the changelog's last commit (epoch seconds; None: no changelog)."""
 
-    changelog_position: BinlogPosition | None = None
-    current_position: BinlogPosition | None = None
+    changelog_position: SourcePosition | None = None
+    current_position: SourcePosition | None = None
     rows: int | None = None
     committed_at: float | None = None
 
@@ -52,9 +52,9 @@ def _open(uri: str, storage_options: dict | None):
         return None
 
 
-def _tail(table) -> BinlogPosition | None:
+def _tail(table) -> SourcePosition | None:
     version = None if table is None else table.transaction_version(TAIL_APP)
-    return None if version is None else BinlogPosition.from_version(version)
+    return None if version is None else SourcePosition.from_version(version)
 
 
 @dataclass(frozen=True)

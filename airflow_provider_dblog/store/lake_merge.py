@@ -8,11 +8,11 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 
 
 def merge_changes(data: pa.Table, changes: pa.Table, keys: Sequence[str],
-                  hws: dict[int, BinlogPosition | None]) -> pa.Table:
+                  hws: dict[int, SourcePosition | None]) -> pa.Table:
     """``current``'s rows ``data`` with ``changes`` (one per key, ``latest_per_key``) applied as the tail's
     MERGE does: per key the greatest ``_pos`` wins, deletes drop the key, and a key ``data`` lacks is
     inserted only after its chunk's HW (``hws``: chunk -> HW; before it, the chunk's read has it)."""

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.lake import UNCHANGED, current_schema
 
 METADATA = ("_op", "_pos", "_ts_ms", "_chunk")
 
 
-def changed_columns(data: pa.Table, source: pa.Schema, at: BinlogPosition, renamed: dict, defaults: dict
+def changed_columns(data: pa.Table, source: pa.Schema, at: SourcePosition, renamed: dict, defaults: dict
                     ) -> pa.Table:
     """``current``'s rows in the source's new columns: ``renamed`` (new name -> old) carried over, dropped ones
     removed, types cast, added ones null or, for rows from before ``at``, their ``defaults``."""

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.errors import DblogError
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store import key_ranges
 from airflow_provider_dblog.store.atomic import dictionary_columns
 from airflow_provider_dblog.store.files import Files
@@ -162,15 +162,15 @@ class LakeTables:
         return table
 
     # ---- schema changes ----
-    def schema_position(self) -> BinlogPosition | None:
+    def schema_position(self) -> SourcePosition | None:
         """Where ``current``'s columns last followed the source (None: still the planned columns)."""
         return _version_position(app_version(self.current(), SCHEMA_APP))
 
-    def reread_position(self) -> BinlogPosition | None:
+    def reread_position(self) -> SourcePosition | None:
         """The last schema change after which every chunk was read again."""
         return _version_position(app_version(self.current(), REREAD_APP))
 
-    def evolve(self, source: pa.Schema, at: BinlogPosition, renamed: dict[str, str] | None = None,
+    def evolve(self, source: pa.Schema, at: SourcePosition, renamed: dict[str, str] | None = None,
                defaults: dict[str, pa.Scalar] | None = None) -> bool:
         """Give ``current`` the source's columns in force from ``at`` (dropped ones removed, changed types
         cast, ``renamed`` new name -> old name carried over, added ones null or, for rows from before
@@ -186,7 +186,7 @@ class LakeTables:
         log.info("lake: %s follows the source's columns from %s: %s", self.table, at, ", ".join(source.names))
         return True
 
-    def _evolve_current(self, source: pa.Schema, at: BinlogPosition, renamed: dict, defaults: dict) -> None:
+    def _evolve_current(self, source: pa.Schema, at: SourcePosition, renamed: dict, defaults: dict) -> None:
         from deltalake import CommitProperties, Transaction, write_deltalake
 
         current = self.current()
@@ -201,7 +201,7 @@ class LakeTables:
                         commit_properties=CommitProperties(app_transactions=[
                             Transaction(SCHEMA_APP, at.boundary().to_version())]))
 
-    def _log_followed_rows(self, data: pa.Table, at: BinlogPosition) -> None:
+    def _log_followed_rows(self, data: pa.Table, at: SourcePosition) -> None:
         """A schema change followed in place gives the rows already there new values (an added column's
         DEFAULT, a renamed or retyped column) without a binlog event: each such row goes to the changelog
         as a snapshot row at the statement's position, so replaying the changelog gives ``current``. Once per
@@ -231,7 +231,7 @@ class LakeTables:
                         writer_properties=writer_properties(merged))
         return True
 
-    def follow_in_place(self, steps: Sequence[tuple], end: BinlogPosition) -> None:
+    def follow_in_place(self, steps: Sequence[tuple], end: SourcePosition) -> None:
         """Follow schema changes whose effect on every row is known, in one rewrite of ``current``: for each
         step ``(start, at, source, renamed, defaults)`` the changes up to ``start`` with the columns before
         it, then its columns (``changed_columns``); then the changes up to ``end``. Records the tail position,
@@ -241,7 +241,7 @@ class LakeTables:
         self.current()
         log.info("lake: %s follows the source's columns from %s: %s", self.table, last, ", ".join(self.source.names))
 
-    def _follow_in_place(self, steps: Sequence[tuple], end: BinlogPosition, last: BinlogPosition) -> None:
+    def _follow_in_place(self, steps: Sequence[tuple], end: SourcePosition, last: SourcePosition) -> None:
         from deltalake import CommitProperties, Transaction, write_deltalake
 
         current = self.current()
@@ -263,7 +263,7 @@ class LakeTables:
                         storage_options=self.options, writer_properties=writer_properties(data.schema),
                         commit_properties=CommitProperties(app_transactions=versions))
 
-    def _apply_here(self, current, data: pa.Table, applied: BinlogPosition | None, upto: BinlogPosition) -> pa.Table:
+    def _apply_here(self, current, data: pa.Table, applied: SourcePosition | None, upto: SourcePosition) -> pa.Table:
         """``_apply_changes`` on rows in memory: the changelog's changes in ``(applied, upto]``, per key the
         greatest position, a key not in ``data`` inserted only after its chunk's HW."""
         if applied is not None and applied >= upto:
@@ -278,7 +278,7 @@ class LakeTables:
                for c in pc.unique(changes["_chunk"]).to_pylist()}
         return merge_changes(data, changes, self.keys, hws)
 
-    def restart_current(self, source: pa.Schema, key_columns: Sequence[str], at: BinlogPosition) -> None:
+    def restart_current(self, source: pa.Schema, key_columns: Sequence[str], at: SourcePosition) -> None:
         """An empty ``current`` with the source's columns and a new key (the table was planned again): its
         chunks are read again next. The changelog keeps its history."""
         from deltalake import CommitProperties, Transaction, write_deltalake
@@ -292,18 +292,18 @@ class LakeTables:
         self.keys, self.key_match = tuple(key_columns), key_match(key_columns)
         self.current()
 
-    def mark_current(self, end: BinlogPosition) -> None:
+    def mark_current(self, end: SourcePosition) -> None:
         """Record that ``current`` holds every change up to ``end`` (its chunks were read after it)."""
         self._record(TAIL_APP, end, f"recording the position of {self.table}'s current state")
 
-    def record_reread(self, at: BinlogPosition) -> None:
+    def record_reread(self, at: SourcePosition) -> None:
         """Every chunk has been read again after the schema change at ``at``."""
         self._record(REREAD_APP, at, f"recording the re-read of {self.table}")
 
-    def _record(self, app: str, position: BinlogPosition, what: str) -> None:
+    def _record(self, app: str, position: SourcePosition, what: str) -> None:
         _retrying(what, lambda: self._empty_commit(self.current(), app, position))
 
-    def _empty_commit(self, current, app: str, position: BinlogPosition) -> None:
+    def _empty_commit(self, current, app: str, position: SourcePosition) -> None:
         """A commit to ``current`` of no rows that records ``position`` as the app transaction ``app``."""
         from deltalake import CommitProperties, Transaction, write_deltalake
 
@@ -312,11 +312,11 @@ class LakeTables:
                             Transaction(app, position.boundary().to_version())]))
 
     # ---- positions the lake records ----
-    def tail_position(self) -> BinlogPosition | None:
+    def tail_position(self) -> SourcePosition | None:
         """How far the tail's changes are in the changelog (None before its first batch)."""
         return _version_position(app_version(self.changelog(), TAIL_APP))
 
-    def current_behind(self) -> tuple[BinlogPosition | None, BinlogPosition] | None:
+    def current_behind(self) -> tuple[SourcePosition | None, SourcePosition] | None:
         """(``current``'s tail position, the changelog's) when the changelog holds changes ``current`` does
         not reflect yet; None when it is up to date."""
         logged = self.tail_position()
@@ -378,7 +378,7 @@ class LakeTables:
         return table.to_pyarrow_dataset().to_table(columns=names, filter=expression)
 
     # ---- snapshot chunks ----
-    def commit_chunk(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> bool:
+    def commit_chunk(self, chunk_id: int, hw: SourcePosition, rows: pa.Table) -> bool:
         """Append the chunk's rows (changelog schema) and replace its chunk in ``current``; False when a
         later read of the chunk is already in ``current`` (this one changes nothing there)."""
         self.current()  # adopt the lake's columns if it followed a schema change
@@ -399,7 +399,7 @@ class LakeTables:
         return _retrying(f"replacing chunk {chunk_id} of {self.table}",
                          lambda: self._replace_chunk(chunk_id, hw, rows))
 
-    def _first_read_once(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> bool | None:
+    def _first_read_once(self, chunk_id: int, hw: SourcePosition, rows: pa.Table) -> bool | None:
         """A chunk's first read (nothing of it in ``current``, no tail batch yet) whose columns are the
         lake's: delta-rs writes it to the changelog once, and the same file is added to ``current``
         (``store.shared_file``) by a commit recording the chunk's HW. Returns None when it does not apply
@@ -439,7 +439,7 @@ class LakeTables:
                 time.sleep(min(0.05 * attempt, 1.0))
         return False
 
-    def _removals(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> pa.Table | None:
+    def _removals(self, chunk_id: int, hw: SourcePosition, rows: pa.Table) -> pa.Table | None:
         """A delete row (changelog schema) at a re-read's HW for every key that replaying the changelog up to
         that HW leaves live in the chunk but the read does not hold (a TRUNCATE, rows removed behind the
         binlog's back, a delete the tail never had to write because a chunk read covered it), so that
@@ -549,7 +549,7 @@ class LakeTables:
             return False
         return self._widen_changelog(source_columns(rows.schema))
 
-    def _replace_chunk(self, chunk_id: int, hw: BinlogPosition, rows: pa.Table) -> bool:
+    def _replace_chunk(self, chunk_id: int, hw: SourcePosition, rows: pa.Table) -> bool:
         from deltalake import CommitProperties, Transaction
 
         current = self.current()
@@ -586,7 +586,7 @@ class LakeTables:
         return True
 
     # ---- tail micro-batches ----
-    def commit_stream(self, rows: pa.Table, end: BinlogPosition, update_current: bool = True,
+    def commit_stream(self, rows: pa.Table, end: SourcePosition, update_current: bool = True,
                       staged: Sequence[StagedFile] = ()) -> str:
         """Commit a micro-batch ending at ``end`` (changes in changelog schema, and ``staged`` files of more
         of them, ``store.staged``: all in one commit). Only changes after the position the changelog records
@@ -610,13 +610,13 @@ class LakeTables:
         return all(f.name in have.names and plain(pa.schema([f])).field(0).type == have.field(f.name).type
                    for schema in schemas for f in schema)
 
-    def update_current(self, end: BinlogPosition | None = None) -> None:
+    def update_current(self, end: SourcePosition | None = None) -> None:
         """Apply the changelog's changes up to ``end`` (default: as far as the changelog goes) to ``current``."""
         end = end or self.tail_position()
         if end is not None:
             _retrying(f"updating the current state of {self.table}", lambda: self._apply_changes(end))
 
-    def _append_changes(self, rows: pa.Table, end: BinlogPosition, staged: list[StagedFile]) -> str:
+    def _append_changes(self, rows: pa.Table, end: SourcePosition, staged: list[StagedFile]) -> str:
         from deltalake import CommitProperties, Transaction
 
         changelog = self.changelog()
@@ -647,7 +647,7 @@ class LakeTables:
         self._appended = (recorded, end.boundary(), before + 1, rows)
         return "committed"
 
-    def _apply_changes(self, end: BinlogPosition) -> None:
+    def _apply_changes(self, end: SourcePosition) -> None:
         """Bring ``current`` from its recorded tail position to ``end`` with the changelog's changes: the
         files of ``current`` whose key range holds a changed key are rewritten (``_apply_to_files``), in one
         commit with the tail position; past ``memory_bytes`` of changes, chunk by chunk from a spill."""
@@ -678,7 +678,7 @@ class LakeTables:
             return
         self._apply_to_files(current, changes, hws, end)
 
-    def _merge_changes(self, current, changes: pa.Table, hws: dict, end: BinlogPosition) -> None:
+    def _merge_changes(self, current, changes: pa.Table, hws: dict, end: SourcePosition) -> None:
         """The changes applied by one delta-rs MERGE (copy-on-write: it rewrites every file of the chunks
         the changes fall in; the layout before key-range files, kept for never-read chunks)."""
         from deltalake import CommitProperties, Transaction
@@ -695,7 +695,7 @@ class LakeTables:
          .when_not_matched_insert(columns, "s._op <> 'd' AND s._pos > s._chunk_hw")
          .execute())
 
-    def _apply_to_files(self, current, changes: pa.Table, hws: dict, end: BinlogPosition) -> None:
+    def _apply_to_files(self, current, changes: pa.Table, hws: dict, end: SourcePosition) -> None:
         """The changes (one per key) applied to the files of ``current`` they touch (``_rewrite_chunk``): one
         commit removes those files and adds their rewrites, records ``end`` as ``dblog-tail`` and carries
         each touched chunk's HW again, so a chunk read committed meanwhile conflicts with it (Delta's check
@@ -730,7 +730,7 @@ class LakeTables:
                                          partition_by=["_chunk"],
                                          commit_properties=CommitProperties(app_transactions=versions))
 
-    def _rewrite_chunk(self, current, chunk_id: int, changes: pa.Table, hw: BinlogPosition | None,
+    def _rewrite_chunk(self, current, chunk_id: int, changes: pa.Table, hw: SourcePosition | None,
                        files: list, pool=None) -> tuple[list, list[StagedFile]]:
         """The files of one chunk that ``changes`` (one per key, of this chunk) touch, rewritten: the remove
         actions of the old files and the staged new ones. Files whose range cannot hold a changed key are
@@ -796,7 +796,7 @@ class LakeTables:
         return [stage(self.current_uri, piece, partition, self._bounded())
                 for piece in key_ranges.pieces(rows, self.file_rows)]
 
-    def _just_appended(self, applied: BinlogPosition | None, end: BinlogPosition) -> pa.Table | None:
+    def _just_appended(self, applied: SourcePosition | None, end: SourcePosition) -> pa.Table | None:
         """The changes of ``(applied, end]`` when they are exactly the rows this object's last append wrote (that
         append started at ``applied`` and ended at ``end``, and the changelog has no version after it: no chunk
         read, schema change or other tail wrote since), in memory and small enough; else None (read them)."""
@@ -818,7 +818,7 @@ class LakeTables:
             expression = expression & f
         return self.changelog().to_pyarrow_dataset().count_rows(filter=expression) * row_bytes(self.current_schema)
 
-    def _apply_by_chunk(self, current, window: list, end: BinlogPosition) -> None:
+    def _apply_by_chunk(self, current, window: list, end: SourcePosition) -> None:
         """``_apply_changes`` for more changes than ``memory_bytes``: the changes are sorted into a file per
         chunk on local disk in one pass over the changelog, then in each touched chunk of ``current`` the
         files its changes touch are rewritten (``_rewrite_chunk``), and one commit removes the old files and
@@ -955,11 +955,11 @@ class PinnedCurrent:
         self.version = self.table.version()
         self.columns = source_columns(arrow_schema(self.table)).names
 
-    def tail_position(self) -> BinlogPosition | None:
+    def tail_position(self) -> SourcePosition | None:
         """Every change up to here is in this version (None: no tail batch yet)."""
         return _version_position(app_version(self.table, TAIL_APP))
 
-    def chunk_position(self, chunk_id: int) -> BinlogPosition | None:
+    def chunk_position(self, chunk_id: int) -> SourcePosition | None:
         """The HW of the chunk's read in this version (None: never read)."""
         return _version_position(app_version(self.table, chunk_app(chunk_id)))
 
@@ -968,7 +968,7 @@ class PinnedCurrent:
 
 
 def chunk_commits(sink: str, table: str, chunk_ids: Sequence[int],
-                  storage_options: dict | None = None) -> dict[int, BinlogPosition | None]:
+                  storage_options: dict | None = None) -> dict[int, SourcePosition | None]:
     """Per chunk the HW its latest commit to ``current`` recorded (the ``dblog-chunk-N`` app transaction;
     None: never committed), read without creating anything: what the driver checks after a snapshot job."""
     from deltalake import DeltaTable
@@ -1018,5 +1018,5 @@ def _key_table(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays([rows[f.name].cast(f.type) for f in schema], schema=schema)
 
 
-def _version_position(version: int | None) -> BinlogPosition | None:
-    return None if version is None else BinlogPosition.from_version(version)
+def _version_position(version: int | None) -> SourcePosition | None:
+    return None if version is None else SourcePosition.from_version(version)

@@ -32,7 +32,7 @@ from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
@@ -46,11 +46,11 @@ class TablePlan:
     meta: TableMeta
     chunks: tuple[ChunkRange, ...]
     strategy: str
-    planned_at: BinlogPosition
+    planned_at: SourcePosition
     planned_gtid: str | None = None  # the server's GTID state when planned (informational)
     rows: int = 0  # estimated when planned (progress, batch packing)
     startup: StartupMode = StartupMode()
-    start_at: BinlogPosition | None = None  # where the stream starts when the startup mode reads no snapshot
+    start_at: SourcePosition | None = None  # where the stream starts when the startup mode reads no snapshot
 
     def chunk(self, chunk_id: int) -> ChunkRange:
         return self.chunks[chunk_id]
@@ -71,9 +71,9 @@ class TablePlan:
     @classmethod
     def from_dict(cls, data: dict) -> "TablePlan":
         return cls(TableMeta.from_dict(data["meta"]), tuple(ChunkRange.from_dict(c) for c in data["chunks"]),
-                   data["strategy"], BinlogPosition.from_dict(data["planned_at"]), data.get("planned_gtid"),
+                   data["strategy"], SourcePosition.from_dict(data["planned_at"]), data.get("planned_gtid"),
                    int(data.get("rows") or 0), StartupMode.from_dict(data.get("startup")),
-                   BinlogPosition.from_dict(data["start_at"]) if data.get("start_at") else None)
+                   SourcePosition.from_dict(data["start_at"]) if data.get("start_at") else None)
 
 
 def tail_checkpoints(local_state: Path | None, checkpoints: str | os.PathLike | None = None) -> Path | None:
@@ -299,14 +299,14 @@ class StateDir:
     # ---- tail progress ----
     TAIL_POSITIONS = "tail_positions.json"
 
-    def tail_positions(self) -> dict[str, tuple[BinlogPosition, float]]:
+    def tail_positions(self) -> dict[str, tuple[SourcePosition, float]]:
         """Per table (position, when recorded): the lake holds every change of the table up to there."""
         if not self.files.exists(self.TAIL_POSITIONS):
             return {}
-        return {name: (BinlogPosition.from_dict(d["pos"]), float(d["at"]))
+        return {name: (SourcePosition.from_dict(d["pos"]), float(d["at"]))
                 for name, d in self.files.read_json(self.TAIL_POSITIONS)["tables"].items()}
 
-    def record_tail_positions(self, positions: dict[str, BinlogPosition], gtid: str | None = None) -> None:
+    def record_tail_positions(self, positions: dict[str, SourcePosition], gtid: str | None = None) -> None:
         """After the lake took every change of these tables up to their positions (a position never
         moves back: a late writer of an older one keeps the newer). ``gtid``: the server's GTID state at
         these positions (one position for all then), what a failover resumes from (``steps.failover``)."""
@@ -316,21 +316,21 @@ class StateDir:
         raw = self.files.read_json(self.TAIL_POSITIONS)["tables"] if self.files.exists(self.TAIL_POSITIONS) else {}
         for name, pos in positions.items():
             old = raw.get(name)
-            if old is None or BinlogPosition.from_dict(old["pos"]) <= pos:
+            if old is None or SourcePosition.from_dict(old["pos"]) <= pos:
                 raw[name] = {"pos": pos.to_dict(), "at": now, **({"gtid": gtid} if gtid else {})}
         self.files.write_json(self.TAIL_POSITIONS, {"tables": raw})
 
-    def gtid_of(self, table: str, position: BinlogPosition) -> str | None:
+    def gtid_of(self, table: str, position: SourcePosition) -> str | None:
         """The GTID state recorded with ``position`` as the table's tail position or catch-up end (None:
         not recorded there)."""
         if self.files.exists(self.TAIL_POSITIONS):
             entry = self.files.read_json(self.TAIL_POSITIONS)["tables"].get(table)
-            if entry and entry.get("gtid") and BinlogPosition.from_dict(entry["pos"]) == position:
+            if entry and entry.get("gtid") and SourcePosition.from_dict(entry["pos"]) == position:
                 return entry["gtid"]
         name = self.caught_up_file(table)
         if self.files.exists(name):
             data = self.files.read_json(name)
-            if data.get("to_gtid") and BinlogPosition.from_dict(data["to"]) == position:
+            if data.get("to_gtid") and SourcePosition.from_dict(data["to"]) == position:
                 return data["to_gtid"]
         return None
 
@@ -342,7 +342,7 @@ class StateDir:
         self.files.write_json(self.PLAN, raw)
         self._plan = (self.files.identity(self.PLAN), raw)
 
-    def follow_server(self, identity: dict, epoch: int, positions: dict[str, BinlogPosition]) -> None:
+    def follow_server(self, identity: dict, epoch: int, positions: dict[str, SourcePosition]) -> None:
         """The capture now reads the server ``identity`` (a promoted replica) whose positions are of ``epoch``;
         ``positions``: each table's floor on it (the translation of its floor by GTID). The server it
         replaces is kept in ``servers``."""
@@ -378,11 +378,11 @@ class StateDir:
 
     def schema_changes(self, table: str) -> list[SchemaChange]:
         """The DDL statements recorded for ``table``, in binlog order."""
-        return sorted((SchemaChange(table, c["kind"], c["statement"], BinlogPosition.from_dict(c["start"]),
-                                    BinlogPosition.from_dict(c["pos"]))
+        return sorted((SchemaChange(table, c["kind"], c["statement"], SourcePosition.from_dict(c["start"]),
+                                    SourcePosition.from_dict(c["pos"]))
                        for c in self.schema_history(table)["changes"]), key=lambda c: c.pos)
 
-    def record_schema_version(self, meta: TableMeta, pos: BinlogPosition) -> None:
+    def record_schema_version(self, meta: TableMeta, pos: SourcePosition) -> None:
         """The table's columns in force from ``pos`` on (the lake follows them)."""
         history = self.schema_history(meta.qualified)
         entry = {"pos": pos.to_dict(), "meta": meta.to_dict()}
@@ -411,7 +411,7 @@ class StateDir:
     def caught_up_file(self, table: str) -> str:
         return f"caught_up/{table}.json"
 
-    def write_caught_up(self, table: str, start: BinlogPosition, end: BinlogPosition, gtid: str | None = None) -> None:
+    def write_caught_up(self, table: str, start: SourcePosition, end: SourcePosition, gtid: str | None = None) -> None:
         """Record that the lake holds every row change of ``table`` in the binlog range ``[start, end)``
         (none there, or read by a catch-up; write this only after checking or writing it): a tail whose
         position is in that range may move to ``end``. A range that continues the recorded one extends it.
@@ -419,25 +419,25 @@ class StateDir:
         name = self.caught_up_file(table)
         if self.files.exists(name):
             data = self.files.read_json(name)
-            if BinlogPosition.from_dict(data["from"]) <= start <= BinlogPosition.from_dict(data["to"]):
-                start = BinlogPosition.from_dict(data["from"])
+            if SourcePosition.from_dict(data["from"]) <= start <= SourcePosition.from_dict(data["to"]):
+                start = SourcePosition.from_dict(data["from"])
         self.files.write_json(name, {"table": table, "from": start.to_dict(), "to": end.to_dict(),
                                      "checked_at": time.time(), **({"to_gtid": gtid} if gtid else {})})
 
-    def caught_up(self, table: str, position: BinlogPosition) -> tuple[BinlogPosition, float] | None:
+    def caught_up(self, table: str, position: SourcePosition) -> tuple[SourcePosition, float] | None:
         """(``to``, when it was recorded) if the recorded range covers ``position`` (``from <= position <= to``):
         the lake already holds every change of the table between ``position`` and ``to``; None otherwise."""
         name = self.caught_up_file(table)
         if not self.files.exists(name):
             return None
         data = self.files.read_json(name)
-        start, end = BinlogPosition.from_dict(data["from"]), BinlogPosition.from_dict(data["to"])
+        start, end = SourcePosition.from_dict(data["from"]), SourcePosition.from_dict(data["to"])
         if start <= position <= end:
             return end, float(data.get("checked_at") or self.files.modified(name))
         return None
 
-    def resume_position(self, table: str, min_hw: BinlogPosition,
-                        recorded: dict[str, tuple[BinlogPosition, float]] | None = None) -> BinlogPosition:
+    def resume_position(self, table: str, min_hw: SourcePosition,
+                        recorded: dict[str, tuple[SourcePosition, float]] | None = None) -> SourcePosition:
         """Where the tail's read of ``table`` starts (its floor): the position the tail recorded, or the
         min HW before its first batch; moved to the end of a recorded catch-up check that covers it.
         ``recorded``: ``tail_positions()``, when the caller has it already."""

@@ -255,10 +255,10 @@ def create_table(mariadb, table: str) -> None:
 
 
 def source_position(mariadb):
-    from airflow_provider_dblog.core.positions import BinlogPosition
+    from airflow_provider_dblog.core.positions import SourcePosition
 
     file, pos = mariadb.sql("SHOW MASTER STATUS")[0][:2]
-    return BinlogPosition.at(file, pos)
+    return SourcePosition.at(file, pos)
 
 
 def assert_mirror_equals_source(af: AirflowHome, spark, tmp_path, monkeypatch) -> dict:

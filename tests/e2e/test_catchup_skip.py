@@ -7,7 +7,7 @@ import time
 import pytest
 
 from airflow_provider_dblog.steps.health import check_tail_health, tail_progress
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
 from airflow_provider_dblog.source.mysql.binlog import scan_table_events
@@ -22,9 +22,9 @@ from airflow_provider_dblog.local.executor import LocalExecutor
 from tests.support.lakecheck import assert_each_change_once, compare_mirror, lake_changes
 
 
-def _position(mariadb) -> BinlogPosition:
+def _position(mariadb) -> SourcePosition:
     file, pos = mariadb.sql("SHOW MASTER STATUS")[0][:2]
-    return BinlogPosition.at(file, pos)
+    return SourcePosition.at(file, pos)
 
 
 def _flush_binary_logs(mariadb) -> None:

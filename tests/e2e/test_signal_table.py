@@ -67,10 +67,10 @@ def test_a_signal_row_rereads_the_chunks_it_names_while_the_tail_runs(mariadb, d
     assert [c for c in after if after[c] != before[c]] == [1, 2], (before, after)
 
     file, pos = mariadb.sql("SHOW MASTER STATUS")[0][:2]
-    from airflow_provider_dblog.core.positions import BinlogPosition
+    from airflow_provider_dblog.core.positions import SourcePosition
     from airflow_provider_dblog.steps.health import tail_progress
 
-    target = BinlogPosition.at(file, int(pos))
+    target = SourcePosition.at(file, int(pos))
     _wait(lambda: tail_progress(state, table)[0] >= target, 180, tail, "the tail did not catch up")
     stop_group(tail)
     assert compare_rows(DeltaTable(f"{sink}/{table}/current").to_pyarrow_table(), mariadb.port, table) == []

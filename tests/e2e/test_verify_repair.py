@@ -28,11 +28,11 @@ class WriterAvoiding(Writer):
 
 
 def _wait_caught_up(mariadb, state, table, tail, timeout: float = 180) -> None:
-    from airflow_provider_dblog.core.positions import BinlogPosition
+    from airflow_provider_dblog.core.positions import SourcePosition
     from airflow_provider_dblog.steps.health import tail_progress
 
     file, pos = mariadb.sql("SHOW MASTER STATUS")[0][:2]
-    target = BinlogPosition.at(file, int(pos))
+    target = SourcePosition.at(file, int(pos))
     deadline = time.time() + timeout
     while tail_progress(state, table)[0] < target:
         assert tail.poll() is None, tail.stderr.read().decode()[-2000:]

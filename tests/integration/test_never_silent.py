@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.state import StateDir
 from airflow_provider_dblog.local.executor import LocalExecutor
 from tests.support.cli import captured, dblog, one_error_line
@@ -76,7 +76,7 @@ def test_a_session_setting_that_hides_rows_stops_the_tail(mariadb, db, tmp_path,
     assert code != 0
     line = one_error_line(err)
     assert expected in line and f"{db}.t" in line and "stops before it" in line, line
-    bad_at = BinlogPosition.at(before[0], int(before[1]))
+    bad_at = SourcePosition.at(before[0], int(before[1]))
     lake_at = _lake_position(state, f"{db}.t")
     assert lake_at is None or lake_at <= bad_at
     from deltalake import DeltaTable

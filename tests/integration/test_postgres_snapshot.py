@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
-from airflow_provider_dblog.core.positions import SNAPSHOT_ROW, BinlogPosition, position_lsn
+from airflow_provider_dblog.core.positions import SNAPSHOT_ROW, SourcePosition, position_lsn
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.source.postgres.dialect import NO_STREAM
 from airflow_provider_dblog.source.postgres.pgoutput import parse_lsn
@@ -253,7 +253,7 @@ def test_run_snapshot_only_lands_every_public_table_exactly(source, tmp_path):
             assert changelog.num_rows == current.num_rows and set(changelog.column("_op").to_pylist()) == {"r"}
             assert sorted(set(current.column("_chunk").to_pylist())) == list(range(chunks))
             for pos in set(current.column("_pos").to_pylist()):
-                position = BinlogPosition.decode(pos, "lsn")
+                position = SourcePosition.decode(pos, "lsn")
                 assert position.row == SNAPSHOT_ROW and 0 < position_lsn(position) <= now
                 assert position.file.startswith("lsn.")
     finally:

@@ -11,7 +11,7 @@ from airflow_provider_dblog.core.config import parse_chunk_ids
 from airflow_provider_dblog.source.mysql.types import quote_ident
 from airflow_provider_dblog.steps import resnapshot as selection
 from airflow_provider_dblog.steps.health import check_tail_health, tail_progress
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.store.state import StateDir
 
@@ -158,12 +158,12 @@ def _fake_state(tmp_path, table="d.t", committed: dict | None = None, committed_
 def test_health_passes_when_caught_up_or_recently_progressed(tmp_path):
     state = _fake_state(tmp_path, committed={"file": "mysql-bin.000001", "pos": 5000}, committed_at=time.time() - 3600)
     pos, _, origin = tail_progress(state, "d.t")
-    assert pos == BinlogPosition.at("mysql-bin.000001", 5000) and origin == "tail batch"
+    assert pos == SourcePosition.at("mysql-bin.000001", 5000) and origin == "tail batch"
     # caught up: however old the last batch, nothing to do
-    report = check_tail_health(state, BinlogPosition.at("mysql-bin.000001", 5000), max_stall_seconds=60)
+    report = check_tail_health(state, SourcePosition.at("mysql-bin.000001", 5000), max_stall_seconds=60)
     assert report["d.t"]["behind"] is False
     # behind but within the allowed stall
-    report = check_tail_health(state, BinlogPosition.at("mysql-bin.000002", 4), max_stall_seconds=7200)
+    report = check_tail_health(state, SourcePosition.at("mysql-bin.000002", 4), max_stall_seconds=7200)
     assert report["d.t"]["behind"] is True
 
 
@@ -171,18 +171,18 @@ def test_health_fails_when_the_source_moved_and_the_tail_did_not(tmp_path):
     state = _fake_state(tmp_path, committed={"file": "mysql-bin.000001", "pos": 5000}, committed_at=time.time() - 3600)
     with pytest.raises(DblogError, match=r"tail stalled: d.t: source at mysql-bin.000002:4, tail at "
                                          r"mysql-bin.000001:5000 \(tail batch\), no progress for 36\d\ds"):
-        check_tail_health(state, BinlogPosition.at("mysql-bin.000002", 4), max_stall_seconds=600)
+        check_tail_health(state, SourcePosition.at("mysql-bin.000002", 4), max_stall_seconds=600)
 
 
 def test_health_before_the_first_tail_batch_uses_the_offset_map(tmp_path):
     state = _fake_state(tmp_path)
     with pytest.raises(DblogError, match=r"offset map \(no tail batch yet\)"):
-        check_tail_health(state, BinlogPosition.at("mysql-bin.000001", 2000), max_stall_seconds=600)
+        check_tail_health(state, SourcePosition.at("mysql-bin.000001", 2000), max_stall_seconds=600)
 
 
 def test_health_counts_a_catch_up_check_only_if_it_covers_the_tail_position(tmp_path):
     state = _fake_state(tmp_path)  # no tail batch yet: the min HW mysql-bin.000001:1000
-    at = lambda pos: BinlogPosition.at("mysql-bin.000001", pos)  # noqa: E731
+    at = lambda pos: SourcePosition.at("mysql-bin.000001", pos)  # noqa: E731
     StateDir(state).write_caught_up("d.t", at(1500), at(3000))  # does not cover 1000: ignored
     assert tail_progress(state, "d.t")[0] == at(1000)
     StateDir(state).write_caught_up("d.t", at(1000), at(3000))

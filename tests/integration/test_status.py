@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 from deltalake import DeltaTable
 
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.local.chunk_readers import snapshot_batches
 from airflow_provider_dblog.store.lake import changelog_uri
 from airflow_provider_dblog.store.state import StateDir
@@ -86,7 +86,7 @@ def test_status_while_snapshotting_streaming_and_behind(mariadb, db, source_uri,
         entry = streaming["tables"][table]
         assert entry["phase"] == "streaming" and entry["chunks_done"] == entry["chunks_total"] > 0
         recorded = DeltaTable(changelog_uri(sink, table)).transaction_version("dblog-tail")
-        lake = BinlogPosition.from_version(recorded).in_file_of(BinlogPosition.at(source_at[0], source_at[1]))
+        lake = SourcePosition.from_version(recorded).in_file_of(SourcePosition.at(source_at[0], source_at[1]))
         assert entry["lake_position"] == str(lake) == f"{source_at[0]}:{source_at[1]}"
         assert entry["current_position"] == entry["lake_position"] == entry["tail_position"]
         assert entry["rows_current"] == rows == mariadb.sql(f"SELECT COUNT(*) FROM {table}")[0][0]

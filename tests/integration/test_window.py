@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
 from airflow_provider_dblog.readers.chunk_reader import read_chunk
@@ -78,7 +78,7 @@ def test_window_spanning_a_binlog_rotation(mariadb, db):
                         lambda keys: dialect.sort_keys(meta, keys)).to_pylist()
     assert sorted((r["id"], r["v"]) for r in rows) == [(1, 10), (30, 3)]
     assert [e.op for e in events] == ["u", "d", "d", "c"]
-    assert all(isinstance(e.pos, BinlogPosition) for e in events)
+    assert all(isinstance(e.pos, SourcePosition) for e in events)
 
 
 def test_connections_share_one_tls_context_and_the_low_watermark_reuses_the_open_connection(mariadb, db):

@@ -16,7 +16,7 @@ from airflow_provider_dblog.core.chunks import ChunkRange, chunks_from_boundarie
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.retention import BinlogFile, BinlogRetention
 from airflow_provider_dblog.core.schema_events import ColumnAction
 from airflow_provider_dblog.core.tables import Column, TableMeta
@@ -30,12 +30,12 @@ SERVERS: dict[str, "InMemoryServer"] = {}
 
 @dataclass
 class Transaction:
-    commit: BinlogPosition
+    commit: SourcePosition
     rows: list[tuple[str, dict | None, dict | None]]  # (table, before, after)
 
-    def event_position(self, row: int) -> BinlogPosition:
+    def event_position(self, row: int) -> SourcePosition:
         """Rows events end before their transaction's commit, as in a real binlog."""
-        return BinlogPosition(self.commit.seq, self.commit.offset - 50, row, self.commit.file)
+        return SourcePosition(self.commit.seq, self.commit.offset - 50, row, self.commit.file)
 
 
 @dataclass
@@ -49,7 +49,7 @@ class InMemoryServer:
     on_low: list[Callable[[], None]] = field(default_factory=list)      # writes after a low watermark
     on_select: list[Callable[[], None]] = field(default_factory=list)   # writes after a chunk's SELECT
     retention: BinlogRetention | None = None  # what binlog_retention answers (None: one file, no purge)
-    purged_before: BinlogPosition | None = None  # ensure_available refuses a position before it
+    purged_before: SourcePosition | None = None  # ensure_available refuses a position before it
 
     def __post_init__(self):
         SERVERS[self.name] = self
@@ -64,8 +64,8 @@ class InMemoryServer:
         self.metas[table], self.rows[table] = meta, {}
         return meta
 
-    def position(self) -> BinlogPosition:
-        return self.binlog[-1].commit if self.binlog else BinlogPosition.at(BINLOG, 4)
+    def position(self) -> SourcePosition:
+        return self.binlog[-1].commit if self.binlog else SourcePosition.at(BINLOG, 4)
 
     def _key(self, table: str, row: dict) -> tuple:
         return tuple(row[c] for c in self.metas[table].key_columns)
@@ -88,16 +88,16 @@ class InMemoryServer:
                 current[key] = dict(row)
                 logged.append((table, before, dict(row)))
         if logged:
-            self.binlog.append(Transaction(BinlogPosition.at(BINLOG, self.position().offset + 100), logged))
+            self.binlog.append(Transaction(SourcePosition.at(BINLOG, self.position().offset + 100), logged))
 
     def change_key(self, table: str, old: tuple, new_row: dict) -> None:
         """An UPDATE that changes the primary key: one binlog row with both images."""
         before = self.rows[table].pop(old)
         self.rows[table][self._key(table, new_row)] = dict(new_row)
-        self.binlog.append(Transaction(BinlogPosition.at(BINLOG, self.position().offset + 100),
+        self.binlog.append(Transaction(SourcePosition.at(BINLOG, self.position().offset + 100),
                                        [(table, before, dict(new_row))]))
 
-    def events(self, start: BinlogPosition, end: BinlogPosition | None, tables: set[str]) -> Iterator[ChangeEvent]:
+    def events(self, start: SourcePosition, end: SourcePosition | None, tables: set[str]) -> Iterator[ChangeEvent]:
         for tx in self.binlog:
             for i, (table, before, after) in enumerate(tx.rows):
                 pos = tx.event_position(i)
@@ -199,22 +199,22 @@ class InMemoryDialect:
     def server_identity(self) -> dict:
         return {"server_id": 1}
 
-    def current_position(self) -> BinlogPosition:
+    def current_position(self) -> SourcePosition:
         return self.server.position()
 
     def gtid_position(self) -> str | None:
         return None
 
-    def gtid_at(self, position: BinlogPosition) -> str | None:
+    def gtid_at(self, position: SourcePosition) -> str | None:
         return None  # no GTIDs: a failover is refused (steps.failover)
 
     def gtids_read(self) -> dict[int, str]:
         return {}
 
-    def position_after_gtid(self, gtid: str) -> BinlogPosition:
+    def position_after_gtid(self, gtid: str) -> SourcePosition:
         raise DblogError(f"the in-memory server has no GTIDs ({gtid})")
 
-    def ensure_available(self, position: BinlogPosition) -> None:
+    def ensure_available(self, position: SourcePosition) -> None:
         if self.server.purged_before is not None and position < self.server.purged_before:
             raise DblogError(f"the binlog at {position} was purged (the in-memory server keeps from "
                              f"{self.server.purged_before})")
@@ -223,11 +223,11 @@ class InMemoryDialect:
         return self.server.retention or BinlogRetention(
             (BinlogFile(BINLOG, self.server.position().offset),), None, None, 0.0)
 
-    def startup_position(self, mode) -> BinlogPosition:
+    def startup_position(self, mode) -> SourcePosition:
         """latest and position:FILE:POS (a commit position of this binlog); other modes are not supported."""
         if mode.kind == "latest":
             return self.server.position()
-        commits = {tx.commit for tx in self.server.binlog} | {BinlogPosition.at(BINLOG, 4)}
+        commits = {tx.commit for tx in self.server.binlog} | {SourcePosition.at(BINLOG, 4)}
         if mode.kind == "position" and mode.position in commits:
             return mode.position
         raise DblogError(f"startup mode {mode}: not a commit position of the in-memory binlog")
@@ -238,7 +238,7 @@ class InMemoryDialect:
             if i % parts == part:
                 yield event
 
-    def commit_after(self, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
+    def commit_after(self, start: SourcePosition, max_events: int) -> SourcePosition | None:
         seen, last = 0, None
         for tx in self.server.binlog:
             if tx.commit > start:
@@ -248,7 +248,7 @@ class InMemoryDialect:
                     break
         return last
 
-    def split_range(self, start: BinlogPosition, end: BinlogPosition, parts: int) -> list[BinlogPosition]:
+    def split_range(self, start: SourcePosition, end: SourcePosition, parts: int) -> list[SourcePosition]:
         """Commits cutting the range into ``parts`` pieces of about equal numbers of transactions."""
         commits = [tx.commit for tx in self.server.binlog if start < tx.commit < end]
         return sorted({commits[len(commits) * k // parts] for k in range(1, parts)}) if len(commits) >= parts else []

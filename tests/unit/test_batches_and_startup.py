@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from airflow_provider_dblog.core.batches import Batch, BatchGroup, ChunkWeight, chunk_weights, pack_batches, spread
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.readers.progress import progress_lines
 from airflow_provider_dblog.steps.plan import plan_tables
@@ -74,7 +74,7 @@ def test_progress_lines_name_the_tables_that_moved():
 
 @pytest.mark.parametrize("text, expected", [
     (None, StartupMode("initial")), ("snapshot-only", StartupMode("snapshot-only")), ("latest", StartupMode("latest")),
-    ("position:mysql-bin.000003:154", StartupMode("position", position=BinlogPosition.at("mysql-bin.000003", 154))),
+    ("position:mysql-bin.000003:154", StartupMode("position", position=SourcePosition.at("mysql-bin.000003", 154))),
     ("gtid:0-1-1500", StartupMode("gtid", gtid="0-1-1500")),
     ("timestamp:1767225600000", StartupMode("timestamp", timestamp_ms=1767225600000)),
 ])
@@ -133,7 +133,7 @@ def test_latest_plans_no_batch_and_the_offsets_start_at_the_plan(tmp_path):
     assert offsets["tables"]["shop.orders"]["min_hw"] == str(start) and offsets["chunks"] == 0
     table_offsets = StateDir(state).offsets()["shop.orders"]
     server.transaction(("shop.orders", "update", {"id": 3, "v": "after"}))
-    assert not table_offsets.should_emit(BinlogPosition.at(start.file, start.offset, 0), 0)
+    assert not table_offsets.should_emit(SourcePosition.at(start.file, start.offset, 0), 0)
     assert table_offsets.should_emit(server.binlog[-1].event_position(0), 0)
 
 

@@ -11,22 +11,22 @@ from airflow_provider_dblog.core.chunks import (
 from airflow_provider_dblog.core.events import row_change
 from airflow_provider_dblog.core.window import merge_window
 from airflow_provider_dblog.core.offsets import TableOffsets, is_after
-from airflow_provider_dblog.core.positions import SNAPSHOT_ROW, BinlogPosition
+from airflow_provider_dblog.core.positions import SNAPSHOT_ROW, SourcePosition
 
-positions = st.builds(BinlogPosition, st.integers(1, 999_999), st.integers(4, 10**11), st.integers(0, 10**6))
+positions = st.builds(SourcePosition, st.integers(1, 999_999), st.integers(4, 10**11), st.integers(0, 10**6))
 
 
 @given(positions, positions)
 def test_encoded_positions_sort_like_positions(a, b):
     assert (a < b) == (a.encode() < b.encode())
-    assert BinlogPosition.decode(a.encode()) == a
+    assert SourcePosition.decode(a.encode()) == a
 
 
 def test_snapshot_position_sits_between_included_and_later_events():
-    hw = BinlogPosition.at("mysql-bin.000003", 1000)
-    assert BinlogPosition.at("mysql-bin.000003", 1000, 7) < hw.as_snapshot()  # event ending at HW: included
-    assert hw.as_snapshot() < BinlogPosition.at("mysql-bin.000003", 1001)     # next event: after
-    assert hw.as_snapshot() < BinlogPosition.at("mysql-bin.000004", 4)        # rotation keeps the order
+    hw = SourcePosition.at("mysql-bin.000003", 1000)
+    assert SourcePosition.at("mysql-bin.000003", 1000, 7) < hw.as_snapshot()  # event ending at HW: included
+    assert hw.as_snapshot() < SourcePosition.at("mysql-bin.000003", 1001)     # next event: after
+    assert hw.as_snapshot() < SourcePosition.at("mysql-bin.000004", 4)        # rotation keeps the order
     assert hw.as_snapshot().row == SNAPSHOT_ROW
 
 
@@ -70,7 +70,7 @@ def test_key_values_round_trip_through_json():
 
 
 def test_primary_key_change_is_delete_plus_insert_with_distinct_positions():
-    pos = BinlogPosition.at("b.000001", 500, 3)
+    pos = SourcePosition.at("b.000001", 500, 3)
     events = row_change("d.t", pos, ("id",), {"id": 1, "v": "a"}, {"id": 2, "v": "a"})
     assert [(e.op, e.key) for e in events] == [("d", (1,)), ("c", (2,))]
     assert events[0].pos < events[1].pos
@@ -93,7 +93,7 @@ def test_merge_yields_the_chunk_state_at_high_watermark(initial, operations, dat
     history = [dict(state)]
     events = []
     for n, (op, k1, k2, value) in enumerate(operations):
-        pos = BinlogPosition(1, 1000 + n, 0, "b.000001")
+        pos = SourcePosition(1, 1000 + n, 0, "b.000001")
         if op == "i" and k1 not in state:
             state[k1] = value
             events += row_change("t", pos, ("id",), None, {"id": k1, "v": value})
@@ -122,10 +122,10 @@ def test_merge_yields_the_chunk_state_at_high_watermark(initial, operations, dat
 @given(st.lists(st.integers(100, 10_000), min_size=1, max_size=8), st.integers(0, 20_000), st.integers(0, 3),
        st.integers(0, 7))
 def test_should_emit_only_after_the_chunk_high_watermark(hw_offsets, event_offset, row, pick):
-    hws = tuple(BinlogPosition.at("b.000002", o) for o in hw_offsets)
+    hws = tuple(SourcePosition.at("b.000002", o) for o in hw_offsets)
     offsets = TableOffsets("d.t", tuple((i * 10,) for i in range(1, len(hws))), hws)
     chunk = pick % len(hws)
-    pos = BinlogPosition.at("b.000002", event_offset, row)
+    pos = SourcePosition.at("b.000002", event_offset, row)
     expected = pos > hws[chunk].as_snapshot()
     decided_without_key = not offsets.needs_key(pos)
     assert offsets.should_emit(pos, chunk) == expected
@@ -136,7 +136,7 @@ def test_should_emit_only_after_the_chunk_high_watermark(hw_offsets, event_offse
 
 def test_offset_map_round_trips():
     chunks = chunks_from_boundaries([("a", 1), ("m", 2)])
-    hws = {c.id: BinlogPosition.at("b.000001", 100 + c.id) for c in chunks}
+    hws = {c.id: SourcePosition.at("b.000001", 100 + c.id) for c in chunks}
     offsets = TableOffsets.from_chunks("d.t", chunks, hws)
     assert TableOffsets.from_dict(offsets.to_dict()) == offsets
     assert offsets.min_hw.offset == 100 and offsets.max_hw.offset == 102
@@ -165,7 +165,7 @@ def test_rows_with_keys_is_exact_tuple_membership(data, kinds, chunks):
     assert pa.chunked_array(rows_with_keys(table, columns, keys)).to_pylist() == [r in keys for r in rows]
 
 
-_positions = st.builds(lambda epoch, seq, offset, row: BinlogPosition.at(f"mysql-bin.{seq:06d}", offset, row, epoch),
+_positions = st.builds(lambda epoch, seq, offset, row: SourcePosition.at(f"mysql-bin.{seq:06d}", offset, row, epoch),
                        st.integers(0, 7), st.integers(1, 999_999), st.integers(4, 2**36), st.integers(0, SNAPSHOT_ROW))
 
 
@@ -178,11 +178,11 @@ def test_positions_of_a_later_server_sort_after_and_every_codec_keeps_the_epoch(
         assert (a < b) == (a.epoch < b.epoch)
         assert (a.encode() < b.encode()) == (a.epoch < b.epoch)
     for p in (a, b):
-        assert BinlogPosition.from_dict(p.to_dict()) == p.boundary() and BinlogPosition.from_dict(p.to_dict()).file == p.file
-        assert BinlogPosition.decode(p.encode(), "mysql-bin").file == p.file
-        assert BinlogPosition.from_version(p.boundary().to_version(), "mysql-bin") == p.boundary()
+        assert SourcePosition.from_dict(p.to_dict()) == p.boundary() and SourcePosition.from_dict(p.to_dict()).file == p.file
+        assert SourcePosition.decode(p.encode(), "mysql-bin").file == p.file
+        assert SourcePosition.from_version(p.boundary().to_version(), "mysql-bin") == p.boundary()
         assert p.boundary().to_version() < 2**63
-        assert BinlogPosition.decode(p.encode()).in_file_of(p).file == p.file
+        assert SourcePosition.decode(p.encode()).in_file_of(p).file == p.file
 
 
 def test_a_gtid_state_moves_on_by_the_gtids_passed_per_domain():

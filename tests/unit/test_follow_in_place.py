@@ -9,18 +9,18 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.lake import event_rows, snapshot_rows
 from airflow_provider_dblog.store.lake_tables import LakeTables
 
 SOURCE = pa.schema([pa.field("id", pa.int32(), False), pa.field("v", pa.int64())])
 
 
-def _pos(offset: int) -> BinlogPosition:
-    return BinlogPosition.at("mysql-bin.000001", offset)
+def _pos(offset: int) -> SourcePosition:
+    return SourcePosition.at("mysql-bin.000001", offset)
 
 
-def _lake(path, seed: int) -> tuple[LakeTables, BinlogPosition]:
+def _lake(path, seed: int) -> tuple[LakeTables, SourcePosition]:
     """Two chunks read at different HWs, then random changes (some before a chunk's HW) in the changelog only."""
     rnd = random.Random(seed)
     lake = LakeTables(str(path), "db.t", SOURCE, ["id"])

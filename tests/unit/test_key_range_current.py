@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store import key_ranges
 from airflow_provider_dblog.store.lake import event_rows, snapshot_rows
 from airflow_provider_dblog.store.lake_tables import LakeTables
@@ -22,8 +22,8 @@ CHUNKS = {0: (0, 100), 1: (100, 200), 2: (200, 300)}  # chunk 2 is the last: key
 HWS = {0: 40, 1: 60, 2: 80}  # changes start at position 20: some come before their chunk's HW
 
 
-def _pos(offset: int) -> BinlogPosition:
-    return BinlogPosition.at("mysql-bin.000001", offset)
+def _pos(offset: int) -> SourcePosition:
+    return SourcePosition.at("mysql-bin.000001", offset)
 
 
 def _chunk_of(key: int) -> int:

@@ -56,14 +56,14 @@ print("pandas" in sys.modules)
 def test_change_events_keep_exact_values():
     """A change event's images become changelog rows with exact values (DECIMAL, dates, text)."""
     from airflow_provider_dblog.core.events import ChangeEvent
-    from airflow_provider_dblog.core.positions import BinlogPosition
+    from airflow_provider_dblog.core.positions import SourcePosition
     from airflow_provider_dblog.store.lake import event_rows
 
     source = pa.schema([("id", pa.int64()), ("price", pa.decimal128(15, 2)), ("day", pa.date32()), ("name", pa.string())])
     row = {"id": 7, "price": Decimal("-12.05"), "day": dt.date(2024, 2, 29), "name": "\u00e9t\u00e9"}
     before = {**row, "price": Decimal("1.00")}
-    events = [ChangeEvent("db.t", "u", BinlogPosition.at("mysql-bin.000002", 400), (7,), row, before, 1),
-              ChangeEvent("db.t", "d", BinlogPosition.at("mysql-bin.000002", 500), (7,), None, row, 2)]
+    events = [ChangeEvent("db.t", "u", SourcePosition.at("mysql-bin.000002", 400), (7,), row, before, 1),
+              ChangeEvent("db.t", "d", SourcePosition.at("mysql-bin.000002", 500), (7,), None, row, 2)]
     table = event_rows(events, [0, 0], source)
     assert table.select(source.names).to_pylist() == [row, row]  # a delete keeps its before image in place
     assert table.column("_op").to_pylist() == ["u", "d"] and table.column("_kind").to_pylist() == ["+U", "-D"]

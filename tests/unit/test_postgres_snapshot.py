@@ -12,7 +12,7 @@ import pytest
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
-from airflow_provider_dblog.core.positions import EPOCH_SPAN, BinlogPosition, lsn_position, position_lsn
+from airflow_provider_dblog.core.positions import EPOCH_SPAN, SourcePosition, lsn_position, position_lsn
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source import open_dialect
@@ -34,9 +34,9 @@ def test_wal_locations_are_positions_that_sort_in_wal_order():
     assert sorted(p.to_version() for p in positions) == [lsn_position(v).to_version() for v in ordered]
     assert max(p.to_version() for p in positions) < 2 ** 63  # a Delta app transaction version
     for p in positions:
-        assert BinlogPosition.from_dict(p.to_dict()) == p and BinlogPosition.from_dict(p.to_dict()).file == p.file
-        assert BinlogPosition.decode(p.encode(), "lsn") == p and BinlogPosition.decode(p.encode(), "lsn").file == p.file
-        assert BinlogPosition.from_version(p.to_version()) == p.boundary()
+        assert SourcePosition.from_dict(p.to_dict()) == p and SourcePosition.from_dict(p.to_dict()).file == p.file
+        assert SourcePosition.decode(p.encode(), "lsn") == p and SourcePosition.decode(p.encode(), "lsn").file == p.file
+        assert SourcePosition.from_version(p.to_version()) == p.boundary()
         assert p.epoch == 0
     p = lsn_position(0x1_016B3748, row=3)
     assert (p.seq, p.offset, p.row, p.file) == (1, 0x16B3748, 3, "lsn.000001")

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.lake import event_rows, snapshot_rows
 from airflow_provider_dblog.store.lake_tables import LakeTables
 
@@ -19,8 +19,8 @@ SOURCE = pa.schema([pa.field("id", pa.int64(), False), pa.field("v", pa.int64())
 CHUNKS = {0: (0, 20), 1: (20, 40)}
 
 
-def _pos(offset: int) -> BinlogPosition:
-    return BinlogPosition.at("mysql-bin.000001", offset)
+def _pos(offset: int) -> SourcePosition:
+    return SourcePosition.at("mysql-bin.000001", offset)
 
 
 def _rows(state: dict[int, dict], chunk: int) -> pa.Table:

@@ -8,7 +8,7 @@ import pytest
 
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.retention import BinlogFile, BinlogRetention, purge_risks
 from airflow_provider_dblog.local.chunk_readers import snapshot_table
 from airflow_provider_dblog.source.mysql.retention import purge_settings
@@ -20,8 +20,8 @@ from tests.support.fake_dialect import BINLOG, InMemoryServer
 NOW = 1_000_000.0
 
 
-def at(seq: int, offset: int = 400) -> BinlogPosition:
-    return BinlogPosition.at(f"mysql-bin.{seq:06d}", offset)
+def at(seq: int, offset: int = 400) -> SourcePosition:
+    return SourcePosition.at(f"mysql-bin.{seq:06d}", offset)
 
 
 def files(*started, sizes=None) -> tuple[BinlogFile, ...]:

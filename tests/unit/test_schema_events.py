@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.source.mysql.ddl import alter_actions, ddl_tables
 from airflow_provider_dblog.steps.change_committer import in_place_changes, statement_groups
@@ -46,8 +46,8 @@ def test_alter_actions_know_what_changes_rows():
 
 
 def _change(statement: str, offset: int, kind: str = "alter") -> SchemaChange:
-    return SchemaChange("db.t", kind, statement, BinlogPosition.at("b.000001", offset - 10),
-                        BinlogPosition.at("b.000001", offset))
+    return SchemaChange("db.t", kind, statement, SourcePosition.at("b.000001", offset - 10),
+                        SourcePosition.at("b.000001", offset))
 
 
 BEFORE = pa.schema([pa.field("id", pa.int32(), False), pa.field("a", pa.int32()), pa.field("b", pa.string())])
@@ -77,7 +77,7 @@ def test_in_place_changes_give_up_where_rows_must_be_read_again(statement, after
 
 def test_statement_groups_take_the_columns_of_the_rows_after_each_statement():
     def part(lo: int, hi: int, names):
-        pos = [BinlogPosition.at("b.000001", o).encode() for o in (lo, hi)]
+        pos = [SourcePosition.at("b.000001", o).encode() for o in (lo, hi)]
         return pa.table({**{n: [1, 2] for n in names}, "_pos": pos, "_op": ["u", "u"]})
 
     changes = [_change("ALTER TABLE t ADD c INT", 100), _change("ALTER TABLE t ADD d INT", 200),

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.lake import current_schema, snapshot_rows
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from tests.support.lakecheck import duckdb_current
@@ -23,8 +23,8 @@ SOURCE = pa.schema([pa.field("id", pa.int32(), False), pa.field("day", pa.date32
                     pa.field("price", pa.decimal128(15, 2)), pa.field("note", pa.string())])
 
 
-def _pos(offset: int) -> BinlogPosition:
-    return BinlogPosition.at("mysql-bin.000001", offset)
+def _pos(offset: int) -> SourcePosition:
+    return SourcePosition.at("mysql-bin.000001", offset)
 
 
 def _chunk_rows(keys, hw: int, chunk: int, tag: str = "") -> pa.Table:

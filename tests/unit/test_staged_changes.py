@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.readers.staging import ChangeStager
 from airflow_provider_dblog.store.lake import event_rows, snapshot_rows
 from airflow_provider_dblog.store.lake_tables import LakeTables
@@ -20,8 +20,8 @@ SOURCE = pa.schema([pa.field("id", pa.int32(), False), pa.field("v", pa.int64())
 CHUNKS = {0: (0, 100), 1: (100, 200), 2: (200, 300)}
 
 
-def _pos(offset: int) -> BinlogPosition:
-    return BinlogPosition.at("mysql-bin.000001", offset)
+def _pos(offset: int) -> SourcePosition:
+    return SourcePosition.at("mysql-bin.000001", offset)
 
 
 def _changes(seed: int, first: int, count: int) -> pa.Table:

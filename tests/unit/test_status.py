@@ -9,7 +9,7 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_dblog.core.config import SourceConfig
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.retention import BinlogFile, BinlogRetention
 from airflow_provider_dblog.core.status import (
     NEEDS_RESNAPSHOT, PHASES, PLANNED, SNAPSHOTTING, STOPPED, STREAMING, render, summarize, table_phase,
@@ -135,7 +135,7 @@ def test_status_through_a_capture_on_the_in_memory_source(tmp_path):
     assert catch_up_tables_in_driver(state, sink, dialect, {TABLE: state.offsets()[TABLE]}, server.position(), 2**20,
                                      committers) == {TABLE: 3}
     streaming = status()
-    lake = BinlogPosition.from_version(DeltaTable(changelog_uri(sink, TABLE)).transaction_version("dblog-tail"))
+    lake = SourcePosition.from_version(DeltaTable(changelog_uri(sink, TABLE)).transaction_version("dblog-tail"))
     assert streaming["lake_position"] == str(lake.in_file_of(server.position())) == str(server.position())
     assert streaming["current_position"] == streaming["lake_position"]
     assert streaming["phase"] == STREAMING and streaming["lag_bytes"] == 0 and streaming["rows_current"] == 41

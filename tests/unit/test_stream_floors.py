@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.config import SourceConfig
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.local.chunk_readers import snapshot_table
 from airflow_provider_dblog.readers.binlog_reader import ChangeReader
 from airflow_provider_dblog.source import open_dialect
@@ -24,7 +24,7 @@ from airflow_provider_dblog.store.state import StateDir
 from tests.unit.test_steps_on_fake_dialect import TABLE, server_with_rows
 
 
-def _commit(reader: BinlogStreamReader, state: StateDir, sink: str, end: BinlogPosition) -> None:
+def _commit(reader: BinlogStreamReader, state: StateDir, sink: str, end: SourcePosition) -> None:
     """One micro-batch as the lake sink commits it, from the floors the source gives."""
     meta = state.table(TABLE).meta
     dialect = open_dialect(state.source())
@@ -50,7 +50,7 @@ def test_floors_come_from_the_state_and_from_the_lake_only_when_the_source_lost_
     _commit(BinlogStreamReader(state, sink, "*", 0), state, sink, second)  # a crash before its record
 
     behind = BinlogStreamReader(state, sink, "*", 0)
-    assert BinlogPosition.from_dict(behind.initialOffset()) == first  # the state's record: no lake opened
+    assert SourcePosition.from_dict(behind.initialOffset()) == first  # the state's record: no lake opened
     server.transaction((TABLE, "update", {"id": 3, "v": 30, "note": "c"}))
     _commit(behind, state, sink, server.position())  # reads (first, now] again: the lake keeps each change once
     stream = [r for r in DeltaTable(changelog_uri(sink, TABLE)).to_pyarrow_table().to_pylist() if r["_op"] != "r"]
@@ -58,7 +58,7 @@ def test_floors_come_from_the_state_and_from_the_lake_only_when_the_source_lost_
 
     server.purged_before = second  # the log from the state's record is gone: the lake's position is taken
     lost = BinlogStreamReader(state, sink, "*", 0)
-    assert BinlogPosition.from_dict(lost.initialOffset()) == server.position()
+    assert SourcePosition.from_dict(lost.initialOffset()) == server.position()
     assert lost.streams()[TABLE].floor == server.position()
 
 
@@ -96,7 +96,7 @@ def test_a_range_read_in_pieces_gives_the_rows_of_one_read(tmp_path_factory, ops
     def rows(reader: BinlogStreamReader) -> dict[str, list]:
         envelopes = [e for p in reader.partitions({}, end) for e in reader.read(p)]
         batch = open_envelopes(pa.Table.from_batches(envelopes))
-        assert BinlogPosition.from_dict(end) == batch.end
+        assert SourcePosition.from_dict(end) == batch.end
         return {t: sorted(r["_pos"] for p in ps for r in p.to_pylist()) for t, ps in batch.parts.items()}
 
     whole = rows(BinlogStreamReader(state, sink, "*", 0, parallelism=1))

@@ -10,15 +10,15 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.lake import event_rows, snapshot_rows
 from airflow_provider_dblog.store.lake_tables import LakeTables
 
 SOURCE = pa.schema([pa.field("id", pa.int32(), False), pa.field("v", pa.int64())])
 
 
-def _pos(offset: int) -> BinlogPosition:
-    return BinlogPosition.at("mysql-bin.000001", offset)
+def _pos(offset: int) -> SourcePosition:
+    return SourcePosition.at("mysql-bin.000001", offset)
 
 
 def _batch(first: int, last: int) -> pa.Table:

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import row_change
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.readers.unchanged_values import carry_unchanged, fill_unchanged
 from airflow_provider_dblog.store.lake import UNCHANGED, event_rows
 
@@ -27,7 +27,7 @@ def history(seed: int, steps: int, lake: dict[int, dict]):
     live = {k: dict(v) for k, v in lake.items()}
     events, truth = [], []
     for i in range(steps):
-        pos = BinlogPosition(1, 1000 + i, 0, "log.000001")
+        pos = SourcePosition(1, 1000 + i, 0, "log.000001")
         key = rnd.randint(1, 6)
         if key not in live:
             row = {"id": key, "body": f"b{i}", "n": i}
@@ -92,7 +92,7 @@ def test_every_missing_value_is_the_keys_previous_value(seed, steps, cuts, in_la
 
 
 def test_the_lake_is_asked_once_per_key_and_only_when_the_range_has_no_earlier_image():
-    pos = [BinlogPosition(1, 100 + i, 0, "f") for i in range(4)]
+    pos = [SourcePosition(1, 100 + i, 0, "f") for i in range(4)]
     events = [*row_change("t", pos[0], KEYS, {"id": 1}, {"id": 1, "body": None, "n": 1}, 0, ("body",)),
               *row_change("t", pos[1], KEYS, {"id": 1}, {"id": 1, "body": None, "n": 2}, 0, ("body",)),
               *row_change("t", pos[2], KEYS, None, {"id": 2, "body": "two", "n": 0}),
@@ -105,7 +105,7 @@ def test_the_lake_is_asked_once_per_key_and_only_when_the_range_has_no_earlier_i
 
 
 def test_a_key_change_takes_its_values_from_the_old_key():
-    pos = BinlogPosition(1, 100, 3, "f")
+    pos = SourcePosition(1, 100, 3, "f")
     events = row_change("t", pos, KEYS, {"id": 1}, {"id": 9, "body": None, "n": 5}, 0, ("body",))
     assert [e.op for e in events] == ["d", "c"] and events[1].unchanged == ("body",)
     asked = []
@@ -115,7 +115,7 @@ def test_a_key_change_takes_its_values_from_the_old_key():
 
 
 def test_a_value_found_nowhere_stops_in_one_line_naming_the_fix():
-    events = row_change("t", BinlogPosition(1, 100, 0, "f"), KEYS, {"id": 4}, {"id": 4, "body": None, "n": 1}, 0,
+    events = row_change("t", SourcePosition(1, 100, 0, "f"), KEYS, {"id": 4}, {"id": 4, "body": None, "n": 1}, 0,
                         ("body",))
     with pytest.raises(DblogError) as exc:
         fill_unchanged("public.t", parts_of(events, []), KEYS, lake_lookup({}, []))
@@ -125,7 +125,7 @@ def test_a_value_found_nowhere_stops_in_one_line_naming_the_fix():
 
 
 def test_rows_without_missing_values_pass_untouched():
-    events = row_change("t", BinlogPosition(1, 100, 0, "f"), KEYS, None, {"id": 1, "body": "x", "n": 1})
+    events = row_change("t", SourcePosition(1, 100, 0, "f"), KEYS, None, {"id": 1, "body": "x", "n": 1})
     part = event_rows(events, [0], SOURCE)
     assert UNCHANGED not in part.schema.names
     assert fill_unchanged("t", [part], KEYS, lake_lookup({}, [])) == [part]

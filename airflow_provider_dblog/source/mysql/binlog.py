@@ -19,7 +19,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
@@ -41,7 +41,7 @@ _TABLE_MAP = re.compile(r"\((?P<name>.*)\)\s*$")
 
 
 # ---- positions ---------------------------------------------------------------------------------
-def current_position(client: MySqlClient) -> BinlogPosition:
+def current_position(client: MySqlClient) -> SourcePosition:
     rows = client.query(binlog_status_sql(client.version))
     if not rows:
         raise DblogError(f"binary logging is off on {client.config.address}: {SERVER_CONFIG_FIX}")
@@ -53,7 +53,7 @@ def binlog_sizes(client: MySqlClient) -> dict[str, int]:
     return {row[0]: int(row[1]) for row in client.query("SHOW BINARY LOGS")}
 
 
-def ensure_available(client: MySqlClient, position: BinlogPosition) -> None:
+def ensure_available(client: MySqlClient, position: SourcePosition) -> None:
     files = list(binlog_sizes(client))
     if position.file not in files:
         raise DblogError(f"binlog {position.file} (needed to resume at {position}) was purged from "
@@ -61,7 +61,7 @@ def ensure_available(client: MySqlClient, position: BinlogPosition) -> None:
                          f"longer be caught up; re-snapshot the table (dblog run with a new --state)")
 
 
-def range_bytes(client: MySqlClient, start: BinlogPosition, end: BinlogPosition) -> int | None:
+def range_bytes(client: MySqlClient, start: SourcePosition, end: SourcePosition) -> int | None:
     """Binlog bytes in ``[start, end)`` from ``SHOW BINARY LOGS`` sizes; None if a file is not listed."""
     if end <= start:
         return 0
@@ -89,7 +89,7 @@ class ListedEvent:
         return self.kind == "Xid" or (self.kind == "Query" and self.info.strip().upper() == "COMMIT")
 
 
-def listed_events(client: MySqlClient, start: BinlogPosition, files: Sequence[str], page: int = SCAN_PAGE
+def listed_events(client: MySqlClient, start: SourcePosition, files: Sequence[str], page: int = SCAN_PAGE
                   ) -> Iterator[ListedEvent]:
     """Events from ``start`` (an event boundary) to the end of the last of ``files``, as the server lists
     them without decoding row images: a page of ``page`` events per query."""
@@ -107,7 +107,7 @@ def listed_events(client: MySqlClient, start: BinlogPosition, files: Sequence[st
             file, offset = files[index], 4
 
 
-def commit_after(client: MySqlClient, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
+def commit_after(client: MySqlClient, start: SourcePosition, max_events: int) -> SourcePosition | None:
     """The last transaction boundary within ``max_events`` binlog events after ``start`` (at least one
     whole transaction), or None if no transaction has ended after ``start`` yet."""
     files = list(binlog_sizes(client))
@@ -123,8 +123,8 @@ def commit_after(client: MySqlClient, start: BinlogPosition, max_events: int) ->
     return last
 
 
-def split_points(client: MySqlClient, start: BinlogPosition, end: BinlogPosition, parts: int,
-                 min_bytes: int = SPLIT_MIN_BYTES, max_events: int = 4 * MAX_SCAN_EVENTS) -> list[BinlogPosition]:
+def split_points(client: MySqlClient, start: SourcePosition, end: SourcePosition, parts: int,
+                 min_bytes: int = SPLIT_MIN_BYTES, max_events: int = 4 * MAX_SCAN_EVENTS) -> list[SourcePosition]:
     """Transaction ends inside ``(start, end)`` cutting it into at most ``parts`` pieces of about equal bytes
     (one page through ``SHOW BINLOG EVENTS``: headers only, at most ``max_events`` of them: the cuts found by
     then); [] below ``min_bytes`` of binlog."""
@@ -143,7 +143,7 @@ def split_points(client: MySqlClient, start: BinlogPosition, end: BinlogPosition
     if size < max(min_bytes, 1):
         return []
     targets = [origin + size * k // parts for k in range(1, parts)]
-    points: list[BinlogPosition] = []
+    points: list[SourcePosition] = []
     for seen, event in enumerate(listed_events(client, start, files[:files.index(end.file) + 1])):
         at = client.position(event.file, event.end_pos)
         if at >= end or not targets or seen >= max_events:
@@ -155,7 +155,7 @@ def split_points(client: MySqlClient, start: BinlogPosition, end: BinlogPosition
     return points
 
 
-def scan_table_events(client: MySqlClient, start: BinlogPosition, end: BinlogPosition, tables: Iterable[str],
+def scan_table_events(client: MySqlClient, start: SourcePosition, end: SourcePosition, tables: Iterable[str],
                       max_events: int = MAX_SCAN_EVENTS, page: int = SCAN_PAGE) -> RangeScan:
     """Whether ``[start, end)`` holds no row event of ``tables`` (the first change found says why not)."""
     scans = scan_each_table(client, dict.fromkeys(tables, start), end, max_events, page, first_only=True)
@@ -164,7 +164,7 @@ def scan_table_events(client: MySqlClient, start: BinlogPosition, end: BinlogPos
         (scan.events for scan in scans.values()), default=0))
 
 
-def scan_each_table(client: MySqlClient, floors: Mapping[str, BinlogPosition], end: BinlogPosition,
+def scan_each_table(client: MySqlClient, floors: Mapping[str, SourcePosition], end: SourcePosition,
                     max_events: int = MAX_SCAN_EVENTS, page: int = SCAN_PAGE, first_only: bool = False
                     ) -> dict[str, RangeScan]:
     """Per table, whether ``[its floor, end)`` holds no row event or DDL statement of it: one pass over the
@@ -289,7 +289,7 @@ class BinlogStream:
         self.server_id_range = server_id_range
         self.gtids: dict[int, str] = {}  # per domain the last GTID the last read passed (MariaDB)
 
-    def _stream(self, start: BinlogPosition, schemas: Sequence[str], tables: Sequence[str]):
+    def _stream(self, start: SourcePosition, schemas: Sequence[str], tables: Sequence[str]):
         config = self.client.config
         return BinLogStreamReader(
             connection_settings={"host": config.host, "port": config.port, "user": config.user,
@@ -304,10 +304,10 @@ class BinlogStream:
             only_schemas=list(set(schemas)), only_tables=list(set(tables)), enable_logging=False,
         )
 
-    def items(self, start: BinlogPosition, end: BinlogPosition | None, tables: Sequence[TableMeta],
+    def items(self, start: SourcePosition, end: SourcePosition | None, tables: Sequence[TableMeta],
               extra_tables: Sequence[str] = (), share: tuple[int, int] = (0, 1),
-              blocks_after: Mapping[str, BinlogPosition] | None = None
-              ) -> Iterator[tuple[str, BinlogPosition, object]]:
+              blocks_after: Mapping[str, SourcePosition] | None = None
+              ) -> Iterator[tuple[str, SourcePosition, object]]:
         """For ``start < pos <= end``: ("row", pos, (table, before, after, ts)), ("commit", pos, None),
         ("schema", pos, SchemaVersion) before the first row of ``tables`` decoded with other columns than
         the version before (the planned one at first), and ("ddl", pos, SchemaChange) for a DDL statement
@@ -424,7 +424,7 @@ class BinlogStream:
             stream.close()
 
     @staticmethod
-    def _rows(meta: TableMeta | None, versions: dict, kind: str, decoded: list[tuple], pos: BinlogPosition, ts: int,
+    def _rows(meta: TableMeta | None, versions: dict, kind: str, decoded: list[tuple], pos: SourcePosition, ts: int,
               qualified: str = ""):
         """The items of one rows event: its table's new version first (when its columns changed), then
         ("row", position of the i-th row, (table, before, after, ts)); ``meta`` None: not a captured table."""
@@ -436,10 +436,10 @@ class BinlogStream:
         seq, offset, file = pos.seq, pos.offset, pos.file
         for i, images in enumerate(decoded):
             before, after = (None, images[0]) if kind == "write" else (images[0], None) if kind == "delete" else images
-            yield "row", BinlogPosition(seq, offset, i, file), (qualified, before, after, ts)
+            yield "row", SourcePosition(seq, offset, i, file), (qualified, before, after, ts)
 
-    def changes(self, start: BinlogPosition, end: BinlogPosition | None, tables: Sequence[TableMeta],
-                share: tuple[int, int] = (0, 1), blocks_after: Mapping[str, BinlogPosition] | None = None
+    def changes(self, start: SourcePosition, end: SourcePosition | None, tables: Sequence[TableMeta],
+                share: tuple[int, int] = (0, 1), blocks_after: Mapping[str, SourcePosition] | None = None
                 ) -> Iterator[ChangeEvent | ChangeBlock | SchemaVersion | SchemaChange]:
         """Row changes of ``tables``, each after the ``SchemaVersion`` it was decoded with (when that is
         not the planned one), and the DDL statements naming them, in binlog order; past
@@ -464,18 +464,18 @@ class _Runs:
     run's size, the end of the read). Items of one table stay in binlog order; tables need no order between
     them."""
 
-    def __init__(self, blocks_after: Mapping[str, BinlogPosition], versions: dict[str, TableMeta]):
+    def __init__(self, blocks_after: Mapping[str, SourcePosition], versions: dict[str, TableMeta]):
         self.after = {name: pos for name, pos in blocks_after.items()}
         self.versions = versions
         self.runs: dict[str, tuple[TableMeta, list, RowDecoder, list[RowsEvent]]] = {}
         self.sizes: dict[str, int] = {}
         self._layouts = ByColumns()  # the block layout of a table map's columns, or None
 
-    def takes(self, table: str, pos: BinlogPosition) -> bool:
+    def takes(self, table: str, pos: SourcePosition) -> bool:
         after = self.after.get(table)
         return after is not None and pos.with_row(0) > after
 
-    def add(self, event, meta: TableMeta, decoder: RowDecoder | None, kind: str, pos: BinlogPosition) -> list | None:
+    def add(self, event, meta: TableMeta, decoder: RowDecoder | None, kind: str, pos: SourcePosition) -> list | None:
         """Add a rows event to its table's run: the items to yield before it (an ended run, a new version), or
         None when it cannot be read column by column (the caller decodes it one by one)."""
         body = body_of(event) if decoder is not None else None
@@ -502,7 +502,7 @@ class _Runs:
             out.extend(self.flush(table))
         return out
 
-    def flush(self, table: str | None = None) -> Iterator[tuple[str, BinlogPosition, object]]:
+    def flush(self, table: str | None = None) -> Iterator[tuple[str, SourcePosition, object]]:
         """The items of ``table``'s run (every table's when None), which ends here."""
         for name in ([table] if table is not None else list(self.runs)):
             run = self.runs.pop(name, None)
@@ -519,7 +519,7 @@ class _Runs:
                     yield from BinlogStream._rows(meta, self.versions, e.kind, decoded, e.pos, e.ts_ms)
 
 
-def schema_changes(default_db: str, statement: str, start: BinlogPosition, pos: BinlogPosition,
+def schema_changes(default_db: str, statement: str, start: SourcePosition, pos: SourcePosition,
                    metas: dict[str, TableMeta]) -> list[SchemaChange]:
     """The captured tables a query event's DDL statement names (``start``: the boundary before it)."""
     kind, names = captured_ddl(statement, default_db, metas)
@@ -543,7 +543,7 @@ REFUSED_EVENT_TYPES = {
 }
 
 
-def check_rows_event(table: str, kind: str, columns, full: bool, pos: BinlogPosition) -> None:
+def check_rows_event(table: str, kind: str, columns, full: bool, pos: SourcePosition) -> None:
     """Refuse a rows event of a captured table that cannot be written to the lake as whole rows."""
     if not has_column_names(columns):
         raise DblogError(f"the {kind} rows event of {table} at {pos} has no column names (binlog_row_metadata is "
@@ -553,7 +553,7 @@ def check_rows_event(table: str, kind: str, columns, full: bool, pos: BinlogPosi
                          f"where it was written): dblog stops before it; " + IMAGE_FIX.format(table=table))
 
 
-def refuse_statement_dml(default_db: str, statement: str, pos: BinlogPosition, tables) -> None:
+def refuse_statement_dml(default_db: str, statement: str, pos: SourcePosition, tables) -> None:
     """Refuse DML of a captured table logged as a statement (binlog_format STATEMENT or MIXED)."""
     parsed = dml_tables(statement, default_db)
     if parsed is None:
@@ -566,7 +566,7 @@ def refuse_statement_dml(default_db: str, statement: str, pos: BinlogPosition, t
                          f"stops before it; " + STATEMENT_FIX)
 
 
-def refuse_event(event_type: int, pos: BinlogPosition) -> None:
+def refuse_event(event_type: int, pos: SourcePosition) -> None:
     """Stop before a binlog event dblog cannot decode, unless it is known to change no row."""
     if event_type in IGNORED_EVENT_TYPES:
         return

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source import spans
 from airflow_provider_dblog.source.mysql.field_types import (
@@ -69,7 +69,7 @@ class RowsEvent:
     start: int
     end: int
     kind: str
-    pos: BinlogPosition
+    pos: SourcePosition
     ts_ms: int
 
 

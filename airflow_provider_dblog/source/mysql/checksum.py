@@ -11,7 +11,7 @@ import pymysql
 from airflow_provider_dblog.core.checksums import ChunkChecksum
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.errors import DblogError
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.sql import range_condition, table_sql
@@ -48,7 +48,7 @@ def checksum_sql(meta: TableMeta, chunk: ChunkRange) -> str:
 
 
 def checksum_chunks(client: MySqlClient, meta: TableMeta, chunks: Sequence[ChunkRange]
-                    ) -> tuple[BinlogPosition, dict[int, ChunkChecksum]]:
+                    ) -> tuple[SourcePosition, dict[int, ChunkChecksum]]:
     """(the snapshot's binlog position, each chunk's checksum in that snapshot)."""
     out: dict[int, ChunkChecksum] = {}
     with client.conn.cursor() as cur:

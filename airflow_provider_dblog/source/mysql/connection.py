@@ -9,7 +9,7 @@ import pymysql
 
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 
 
 class SharedTlsConnection(pymysql.connections.Connection):
@@ -47,9 +47,9 @@ class MySqlClient:
         self._conn: pymysql.connections.Connection | None = None
         self._version: str | None = None
 
-    def position(self, file: str, offset: int, row: int = 0) -> BinlogPosition:
+    def position(self, file: str, offset: int, row: int = 0) -> SourcePosition:
         """A position this server reports (its binlog ``file`` and ``offset``) in the capture's order."""
-        return BinlogPosition.at(file, offset, row, self.epoch)
+        return SourcePosition.at(file, offset, row, self.epoch)
 
     def connect(self, database: str | None = None) -> pymysql.connections.Connection:
         try:

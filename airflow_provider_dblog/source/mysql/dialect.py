@@ -13,7 +13,7 @@ from airflow_provider_dblog.core.chunks import ChunkRange, Key
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.retention import BinlogRetention
 from airflow_provider_dblog.core.schema_events import ColumnAction, SchemaChange
 from airflow_provider_dblog.core.startup import StartupMode
@@ -83,7 +83,7 @@ class MySqlDialect:
     def drop_stream(self) -> list[str]:
         return []
 
-    def release(self, position: BinlogPosition) -> None:
+    def release(self, position: SourcePosition) -> None:
         """The server purges its binlog on its own (``binlog_retention`` reports how close that is)."""
 
     # ---- snapshot ----
@@ -127,7 +127,7 @@ class MySqlDialect:
             identity["server_uuid"] = str(self.client.scalar("SELECT @@server_uuid"))
         return identity
 
-    def current_position(self) -> BinlogPosition:
+    def current_position(self) -> SourcePosition:
         return binlog.current_position(self.client)
 
     def gtid_position(self) -> str | None:
@@ -137,47 +137,47 @@ class MySqlDialect:
         except pymysql.MySQLError:
             return None
 
-    def gtid_at(self, position: BinlogPosition) -> str | None:
+    def gtid_at(self, position: SourcePosition) -> str | None:
         return startup.gtid_at(self.client, position)
 
     def gtids_read(self) -> dict[int, str]:
         return dict(self.stream.gtids)
 
-    def position_after_gtid(self, gtid: str) -> BinlogPosition:
+    def position_after_gtid(self, gtid: str) -> SourcePosition:
         return startup.gtid_position(self.client, gtid)
 
-    def ensure_available(self, position: BinlogPosition) -> None:
+    def ensure_available(self, position: SourcePosition) -> None:
         binlog.ensure_available(self.client, position)
 
-    def binlog_retention(self, needed: Sequence[BinlogPosition] = ()) -> BinlogRetention:
+    def binlog_retention(self, needed: Sequence[SourcePosition] = ()) -> BinlogRetention:
         return retention.binlog_retention(self.client, self.stream.server_id_range, needed)
 
-    def startup_position(self, mode: StartupMode) -> BinlogPosition:
+    def startup_position(self, mode: StartupMode) -> SourcePosition:
         return startup.startup_position(self.client, self.stream.server_id_range, mode)
 
-    def read_changes(self, start: BinlogPosition, end: BinlogPosition | None,
+    def read_changes(self, start: SourcePosition, end: SourcePosition | None,
                      tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1),
-                     blocks_after: Mapping[str, BinlogPosition] | None = None) -> Iterator[ChangeEvent]:
+                     blocks_after: Mapping[str, SourcePosition] | None = None) -> Iterator[ChangeEvent]:
         return self.stream.changes(start, end, tables, share, blocks_after)
 
-    def commit_after(self, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
+    def commit_after(self, start: SourcePosition, max_events: int) -> SourcePosition | None:
         return binlog.commit_after(self.client, start, max_events)
 
-    def split_range(self, start: BinlogPosition, end: BinlogPosition, parts: int) -> list[BinlogPosition]:
+    def split_range(self, start: SourcePosition, end: SourcePosition, parts: int) -> list[SourcePosition]:
         return binlog.split_points(self.client, start, end, parts)
 
-    def scan_changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[str]) -> RangeScan:
+    def scan_changes(self, start: SourcePosition, end: SourcePosition, tables: Sequence[str]) -> RangeScan:
         return binlog.scan_table_events(self.client, start, end, tables)
 
-    def scan_each(self, floors: Mapping[str, BinlogPosition], end: BinlogPosition) -> dict[str, RangeScan]:
+    def scan_each(self, floors: Mapping[str, SourcePosition], end: SourcePosition) -> dict[str, RangeScan]:
         return binlog.scan_each_table(self.client, floors, end)
 
-    def range_bytes(self, start: BinlogPosition, end: BinlogPosition) -> int | None:
+    def range_bytes(self, start: SourcePosition, end: SourcePosition) -> int | None:
         return binlog.range_bytes(self.client, start, end)
 
     # ---- drift detection ----
     def checksum_chunks(self, meta: TableMeta, chunks: Sequence[ChunkRange]
-                        ) -> tuple[BinlogPosition, dict[int, ChunkChecksum]]:
+                        ) -> tuple[SourcePosition, dict[int, ChunkChecksum]]:
         return checksum.checksum_chunks(self.client, meta, chunks)
 
     # ---- re-snapshot selection ----

@@ -6,7 +6,7 @@ from typing import Mapping, Sequence
 
 import pymysql
 
-from airflow_provider_dblog.core.positions import BinlogPosition, file_sequence
+from airflow_provider_dblog.core.positions import SourcePosition, file_sequence
 from airflow_provider_dblog.core.retention import BinlogFile, BinlogRetention
 from airflow_provider_dblog.source.mysql.binlog import binlog_sizes
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
@@ -36,7 +36,7 @@ def purge_settings(variables: Mapping[str, str]) -> tuple[float | None, int | No
 
 
 def binlog_retention(client: MySqlClient, server_ids: tuple[int, int],
-                     needed: Sequence[BinlogPosition] = ()) -> BinlogRetention:
+                     needed: Sequence[SourcePosition] = ()) -> BinlogRetention:
     """The server's binlog files, purge settings and clock; with an age limit, for each closed file holding
     a ``needed`` position, the first-event time of the next file (when the rotation closed it), or of the
     file itself where the next one cannot be read."""

@@ -12,7 +12,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import FormatDescriptionEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
 
 from airflow_provider_dblog.core.errors import DblogError
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.source.mysql.binlog import binlog_sizes, current_position, listed_events
 from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTlsConnection
@@ -24,7 +24,7 @@ _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
 _GTID = re.compile(r"(\d+)-(\d+)-(\d+)")
 
 
-def startup_position(client: MySqlClient, server_ids: tuple[int, int], mode: StartupMode) -> BinlogPosition:
+def startup_position(client: MySqlClient, server_ids: tuple[int, int], mode: StartupMode) -> SourcePosition:
     """The transaction boundary where ``mode``'s stream starts (modes that read no snapshot)."""
     if mode.kind == "latest":
         return current_position(client)
@@ -44,7 +44,7 @@ def _files(client: MySqlClient, position_text: str) -> list[str]:
     return files
 
 
-def checked_position(client: MySqlClient, position: BinlogPosition) -> BinlogPosition:
+def checked_position(client: MySqlClient, position: SourcePosition) -> SourcePosition:
     """``position`` if the server still has it and it is a transaction boundary."""
     sizes = binlog_sizes(client)
     files = list(sizes)
@@ -73,7 +73,7 @@ def checked_position(client: MySqlClient, position: BinlogPosition) -> BinlogPos
     return position
 
 
-def gtid_position(client: MySqlClient, gtid_set: str) -> BinlogPosition:
+def gtid_position(client: MySqlClient, gtid_set: str) -> SourcePosition:
     """MariaDB, one replication domain: the boundary after the transaction ``D-S-N`` (every transaction
     of domain D up to sequence N is before it). Other GTID sets are not supported: one line says so."""
     text = gtid_set.strip()
@@ -103,7 +103,7 @@ def gtid_position(client: MySqlClient, gtid_set: str) -> BinlogPosition:
     return current_position(client)
 
 
-def gtid_at(client: MySqlClient, position: BinlogPosition) -> str | None:
+def gtid_at(client: MySqlClient, position: SourcePosition) -> str | None:
     """MariaDB's GTID state at a boundary of this server's binlog (``BINLOG_GTID_POS``, which reads the
     file up to it: asked once per tail start, not per batch); None on MySQL, for another server's position
     or without GTIDs."""
@@ -145,7 +145,7 @@ def file_started(client: MySqlClient, server_ids: tuple[int, int], file: str) ->
         stream.close()
 
 
-def timestamp_position(client: MySqlClient, server_ids: tuple[int, int], timestamp_ms: int) -> BinlogPosition:
+def timestamp_position(client: MySqlClient, server_ids: tuple[int, int], timestamp_ms: int) -> SourcePosition:
     """The boundary before the first transaction written at or after ``timestamp_ms``. The binlog
     stamps events to the second: a transaction in the same second as the timestamp is included."""
     now_ms = int(float(client.scalar("SELECT UNIX_TIMESTAMP(NOW(3))")) * 1000)

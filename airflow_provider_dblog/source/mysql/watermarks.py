@@ -9,7 +9,7 @@ import pymysql
 
 from airflow_provider_dblog.core.errors import DblogError, SchemaChangedError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.mysql.binlog import BinlogStream, current_position
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
@@ -93,7 +93,7 @@ class PositionWatermark:
     def high(self) -> None:
         self.hw = current_position(self.client)
 
-    def window(self) -> tuple[BinlogPosition, BinlogPosition, list[ChangeEvent]]:
+    def window(self) -> tuple[SourcePosition, SourcePosition, list[ChangeEvent]]:
         events = list(self.stream.changes(self.lw, self.hw, [self.meta])) if self.hw > self.lw else []
         return self.lw, self.hw, only_changes(events, self.meta)
 
@@ -138,7 +138,7 @@ class TableWatermark:
     def high(self) -> None:
         self._write()
 
-    def window(self) -> tuple[BinlogPosition, BinlogPosition, list[ChangeEvent]]:
+    def window(self) -> tuple[SourcePosition, SourcePosition, list[ChangeEvent]]:
         low_mark, high_mark = self.marks
         lw = hw = None
         seen: str | None = None

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
-from airflow_provider_dblog.core.positions import BinlogPosition
+from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source import spans
 from airflow_provider_dblog.source.postgres import values
@@ -47,7 +47,7 @@ class _Uncommon(Exception):
         self.common = common
 
 
-def decode_blocks(table: str, meta: TableMeta, payloads: Sequence[bytes], first: Callable[[int], BinlogPosition],
+def decode_blocks(table: str, meta: TableMeta, payloads: Sequence[bytes], first: Callable[[int], SourcePosition],
                   positions: Sequence[str], ts_ms: Sequence[int]) -> list[ChangeBlock | range]:
     """Insert / Update / Delete ``payloads`` of ``meta``'s version, in order: ``ChangeBlock`` s, and ``range`` s of
     the messages outside the common shape (see the module) for the caller to decode one by one. ``first(i)``: the
@@ -73,7 +73,7 @@ def decode_blocks(table: str, meta: TableMeta, payloads: Sequence[bytes], first:
         return [range(len(payloads))]
 
 
-def decode_block(table: str, meta: TableMeta, payloads: Sequence[bytes], first: BinlogPosition,
+def decode_block(table: str, meta: TableMeta, payloads: Sequence[bytes], first: SourcePosition,
                  positions: Sequence[str], ts_ms: Sequence[int]) -> ChangeBlock | None:
     """The ``ChangeBlock`` of ``payloads`` when every one is in the common shape, else ``None``."""
     try:

@@ -28,7 +28,7 @@ import pyarrow as pa
 from airflow_provider_dblog.core.checksums import ChunkChecksum
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.errors import DblogError
-from airflow_provider_dblog.core.positions import BinlogPosition, lsn_position
+from airflow_provider_dblog.core.positions import SourcePosition, lsn_position
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
 from airflow_provider_dblog.source.postgres.sql import quote_ident, range_condition, table_sql
@@ -96,7 +96,7 @@ def exact_position(commits: Sequence[tuple[int, int]], snapshot: tuple[int, int,
 
 
 def checksum_chunks(client: PostgresClient, stream: SlotReader, meta: TableMeta, schema: pa.Schema,
-                    chunks: Sequence[ChunkRange]) -> tuple[BinlogPosition, dict[int, ChunkChecksum]]:
+                    chunks: Sequence[ChunkRange]) -> tuple[SourcePosition, dict[int, ChunkChecksum]]:
     snapshot_sql = "pg_current_snapshot()" if client.version_num >= 130000 else "txid_current_snapshot()"
     for _ in range(SNAPSHOT_ROUNDS):
         lw = client.current_lsn()

@@ -20,7 +20,7 @@ from airflow_provider_dblog.core.chunks import ChunkRange, Key
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.positions import BinlogPosition, lsn_position, position_lsn
+from airflow_provider_dblog.core.positions import SourcePosition, lsn_position, position_lsn
 from airflow_provider_dblog.core.retention import BinlogRetention
 from airflow_provider_dblog.core.schema_events import ColumnAction, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.startup import StartupMode
@@ -119,7 +119,7 @@ class PostgresDialect:
         """Drop the capture's slot and publication (``dblog drop``); what was dropped."""
         return slot.drop(self.client, self.slot, self.publication)
 
-    def release(self, position: BinlogPosition) -> None:
+    def release(self, position: SourcePosition) -> None:
         """The lake holds every change before ``position``: the slot may let the server recycle that WAL."""
         if self.slot:
             slot.advance(self.client, self.slot, position_lsn(position))
@@ -179,23 +179,23 @@ class PostgresDialect:
             ())[0]
         return {"system_identifier": str(system), "timeline": int(timeline)}
 
-    def current_position(self) -> BinlogPosition:
+    def current_position(self) -> SourcePosition:
         return lsn_position(self.client.current_lsn())
 
     def gtid_position(self) -> str | None:
         return None
 
-    def gtid_at(self, position: BinlogPosition) -> str | None:
+    def gtid_at(self, position: SourcePosition) -> str | None:
         return None
 
     def gtids_read(self) -> dict[int, str]:
         return {}
 
-    def position_after_gtid(self, gtid: str) -> BinlogPosition:
+    def position_after_gtid(self, gtid: str) -> SourcePosition:
         raise DblogError("PostgreSQL has no GTIDs: a capture cannot move to another server by GTID")
 
     # ---- the stream ----
-    def ensure_available(self, position: BinlogPosition) -> None:
+    def ensure_available(self, position: SourcePosition) -> None:
         """The slot still holds the WAL from ``position`` on (a read from before its ``confirmed_flush_lsn``
         would silently start later: refused like a purged binlog)."""
         if not self.slot:
@@ -210,18 +210,18 @@ class PostgresDialect:
                              f"{', its WAL was removed (max_slot_wal_keep_size)' if state.wal_status == 'lost' else ''}"
                              f"): the lake can no longer be caught up; re-snapshot the table")
 
-    def binlog_retention(self, needed: Sequence[BinlogPosition] = ()) -> BinlogRetention:
+    def binlog_retention(self, needed: Sequence[SourcePosition] = ()) -> BinlogRetention:
         return retention.wal_retention(self.client, self.slot, needed)
 
-    def startup_position(self, mode: StartupMode) -> BinlogPosition:
+    def startup_position(self, mode: StartupMode) -> SourcePosition:
         if mode.kind == "latest":
             return self.current_position()
         raise DblogError(f"--startup {mode} is not available for PostgreSQL sources: use initial, latest or "
                          f"snapshot-only")
 
-    def read_changes(self, start: BinlogPosition, end: BinlogPosition | None,
+    def read_changes(self, start: SourcePosition, end: SourcePosition | None,
                      tables: Sequence[TableMeta], share: tuple[int, int] = (0, 1),
-                     blocks_after: Mapping[str, BinlogPosition] | None = None
+                     blocks_after: Mapping[str, SourcePosition] | None = None
                      ) -> Iterator[ChangeEvent | ChangeBlock | SchemaVersion | SchemaChange]:
         """The slot is read by one process at a time: the first share reads the range, the others nothing."""
         stream = self.stream
@@ -229,25 +229,25 @@ class PostgresDialect:
             return iter(())
         return stream.changes(start, end if end is not None else self.current_position(), tables, blocks_after)
 
-    def commit_after(self, start: BinlogPosition, max_events: int) -> BinlogPosition | None:
+    def commit_after(self, start: SourcePosition, max_events: int) -> SourcePosition | None:
         return None  # a micro-batch takes the whole range (its changes are staged past the memory budget)
 
-    def split_range(self, start: BinlogPosition, end: BinlogPosition, parts: int) -> list[BinlogPosition]:
+    def split_range(self, start: SourcePosition, end: SourcePosition, parts: int) -> list[SourcePosition]:
         return []  # a slot has one reader at a time
 
-    def scan_changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[str]) -> RangeScan:
+    def scan_changes(self, start: SourcePosition, end: SourcePosition, tables: Sequence[str]) -> RangeScan:
         return RangeScan(False, 0, "a PostgreSQL range is read, not scanned")
 
-    def scan_each(self, floors: Mapping[str, BinlogPosition], end: BinlogPosition) -> dict[str, RangeScan]:
+    def scan_each(self, floors: Mapping[str, SourcePosition], end: SourcePosition) -> dict[str, RangeScan]:
         return {name: self.scan_changes(floor, end, [name]) for name, floor in floors.items()}
 
-    def range_bytes(self, start: BinlogPosition, end: BinlogPosition) -> int | None:
+    def range_bytes(self, start: SourcePosition, end: SourcePosition) -> int | None:
         """WAL bytes between two positions: their LSNs' difference."""
         return max(0, position_lsn(end) - position_lsn(start))
 
     # ---- drift detection ----
     def checksum_chunks(self, meta: TableMeta, chunks: Sequence[ChunkRange]
-                        ) -> tuple[BinlogPosition, dict[int, ChunkChecksum]]:
+                        ) -> tuple[SourcePosition, dict[int, ChunkChecksum]]:
         """Checksums in one REPEATABLE READ snapshot, at the exact position the slot's commits give it
         (``checksum``); a snapshot-only capture has no stream to bring the lake to it."""
         if not self.slot:

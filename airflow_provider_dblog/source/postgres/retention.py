@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from airflow_provider_dblog.core.positions import BinlogPosition, lsn_position
+from airflow_provider_dblog.core.positions import SourcePosition, lsn_position
 from airflow_provider_dblog.core.retention import BinlogFile, BinlogRetention
 from airflow_provider_dblog.source.postgres.connection import PostgresClient
 from airflow_provider_dblog.source.postgres.slot import slot_state
@@ -20,7 +20,7 @@ from airflow_provider_dblog.source.postgres.slot import slot_state
 HALF = 1 << 32
 
 
-def wal_retention(client: PostgresClient, slot: str | None, needed: Sequence[BinlogPosition] = ()) -> BinlogRetention:
+def wal_retention(client: PostgresClient, slot: str | None, needed: Sequence[SourcePosition] = ()) -> BinlogRetention:
     now = client.current_lsn()
     state = slot_state(client, slot) if slot else None
     start = state.restart if state is not None and state.wal_status != "lost" else now

@@ -33,7 +33,7 @@ import psycopg2
 from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
-from airflow_provider_dblog.core.positions import BinlogPosition, encode_position, lsn_position, position_lsn
+from airflow_provider_dblog.core.positions import SourcePosition, encode_position, lsn_position, position_lsn
 from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.postgres import pgoutput
@@ -56,7 +56,7 @@ _NOT_CAPTURED = ("", None)
 TOAST_FIX = "give the key a column that is never TOASTed, or ALTER TABLE {table} REPLICA IDENTITY FULL"
 
 
-def change_position(final_lsn: int, row: int = 0) -> BinlogPosition:
+def change_position(final_lsn: int, row: int = 0) -> SourcePosition:
     """The position of the ``row``-th change of the transaction whose commit record starts at ``final_lsn``."""
     return lsn_position(final_lsn + 1, row)
 
@@ -78,10 +78,10 @@ class _Run:
     def __init__(self, name: str, version: _Version, blocks: bool) -> None:
         self.name, self.version, self.blocks = name, version, blocks
         self.payloads: list[bytes] = []
-        self.rows: list[tuple[BinlogPosition, int, int]] = []  # per message: its transaction's first position, row, ts
+        self.rows: list[tuple[SourcePosition, int, int]] = []  # per message: its transaction's first position, row, ts
         self.bytes = 0
 
-    def add(self, payload: bytes, first: BinlogPosition, row: int, ts: int) -> bool:
+    def add(self, payload: bytes, first: SourcePosition, row: int, ts: int) -> bool:
         """Collect one message; True when the run is full (``BLOCK_ROWS`` messages or ``BLOCK_BYTES``)."""
         self.payloads.append(payload)
         self.rows.append((first, row, ts))
@@ -171,10 +171,10 @@ class SlotReader:
         return found
 
     # ---- the captured tables' changes ----
-    def changes(self, start: BinlogPosition, end: BinlogPosition, tables: Sequence[TableMeta],
-                blocks_after: Mapping[str, BinlogPosition] | None = None
+    def changes(self, start: SourcePosition, end: SourcePosition, tables: Sequence[TableMeta],
+                blocks_after: Mapping[str, SourcePosition] | None = None
                 ) -> Iterator[ChangeEvent | ChangeBlock | SchemaVersion | SchemaChange]:
-        """Row changes of ``tables`` with ``start < position <= end`` (as ``BinlogPosition`` s), each after the
+        """Row changes of ``tables`` with ``start < position <= end`` (as ``SourcePosition`` s), each after the
         ``SchemaVersion`` it was decoded with when that is not the planned one, and TRUNCATE / RENAME as schema
         changes, in commit order. A table's changes after ``blocks_after[table]`` may come as ``ChangeBlock`` s
         (runs of up to ``BLOCK_ROWS`` messages or ``BLOCK_BYTES`` decoded column by column) instead of events."""
@@ -303,7 +303,7 @@ class SlotReader:
                 found[int(rows[0][0])] = name
         return found
 
-    def _row_events(self, name: str, version: _Version, tag: int, buf: bytes, pos: BinlogPosition, ts: int
+    def _row_events(self, name: str, version: _Version, tag: int, buf: bytes, pos: SourcePosition, ts: int
                     ) -> list[ChangeEvent]:
         """The events of one Insert / Update / Delete message (``tag``) of ``name``, decoded by ``version``."""
         try:
@@ -318,7 +318,7 @@ class SlotReader:
         return row_change(name, pos, version.key_columns, before, after, ts, unchanged)
 
     @staticmethod
-    def _unchanged_toast(name: str, version: _Version, after: dict, old: dict | None, pos: BinlogPosition
+    def _unchanged_toast(name: str, version: _Version, after: dict, old: dict | None, pos: SourcePosition
                          ) -> tuple[dict, tuple[str, ...]]:
         """``after`` with its unchanged TOASTed values taken from the old row (REPLICA IDENTITY FULL), and the
         columns still without one (``None`` in ``after``): the committer takes them from the key's previous

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.positions import BinlogPosition, lsn_position
+from airflow_provider_dblog.core.positions import SourcePosition, lsn_position
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.postgres.connection import PostgresClient
 
@@ -51,5 +51,5 @@ class SnapshotWindow:
                              f"watermark: reading the chunk again")
         self.client.end_snapshot()
 
-    def window(self) -> tuple[BinlogPosition, BinlogPosition, list[ChangeEvent]]:
+    def window(self) -> tuple[SourcePosition, SourcePosition, list[ChangeEvent]]:
         return self.lw, self.lw, []
