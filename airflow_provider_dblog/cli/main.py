@@ -247,6 +247,9 @@ def cmd_run(args) -> dict:
 
     source, tables, keys = _capture(args)
     local = {}
+    if args.spark_submit and args.driver_threads is not None:
+        log.warning("run: --driver-threads is for local runs; under spark-submit Spark's "
+                    "executors read every chunk")
     if not args.spark_submit:
         from airflow_provider_dblog.local.catch_up import DRIVER_CATCH_UP_BYTES
         from airflow_provider_dblog.local.chunk_readers import DRIVER_THREADS

@@ -3,12 +3,15 @@ Streaming query. ``spark``: a session, a factory of one (a local session that st
 it), or None: the stock session of a spark-submit application."""
 from __future__ import annotations
 
+import logging
 from typing import Callable, Sequence
 
 from airflow_provider_dblog.core.batches import Batch, BatchGroup
 from airflow_provider_dblog.spark import tail_queries
 from airflow_provider_dblog.spark.snapshot_job import run_chunks
 from airflow_provider_dblog.store.state import StateDir
+
+log = logging.getLogger("dblog")
 
 
 class SparkExecutor:
@@ -27,10 +30,11 @@ class SparkExecutor:
         state, wanted = StateDir(state_dir), set(tables)
         done = {t: state.reports(t) for t in wanted}
         reports: list[dict] = []
-        for batch in batches:
+        for number, batch in enumerate(batches, start=1):
             groups = [BatchGroup(g.table, ids) for g in batch.groups if g.table in wanted
                       if (ids := tuple(c for c in g.chunk_ids if c not in done[g.table]))]
             if groups:
+                log.info("run: batch %d (%d/%d) on Spark", batch.index, number, len(batches))
                 reports += read_batch(batch.index, groups)
         return reports
 

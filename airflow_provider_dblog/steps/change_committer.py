@@ -48,10 +48,10 @@ from airflow_provider_dblog.store.staged import StagedFile, discard, read_staged
 from airflow_provider_dblog.store.state import StateDir, TablePlan
 
 log = logging.getLogger("dblog")
-# one schema change followed at a time in a process: a re-read or a new plan of one table may run a
-# Spark job and rewrites the plan, while other tables of the micro-batch commit on other threads
+# one schema change followed at a time in a process: a re-read or a new plan of one table reads chunks on
+# the executor and rewrites the plan, while other tables of the micro-batch commit on other threads
 _FOLLOWING = threading.Lock()
-Reread = Callable[[TablePlan], None]  # reads every chunk of the plan again (in this process or on Spark)
+Reread = Callable[[TablePlan], None]  # reads every chunk of the plan again (in this process or on the executor)
 
 
 def reread_here(state: StateDir, sink: str, dialect: DataSourceDialect) -> Reread:
@@ -66,9 +66,10 @@ class ChangeCommitter:
     """Commits ranges of one table's changes (``readers.binlog_reader`` output) under a behaviour."""
 
     def __init__(self, state: StateDir, lake: LakeTables, dialect: DataSourceDialect, behaviour: str = "evolve",
-                 reread: Reread | None = None, sink: str | None = None):
+                 reread: Reread | None = None, sink: str | None = None, plan: TablePlan | None = None):
+        """``plan``: the table's plan when the caller has it (else read from the state: a request on S3)."""
         self.state, self.lake, self.dialect, self.behaviour = state, lake, dialect, behaviour
-        self.plan = state.table(lake.table)
+        self.plan = plan or state.table(lake.table)
         self.reread = reread or reread_here(state, sink, dialect)
         self._ignored: set[tuple] = set()
         self.replanned = False  # the table was planned again (a new key): its stream must start again
@@ -360,13 +361,19 @@ def table_committers(state: StateDir, sink: str, schema_changes: str, memory_byt
                      executor=None) -> Callable:
     """``(dialect, table) -> ChangeCommitter``: how the tail commits a table's changes under ``schema_changes``,
     ``current`` updated with at most ``memory_bytes`` of changes at once; chunks read again after a schema
-    change are read by ``executor`` (None: one after another in this process, ``reread_here``)."""
+    change are read by ``executor`` (None: one after another in this process, ``reread_here``). The plans are
+    read once, at the first committer made (on object storage each read of the plan is a request): make a
+    factory per query start, so that a table planned again since is seen with its new plan."""
+    plans: list[dict] = []
+
     def make(dialect, name: str) -> ChangeCommitter:
-        meta = state.table(name).meta
-        lake = LakeTables(sink, name, dialect.arrow_schema(meta), meta.key_columns)
+        if not plans:
+            plans.append(state.tables())
+        plan = state.table_of(plans[0], name)  # a table planned after the first read: read again
+        lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
         lake.memory_bytes = memory_bytes
         reread = None if executor is None else reread_by(executor, state, sink, dialect)
-        return ChangeCommitter(state, lake, dialect, schema_changes, reread, sink=sink)
+        return ChangeCommitter(state, lake, dialect, schema_changes, reread, sink=sink, plan=plan)
     return make
 
 

@@ -1,8 +1,8 @@
 """Where a step's reads run: the one interface steps use, so that no step names Spark or the local path.
 
-An entry point (``cli``, ``airflow``) or a test chooses the executor and hands it to the step:
-``spark.executor.SparkExecutor`` reads chunks as Spark jobs and tails through one Structured Streaming query
-(the stock session under spark-submit, or a given one); ``local.executor.LocalExecutor`` is the same on a
+The ``dblog`` command (run by hand, or by spark-submit for every Airflow task) or a test chooses the executor
+and hands it to the step: ``spark.executor.SparkExecutor`` reads chunks as Spark jobs and tails through one
+Structured Streaming query (the stock session under spark-submit, or a given one); ``local.executor.LocalExecutor`` is the same on a
 local Spark that starts only when needed, plus what a single machine does better in this process: chunks
 read while Spark starts, and a small cold catch-up read without Spark. The steps decide what is read and
 commit it (``steps.change_committer``); the executor only decides where and how the reading runs."""

@@ -238,7 +238,7 @@ def resnapshot(state_dir: str, sink: str, table: Any, key_lo: Any = None, key_hi
     rows = 0
     if not dry_run:
         if selection["batches"] and executor is None:
-            raise ValueError("resnapshot reads chunks: pass the executor that reads them")
+            raise TypeError("resnapshot reads chunks again: pass the executor that reads them")
         for batch in selection["batches"]:
             reports = snapshot_batch(state_dir, batch["batch"], sink, force=True, chunk_ids=batch["chunks"],
                                      executor=executor, table=batch["table"])

@@ -17,8 +17,8 @@ SIGNAL_SECONDS = 5.0
 
 
 class SignalWatcher:
-    def __init__(self, state: StateDir, sink: str, dialect, table: str, every: float = SIGNAL_SECONDS,
-                 executor=None):
+    def __init__(self, state: StateDir, sink: str, dialect, table: str, every: float, executor):
+        """``executor``: where the signalled re-snapshots read (``steps.executor``)."""
         self.state, self.sink, self.dialect, self.table = state, sink, dialect, table
         self.every, self.executor, self.last = every, executor, 0.0
 

@@ -96,7 +96,7 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             settled: dict[str, SourcePosition] = {}
             rows: dict[str, int] = {}
             skipped, in_driver = [], []
-            if available_now:  # before Spark: nothing to read, or little enough to read here
+            if available_now:  # before a query starts: nothing to read, or little enough for the executor's catch-up
                 now = dialect.current_position()
                 now_gtid = functools.cache(lambda: dialect.gtid_at(now))  # asked once, if a table needs it
                 skipped = skip_catch_ups(state, dialect, {n: offsets[n].min_hw for n in names}, now, recorded,
@@ -114,12 +114,11 @@ def run_tail(state_dir: str, sink: str, available_now: bool = True, trigger_seco
             if todo:
                 follow_all = not available_now and tables is None  # tables joining the offset map join the query
 
-                committers = table_committers(state, sink, schema_changes, batch_memory_bytes, executor)
-
-                def start():
+                def start():  # committers of this start: a restart after a re-plan reads the new plan
                     return executor.start_tail(state, sink, None if follow_all else todo, available_now,
                                                trigger_seconds, max_events, decode_parallelism, merge_interval,
-                                               committers, batch_memory_bytes)
+                                               table_committers(state, sink, schema_changes, batch_memory_bytes,
+                                                                executor), batch_memory_bytes)
 
                 query, lake_sink = start()
                 sinks = [lake_sink]  # the query's sink, and those of the queries it replaced

@@ -58,6 +58,8 @@ def verify_tables(state_dir: str, sink: str, tables: Sequence[str], repair: bool
     """Checksum verify (and repair) of ``tables``; the result names what was checked, what drifted and what
     was repaired (read again on ``executor``, ``steps.executor``). Raises nothing for drift: the caller decides
     (``equal`` says it). ``source``: the connection to use (default: the state's, with its stored password)."""
+    if repair and executor is None:
+        raise TypeError("verify_tables(repair=True) reads drifted chunks again: pass the executor that reads them")
     check_sink(sink)
     state = StateDir(state_dir)
     per_table, started = {}, time.time()

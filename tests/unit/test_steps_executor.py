@@ -13,6 +13,7 @@ from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.resnapshot import resnapshot
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
 from airflow_provider_dblog.steps.tail import run_tail
+from airflow_provider_dblog.steps.verify import verify_tables
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
 from tests.support.fake_dialect import InMemoryDialect, InMemoryServer
@@ -64,8 +65,10 @@ def test_a_capture_reads_and_tails_only_through_the_executor_it_is_given(tmp_pat
 def test_a_step_that_must_read_and_has_no_executor_fails_before_anything_is_written(tmp_path):
     server, state_dir, sink, plan = captured(tmp_path)
     assert resnapshot(state_dir, sink, TABLE, chunk_ids="0", dry_run=True)["chunks"] == [0]  # reads nothing
-    with pytest.raises(ValueError, match="executor"):
+    with pytest.raises(TypeError, match="executor"):
         resnapshot(state_dir, sink, TABLE, chunk_ids="0")
+    with pytest.raises(TypeError, match="executor"):
+        verify_tables(state_dir, sink, [TABLE], repair=True)
     assert not StateDir(state_dir).reports(TABLE)
     with pytest.raises(TypeError, match="executor"):
         snapshot_batch(state_dir, 0, sink)  # the executor is a required keyword
