@@ -186,7 +186,7 @@ def child_breakdown(state_dir: str, lo: str, hi: str) -> dict:
     consumed): the slot's messages fetched, + decoded (pgoutput), + change events (typed values, positions), +
     lake rows (emit rule, chunk of each key, Arrow); no Delta commit."""
     from airflow_provider_dblog.core.positions import lsn_position
-    from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream
+    from airflow_provider_dblog.readers.change_reader import ChangeReader, TableStream
     from airflow_provider_dblog.source import open_dialect
     from airflow_provider_dblog.source.postgres import pgoutput
     from airflow_provider_dblog.store.state import StateDir

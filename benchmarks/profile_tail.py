@@ -26,9 +26,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from airflow_provider_dblog.core.positions import SourcePosition
-    from airflow_provider_dblog.readers.binlog_reader import TableStream
+    from airflow_provider_dblog.readers.change_reader import TableStream
     from airflow_provider_dblog.source import open_dialect
-    from airflow_provider_dblog.spark.binlog_source import BinlogRange, BinlogStreamReader
+    from airflow_provider_dblog.spark.change_source import BinlogRange, BinlogStreamReader
     from airflow_provider_dblog.store.state import StateDir
 
     state = StateDir(args.state)

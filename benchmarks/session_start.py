@@ -44,8 +44,8 @@ spark.sparkContext.setLogLevel("WARN")
 out["spark_context"] = time.time() - t
 if register:
     t = time.time()
-    from airflow_provider_dblog.spark.binlog_source import BinlogDataSource
-    spark.dataSource.register(BinlogDataSource)
+    from airflow_provider_dblog.spark.change_source import ChangeDataSource
+    spark.dataSource.register(ChangeDataSource)
     out["register_source"] = time.time() - t
 t = time.time()
 spark.sparkContext.parallelize(range(4), 2).map(lambda x: x + 1).collect()

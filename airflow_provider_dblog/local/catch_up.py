@@ -18,7 +18,7 @@ from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.parallel import for_each_table
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
-from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream
+from airflow_provider_dblog.readers.change_reader import ChangeReader, TableStream
 from airflow_provider_dblog.source.dialect import DataSourceDialect
 from airflow_provider_dblog.store.object_store import table_threads
 from airflow_provider_dblog.store.state import StateDir

@@ -62,7 +62,7 @@ class LakeSink:
         self._merged_at = time.monotonic()
 
     def __call__(self, frame, batch_id: int) -> None:
-        from airflow_provider_dblog.spark.binlog_source import open_envelopes
+        from airflow_provider_dblog.spark.change_source import open_envelopes
 
         for committer in self.committers.values():
             committer.check_plan()
@@ -149,10 +149,10 @@ def start_query(state: StateDir, sink: str, tables: list[str] | None, available_
     it while the query runs included); returns the query and its lake sink. ``batch_memory_bytes``: half
     of it for the rows the decoding tasks hand to the driver in memory (more are staged as files)."""
     from airflow_provider_dblog.source import open_dialect
-    from airflow_provider_dblog.spark.binlog_source import ALL_TABLES, SOURCE_NAME, BinlogDataSource
+    from airflow_provider_dblog.spark.change_source import ALL_TABLES, SOURCE_NAME, ChangeDataSource
 
     spark = spark_session("dblog-tail", spark)
-    spark.dataSource.register(BinlogDataSource)
+    spark.dataSource.register(ChangeDataSource)
     dialect = open_dialect(state.source(), state.options())
     lake_sink = LakeSink(state, sink, dialect, committers, merge_interval, table_threads(sink))
     parallelism = decode_parallelism or spark.sparkContext.defaultParallelism

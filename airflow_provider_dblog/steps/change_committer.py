@@ -63,7 +63,7 @@ def reread_here(state: StateDir, sink: str, dialect: DataSourceDialect) -> Rerea
 
 
 class ChangeCommitter:
-    """Commits ranges of one table's changes (``readers.binlog_reader`` output) under a behaviour."""
+    """Commits ranges of one table's changes (``readers.change_reader`` output) under a behaviour."""
 
     def __init__(self, state: StateDir, lake: LakeTables, dialect: DataSourceDialect, behaviour: str = "evolve",
                  reread: Reread | None = None, sink: str | None = None, plan: TablePlan | None = None):

@@ -17,7 +17,7 @@ import shutil
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import MAX_EPOCH, SourcePosition
 from airflow_provider_dblog.source import open_dialect
-from airflow_provider_dblog.readers.binlog_reader import table_floor
+from airflow_provider_dblog.readers.change_reader import table_floor
 from airflow_provider_dblog.store.state import StateDir, describe_server
 
 log = logging.getLogger("dblog")

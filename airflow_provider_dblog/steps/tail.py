@@ -22,7 +22,7 @@ from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.parallel import for_each_table
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.status import LISTED_TABLES, lag_text, rows_text
-from airflow_provider_dblog.readers.binlog_reader import release_log
+from airflow_provider_dblog.readers.change_reader import release_log
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.steps.change_committer import table_committers, unfollowed_schema_changes
 from airflow_provider_dblog.steps.executor import Executor

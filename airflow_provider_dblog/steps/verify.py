@@ -25,7 +25,7 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import TableMeta
-from airflow_provider_dblog.readers.binlog_reader import TableChangeReader
+from airflow_provider_dblog.readers.change_reader import TableChangeReader
 from airflow_provider_dblog.readers.unchanged_values import carry_unchanged
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.source.dialect import DataSourceDialect

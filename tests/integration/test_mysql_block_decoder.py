@@ -210,7 +210,7 @@ def test_a_range_cut_at_transaction_boundaries_reads_as_one(typed):
     each read alone from its cut (blocks included), give the rows of one read of the range, each once."""
     from airflow_provider_dblog.core.chunks import ChunkRange
     from airflow_provider_dblog.core.offsets import TableOffsets
-    from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream
+    from airflow_provider_dblog.readers.change_reader import ChangeReader, TableStream
     from airflow_provider_dblog.source.mysql import binlog
 
     mariadb, dialect, _ = typed

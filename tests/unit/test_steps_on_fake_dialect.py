@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.local.chunk_readers import snapshot_table
-from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream
+from airflow_provider_dblog.readers.change_reader import ChangeReader, TableStream
 from airflow_provider_dblog.readers.chunk_reader import failed_chunk, persist_reports, read_chunk, run_chunk
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.steps.plan import plan_table

@@ -1,4 +1,4 @@
-"""Where the streaming source starts each table (``spark.binlog_source.BinlogStreamReader``, against the
+"""Where the streaming source starts each table (``spark.change_source.BinlogStreamReader``, against the
 in-memory dialect): from the state's records, without opening every table's lake (a whole database's
 start-up); when the state is behind the lake (a crash between a commit and its record) the range is read
 again and the commit keeps only what the lake lacks; when the source no longer has the log from the
@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.local.chunk_readers import snapshot_table
-from airflow_provider_dblog.readers.binlog_reader import ChangeReader
+from airflow_provider_dblog.readers.change_reader import ChangeReader
 from airflow_provider_dblog.source import open_dialect
-from airflow_provider_dblog.spark.binlog_source import BinlogStreamReader, open_envelopes
+from airflow_provider_dblog.spark.change_source import BinlogStreamReader, open_envelopes
 from airflow_provider_dblog.steps.plan import plan_table
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.store.lake import changelog_schema, changelog_uri

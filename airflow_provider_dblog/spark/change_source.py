@@ -1,5 +1,6 @@
-"""A Spark Structured Streaming source over the binlog (``spark.readStream.format("dblog_binlog")``):
-one query, one read of the binlog per micro-batch, for every table of the capture.
+"""A Spark Structured Streaming source over the source's change log (a MySQL binlog, a PostgreSQL slot; "binlog"
+below; ``spark.readStream.format("dblog_binlog")``, the name kept so existing checkpoints resume): one query,
+one read of the binlog per micro-batch, for every table of the capture.
 
 Offsets are binlog positions at transaction boundaries (``{"file": ..., "pos": ...}``), so a
 micro-batch ends after a whole transaction. Each table's read starts at its own floor, not at the
@@ -9,7 +10,7 @@ the source no longer has the log from the state's). So a table that joins the ru
 (``tables="*"``: every table in the offset map, read again each batch) is read from its floor, a
 backfill inside the next batch (Flink CDC's newly-added tables); a table another run already took
 further is read again only from what the state recorded, its rows kept only past the lake's position;
-and a lost checkpoint costs nothing but a restart. Each partition runs ``readers.binlog_reader.ChangeReader`` over the range.
+and a lost checkpoint costs nothing but a restart. Each partition runs ``readers.change_reader.ChangeReader`` over the range.
 
 The stream's rows are envelopes (``PAYLOAD_SCHEMA``), not the table's columns: a schema change in the
 middle of a query changes the columns of the rows that follow, which a streaming DataFrame's fixed
@@ -35,7 +36,7 @@ import json
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
-from airflow_provider_dblog.readers.binlog_reader import ChangeReader, TableStream, release_log, table_floor
+from airflow_provider_dblog.readers.change_reader import ChangeReader, TableStream, release_log, table_floor
 from airflow_provider_dblog.readers.staging import INLINE_BYTES, ChangeStager
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.staged import StagedFile
@@ -134,7 +135,7 @@ class BinlogRange(InputPartition):
         self.end, self.tables, self.part, self.parts, self.begin = end, tables, part, parts, begin
 
 
-class BinlogDataSource(DataSource):
+class ChangeDataSource(DataSource):
     """Options: ``state`` (state directory), ``sink`` (the lake), ``tables`` (comma-separated DB.TABLE
     names, or ``*``: every table of the offset map, joining ones included), ``maxEventsPerTrigger``,
     ``decodeParallelism`` (Spark tasks that share the decoding of each micro-batch), ``inlineBytes``

@@ -1,7 +1,8 @@
-"""Reading tables' binlog changes: ``[start, end)`` -> decoded events -> the emit rule -> lake rows.
+"""Reading tables' changes from the source's change log (a MySQL binlog, a PostgreSQL slot's WAL; "binlog"
+below): ``[start, end)`` -> decoded events -> the emit rule -> lake rows.
 
-Engine-neutral: Spark's streaming source runs it in executor tasks, the local catch-up in the driver.
-One read of the binlog serves every table (``ChangeReader``), each with its own offset map and floor:
+Engine-neutral and source-neutral: Spark's streaming source runs it in executor tasks, the local catch-up in
+the driver; the dialect decodes (``DataSourceDialect.read_changes``). One read of the binlog serves every table (``ChangeReader``), each with its own offset map and floor:
 an event is emitted only after its table's floor (where the lake already holds every change) and after
 the high watermark of its key's chunk (Flink CDC's binlog split rule); past the largest HW everything
 is. Keys are located among chunk boundaries in the database's own order (``DataSourceDialect.sort_keys``),
