@@ -6,7 +6,7 @@ table's chunks still spread over many batches. Packing is by estimated rows agai
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 LABEL_LENGTH = 200  # Airflow shows the label as the mapped instance's name: keep it readable
 
@@ -36,6 +36,10 @@ class Batch:
     def chunk_ids(self, table: str) -> tuple[int, ...]:
         """The batch's chunks of ``table`` (none if it holds no chunk of it)."""
         return next((g.chunk_ids for g in self.groups if g.table == table), ())
+
+    def groups_where(self, keep: Callable[[str, int], bool]) -> list[BatchGroup]:
+        """The batch's groups cut to the chunks ``keep(table, chunk_id)`` keeps; a table left with none is left out."""
+        return [BatchGroup(g.table, ids) for g in self.groups if (ids := tuple(c for c in g.chunk_ids if keep(g.table, c)))]
 
     def label(self, key_span=None) -> str:
         """One table: ``shop.orders chunks 0-7 [-∞, 80000)`` (``key_span(table, ids)`` gives the range);

@@ -113,7 +113,7 @@ def snapshot_batches(state_dir: str, sink: str, batches: Sequence[Batch], tables
     reports = []
     todo = set(items) - in_driver
     for number, batch in enumerate(batches, start=1):
-        groups = _groups([(g.table, c) for g in batch.groups for c in g.chunk_ids if (g.table, c) in todo])
+        groups = batch.groups_where(lambda table, chunk: (table, chunk) in todo)
         if groups:
             log.info("run: batch %d (%d/%d) on Spark", batch.index, number, len(batches))
             reports += read_on_spark(batch.index, groups)
@@ -121,8 +121,7 @@ def snapshot_batches(state_dir: str, sink: str, batches: Sequence[Batch], tables
         reader.join()
         failed = {t: set(state.unreported_chunks(t)) for t in wanted}  # chunks the driver failed to read
         for batch in batches:
-            groups = _groups([(g.table, c) for g in batch.groups if g.table in wanted for c in g.chunk_ids
-                              if c in failed[g.table]])
+            groups = batch.groups_where(lambda table, chunk: table in wanted and chunk in failed[table])
             if groups:
                 reports += read_on_spark(batch.index, groups)
     return reports

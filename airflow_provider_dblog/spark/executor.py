@@ -31,8 +31,7 @@ class SparkExecutor:
         done = {t: state.reports(t) for t in wanted}
         reports: list[dict] = []
         for number, batch in enumerate(batches, start=1):
-            groups = [BatchGroup(g.table, ids) for g in batch.groups if g.table in wanted
-                      if (ids := tuple(c for c in g.chunk_ids if c not in done[g.table]))]
+            groups = batch.groups_where(lambda table, chunk: table in wanted and chunk not in done[table])
             if groups:
                 log.info("run: batch %d (%d/%d) on Spark", batch.index, number, len(batches))
                 reports += read_batch(batch.index, groups)

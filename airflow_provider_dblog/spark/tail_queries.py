@@ -27,9 +27,9 @@ class LakeSink:
     cost less), and at ``flush()``. Tables commit side by side (``commit_threads``): a Delta commit waits
     on storage more than it computes."""
 
-    def __init__(self, state: StateDir, sink: str, dialect, committers: Callable, merge_interval: float = 0.0,
+    def __init__(self, state: StateDir, dialect, committers: Callable, merge_interval: float = 0.0,
                  commit_threads: int = 4):
-        self.state, self.sink, self.dialect, self.make_committer = state, sink, dialect, committers
+        self.state, self.dialect, self.make_committer = state, dialect, committers
         self.merge_interval, self.commit_threads = merge_interval, commit_threads
         self.committers: dict = {}
         self.rows: dict[str, int] = {}
@@ -154,7 +154,7 @@ def start_query(state: StateDir, sink: str, tables: list[str] | None, available_
     spark = spark_session("dblog-tail", spark)
     spark.dataSource.register(ChangeDataSource)
     dialect = open_dialect(state.source(), state.options())
-    lake_sink = LakeSink(state, sink, dialect, committers, merge_interval, table_threads(sink))
+    lake_sink = LakeSink(state, dialect, committers, merge_interval, table_threads(sink))
     parallelism = decode_parallelism or spark.sparkContext.defaultParallelism
     lake_sink.follow_recorded(sorted(state.offsets()) if tables is None else tables)
     reader = (spark.readStream.format(SOURCE_NAME).option("state", str(state.path)).option("sink", str(sink))

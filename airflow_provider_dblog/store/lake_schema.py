@@ -42,7 +42,7 @@ def column_names(table) -> set[str]:
     return {f.name for f in table.schema().fields}
 
 
-def arrow_schema(table) -> pa.Schema:
+def delta_schema(table) -> pa.Schema:
     """A Delta table's schema as pyarrow's (large types as the lake writes them)."""
     return plain(pa.schema(table.schema().to_arrow()))
 

@@ -44,7 +44,7 @@ from airflow_provider_dblog.store.lake import (
 )
 from airflow_provider_dblog.store.lake_merge import latest_per_key, merge_changes
 from airflow_provider_dblog.store.lake_schema import (
-    arrow_schema, changed_columns, column_names, conform, merge_schemas, plain, row_bytes, same_columns, source_columns,
+    changed_columns, column_names, conform, delta_schema, merge_schemas, plain, row_bytes, same_columns, source_columns,
 )
 from airflow_provider_dblog.store.opened_tables import HeldTables, app_version, log_has
 from airflow_provider_dblog.store.staged import StagedFile, add_actions, discard, read_staged, stage
@@ -156,7 +156,7 @@ class LakeTables:
         table = self._open(self.current_uri, self.current_schema, ["_chunk"])
         # the lake's columns are what it holds (a schema change may have been followed by another writer a
         # moment ago); what a caller read is compared with them (``commit_chunk``)
-        source = source_columns(arrow_schema(table))
+        source = source_columns(delta_schema(table))
         if not same_columns(source, self.source):
             self._use_source(source)
         return table
@@ -222,7 +222,7 @@ class LakeTables:
         from deltalake import write_deltalake
 
         changelog = self.changelog()
-        have = arrow_schema(changelog)
+        have = delta_schema(changelog)
         merged = merge_schemas(have, changelog_schema(source))
         if all(merged.field(f.name).type == f.type for f in have):
             return False  # only added columns: the next append adds them (schema_mode merge)
@@ -364,7 +364,7 @@ class LakeTables:
         """The rows of a Delta table whose key columns take the values of ``wanted``'s keys (a superset for a
         composite key) and whose ``_pos`` is below the largest wanted one (and above ``since``), read through the
         files' statistics (and ``_chunk`` partitions)."""
-        schema = arrow_schema(table)
+        schema = delta_schema(table)
         expression = pc.field("_pos") < max(p for p, _ in wanted.values())
         if since is not None:
             expression = expression & (pc.field("_pos") > since)
@@ -415,7 +415,7 @@ class LakeTables:
         current, changelog, columns = self.current(), self.changelog(), self.current_schema
         if (not rows.num_rows or not shared_file.shareable(self.current_uri)
                 or not self._takes_first_read(current, chunk_id, columns)
-                or not same_columns(arrow_schema(changelog), self.changelog_schema)
+                or not same_columns(delta_schema(changelog), self.changelog_schema)
                 or not same_columns(rows.schema, self.changelog_schema)):
             return None
 
@@ -449,7 +449,7 @@ class LakeTables:
         if app_version(current, chunk_app(chunk_id)) is None and app_version(current, TAIL_APP) is None:
             return None  # nothing of the chunk can be in the lake yet (a first read)
         changelog = self.changelog()
-        have = [n for n in self.source.names if n in arrow_schema(changelog).names]
+        have = [n for n in self.source.names if n in delta_schema(changelog).names]
         history = changelog.to_pyarrow_dataset().to_table(
             columns=[*have, "_pos", "_op"],
             filter=(pc.field("_chunk") == chunk_id) & (pc.field("_pos") <= hw.as_snapshot().encode()))
@@ -473,7 +473,7 @@ class LakeTables:
         of the chunk and no tail batch in it yet, and its columns ``columns``."""
         return (app_version(current, chunk_app(chunk_id)) is None
                 and app_version(current, TAIL_APP) is None
-                and same_columns(arrow_schema(current), columns))
+                and same_columns(delta_schema(current), columns))
 
     def _append_once(self, what: str, rows: pa.Table) -> list[dict] | None:
         """Append a chunk's rows to the changelog exactly once, although a commit can land and still raise
@@ -514,7 +514,7 @@ class LakeTables:
             if checked is not None:  # what the caller checked is older than the rewrite: check again
                 raise CommitFailedError("the changelog's columns were widened: check its position again")
             changelog = self.changelog()
-        have = arrow_schema(changelog)
+        have = delta_schema(changelog)
         added = [f for f in rows.schema if f.name not in have.names]
         rows = conform(rows, pa.schema([*have, *added]))  # columns it keeps but these rows lack: null
         if small and rows.num_rows and not added:
@@ -544,7 +544,7 @@ class LakeTables:
 
     def _widen_for(self, rows: pa.Table, changelog) -> bool:
         """Widen the changelog where ``rows`` have a wider type than it (True if it was rewritten)."""
-        have = arrow_schema(changelog)
+        have = delta_schema(changelog)
         if not any(f.name in have.names and have.field(f.name).type != f.type for f in rows.schema):
             return False
         return self._widen_changelog(source_columns(rows.schema))
@@ -606,7 +606,7 @@ class LakeTables:
     def takes_staged(self, schemas: Sequence[pa.Schema]) -> bool:
         """Whether files of these columns can be added to the changelog as they are: each column is one the
         changelog has, of its type (a column it has and a file lacks reads as null)."""
-        have = arrow_schema(self.changelog())
+        have = delta_schema(self.changelog())
         return all(f.name in have.names and plain(pa.schema([f])).field(0).type == have.field(f.name).type
                    for schema in schemas for f in schema)
 
@@ -953,7 +953,7 @@ class PinnedCurrent:
         except TableNotFoundError:
             raise DblogError(f"the lake has no {current_uri(sink, table)}: snapshot {table} first") from None
         self.version = self.table.version()
-        self.columns = source_columns(arrow_schema(self.table)).names
+        self.columns = source_columns(delta_schema(self.table)).names
 
     def tail_position(self) -> SourcePosition | None:
         """Every change up to here is in this version (None: no tail batch yet)."""

@@ -4,11 +4,10 @@ the chunk reader (``readers.chunk_reader.run_chunk``), the tail's query through 
 reader (``local.catch_up``) over the whole range: what Spark's tasks and ``foreachBatch`` would run."""
 from __future__ import annotations
 
-from airflow_provider_dblog.core.batches import BatchGroup
 from airflow_provider_dblog.local.catch_up import catch_up_tables_in_driver
 from airflow_provider_dblog.readers.chunk_reader import run_chunk
 from airflow_provider_dblog.source import open_dialect
-from airflow_provider_dblog.store.state import StateDir
+from airflow_provider_dblog.spark.executor import SparkExecutor
 
 
 class InProcessTail:
@@ -32,14 +31,7 @@ class InProcessExecutor:
         self.calls.append(("read_chunks", tuple((g.table, g.chunk_ids) for g in groups)))
         return [run_chunk(sink, plans[g.table], chunk_id, dialect) for g in groups for chunk_id in g.chunk_ids]
 
-    def snapshot_tables(self, state_dir, sink, batches, tables, read_batch):
-        state, reports = StateDir(state_dir), []
-        for batch in batches:
-            groups = [BatchGroup(g.table, ids) for g in batch.groups if g.table in tables
-                      if (ids := tuple(c for c in g.chunk_ids if c not in state.reports(g.table)))]
-            if groups:
-                reports += read_batch(batch.index, groups)
-        return reports
+    snapshot_tables = SparkExecutor.snapshot_tables  # batch by batch through the step's ``read_batch``
 
     def catch_up(self, state, sink, dialect, tables, now, committers, gtid):
         self.calls.append(("catch_up", tuple(sorted(tables))))
