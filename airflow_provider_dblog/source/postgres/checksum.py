@@ -50,8 +50,8 @@ def value_sql(name: str, target: pa.DataType) -> str | None:
         return f"(EXTRACT(EPOCH FROM {q}) * 1000000)::numeric(30,0)::text"
     if pa.types.is_boolean(target):
         return f"{q}::text"
-    if pa.types.is_string(target):
-        return f"format('%%s', {q})"
+    if pa.types.is_string(target):  # format() makes NULL an empty string: NULL must stay NULL (left out)
+        return f"CASE WHEN {q} IS NOT NULL THEN format('%%s', {q}) END"
     return f"{q}::text"  # integers, decimals: their digits
 
 
