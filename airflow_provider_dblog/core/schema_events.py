@@ -22,7 +22,7 @@ class SchemaChange:
     """A DDL statement naming ``table``: ``start`` is the (transaction) boundary before it, ``pos`` its end."""
 
     table: str
-    kind: str  # alter | truncate | rename | drop | create
+    kind: str  # alter | truncate | rename | drop | create | recreate (a column dropped and added again: the catalog says)
     statement: str
     start: SourcePosition
     pos: SourcePosition

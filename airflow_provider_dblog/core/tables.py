@@ -1,11 +1,11 @@
 """A source table as the pipeline sees it: columns and the key that identifies a row and orders chunks."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 # fields only some sources set: left out of ``to_dict`` when unset, so other sources' plans do not change
-_OPTIONAL = ("type_oid", "typmod")
+_OPTIONAL = ("type_oid", "typmod", "ordinal")
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class Column:
     char_length: int | None = None
     type_oid: int | None = None  # PostgreSQL: the column's (base) type OID: its values' and Arrow type's source
     typmod: int | None = None    # PostgreSQL: that type's modifier (numeric precision and scale, varchar length)
+    ordinal: int | None = None   # PostgreSQL: its attnum, new when a column is dropped and added again (not in the WAL)
 
     @property
     def unsigned(self) -> bool:
@@ -51,6 +52,14 @@ class TableMeta:
     @property
     def key_unique(self) -> bool:
         return self.key_source != "chunk_key"
+
+    def with_ordinals_of(self, live: "TableMeta") -> "TableMeta":
+        """These columns with the ordinals ``live`` gives the columns of the same name: the source's column
+        identities the lake now reflects, without taking ``live``'s columns or types."""
+        ordinals = {c.name: c.ordinal for c in live.columns}
+        columns = tuple(replace(c, ordinal=ordinals[c.name]) if ordinals.get(c.name, c.ordinal) != c.ordinal else c
+                        for c in self.columns)
+        return self if columns == self.columns else replace(self, columns=columns)
 
     def to_dict(self) -> dict:
         return {"database": self.database, "name": self.name, "key_columns": list(self.key_columns),

@@ -42,7 +42,7 @@ from airflow_provider_dblog.readers.chunk_reader import persist_reports, run_chu
 from airflow_provider_dblog.readers.unchanged_values import fill_unchanged, has_unchanged
 from airflow_provider_dblog.source.dialect import DataSourceDialect
 from airflow_provider_dblog.store.lake import UNCHANGED
-from airflow_provider_dblog.store.lake_schema import conform, same_columns, source_columns, widens
+from airflow_provider_dblog.store.lake_schema import conform, same_column_set, same_columns, source_columns, widens
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.staged import StagedFile, discard, read_staged
 from airflow_provider_dblog.store.state import StateDir, TablePlan
@@ -108,8 +108,8 @@ class ChangeCommitter:
         if staged:
             return self.lake.commit_stream(_rows(parts, self.lake.changelog_schema), end, update_current, staged)
         rows = _rows(parts, self.lake.changelog_schema)
-        if self.behaviour == "evolve" and not changes:
-            changes = self._unannounced(parts, end)
+        if self.behaviour == "evolve" and all(c.kind == "recreate" for c in changes):  # none from the log
+            changes = [*self._unannounced(parts, end), *changes]
         for change in changes:  # first: a crash after the changelog commit still finds them (``pending``)
             self.state.record_schema_change(change)
         todo = self.pending(end)
@@ -142,7 +142,7 @@ class ChangeCommitter:
         statement seen (one the parser did not attribute to the table): followed like a statement that
         needs a re-read, from the first such row."""
         newer = [SourcePosition.decode(pc.min(p["_pos"]).as_py()).in_file_of(end) for p in parts
-                 if p.num_rows and not same_columns(source_columns(p.schema), self.lake.source)]
+                 if p.num_rows and not same_column_set(source_columns(p.schema), self.lake.source)]
         if not newer:
             return []
         since = self.lake.schema_position()
@@ -180,6 +180,7 @@ class ChangeCommitter:
             steps, live = in_place
             self.lake.follow_in_place(steps, end)
             self.state.record_schema_version(live, changes[-1].pos)
+            self._adopt_ordinals(live)
             return
         for group, columns in groups:
             self.lake.update_current(group[0].start)  # the rows before it keep the columns they had
@@ -209,7 +210,7 @@ class ChangeCommitter:
         if self.behaviour == "freeze" and all(c.kind == "alter" for c in group):
             self._log_ignored(group)
             return False
-        live = self._live_meta(last)
+        fresh = live = self._live_meta(last)
         if live is None:
             return False
         if tuple(live.key_columns) != tuple(self.plan.meta.key_columns):
@@ -224,13 +225,24 @@ class ChangeCommitter:
                 self.lake.evolve(columns or source, last.pos, *in_place)
                 self.state.record_schema_version(live, last.pos)
                 self.lake.record_reread(last.pos)
+                self._adopt_ordinals(live)
                 return False
             self.lake.evolve(source, last.pos)
             self.state.record_schema_version(live, last.pos)
         log.info("schema change: reading the %d chunks of %s again with columns %s", len(self.plan.chunks),
                  live.qualified, ", ".join(live.column_names))
         self.reread(replace(self.plan, meta=live))
+        self._adopt_ordinals(fresh)
         return True
+
+    def _adopt_ordinals(self, live: TableMeta) -> None:
+        """The plan's columns take ``live``'s ordinals once the lake holds the rows as ``live`` has them: the
+        stream compares the catalog with them (a column dropped and added again is a ``recreate``), so a change
+        followed is not found again."""
+        meta = self.plan.meta.with_ordinals_of(live)
+        if meta is not self.plan.meta:
+            self.state.replace_table_meta(meta)
+            self.plan = replace(self.plan, meta=meta)
 
     def _live_meta(self, change: SchemaChange) -> TableMeta | None:
         """The table as the source has it now (None: dropped; its lake tables stay as they are)."""

@@ -33,6 +33,12 @@ def same_columns(a: pa.Schema, b: pa.Schema) -> bool:
     return a.names == b.names and a.types == b.types
 
 
+def same_column_set(a: pa.Schema, b: pa.Schema) -> bool:
+    """Same column names and types, whatever their order: a Delta table keeps its columns' order when the source
+    moves one (PostgreSQL: a column dropped and added again comes last), and rows are written by name."""
+    return len(a) == len(b) and dict(zip(a.names, a.types)) == dict(zip(b.names, b.types))
+
+
 def source_columns(schema: pa.Schema) -> pa.Schema:
     """The source's columns of a lake schema (without the ``_``-prefixed metadata)."""
     return pa.schema([f for f in schema if f.name not in METADATA and f.name not in ("_kind", "_before", UNCHANGED)])

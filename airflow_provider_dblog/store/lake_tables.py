@@ -44,7 +44,8 @@ from airflow_provider_dblog.store.lake import (
 )
 from airflow_provider_dblog.store.lake_merge import latest_per_key, merge_changes
 from airflow_provider_dblog.store.lake_schema import (
-    changed_columns, column_names, conform, delta_schema, merge_schemas, plain, row_bytes, same_columns, source_columns,
+    changed_columns, column_names, conform, delta_schema, merge_schemas, plain, row_bytes, same_column_set, same_columns,
+    source_columns,
 )
 from airflow_provider_dblog.store.opened_tables import HeldTables, app_version, log_has
 from airflow_provider_dblog.store.staged import StagedFile, add_actions, discard, read_staged, stage
@@ -383,7 +384,7 @@ class LakeTables:
         later read of the chunk is already in ``current`` (this one changes nothing there)."""
         self.current()  # adopt the lake's columns if it followed a schema change
         source = source_columns(rows.schema)
-        if not same_columns(source, self.source):
+        if not same_column_set(source, self.source):
             # read with other columns than the lake's: newer ones (the chunk read after a schema change)
             # change the lake; older ones (a read that started before it) take the lake's columns
             self.evolve(source, hw)

@@ -194,6 +194,14 @@ class StateDir:
         made before dblog recorded it)."""
         return self.load_raw().get("server")
 
+    def replace_table_meta(self, meta: TableMeta) -> None:
+        """The table's planned meta replaced, its chunks and reports kept (``TableMeta.with_ordinals_of``: the
+        column identities a re-read brought into the lake)."""
+        raw = self.files.read_json(self.PLAN)
+        raw["tables"][meta.qualified]["meta"] = meta.to_dict()
+        self.files.write_json(self.PLAN, raw)
+        self._plan = (self.files.identity(self.PLAN), raw)
+
     def replace_table_plan(self, plan: TablePlan) -> Batch:
         """The table planned again (its key changed): its new chunks in one new batch, its chunks gone from
         the other batches (their indexes stay), its old chunk reports deleted. Returns the new batch."""

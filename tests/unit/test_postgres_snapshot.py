@@ -168,3 +168,36 @@ def test_an_airflow_postgres_connection_is_a_postgresql_source(monkeypatch):
     assert type(DblogHook("pg_source").get_conn()).__name__ == "PostgresDialect"
     with pytest.raises(DblogError, match="needs its database in the schema field"):
         DblogHook("pg_nodb").source_config()
+
+
+def test_a_column_dropped_and_added_again_is_told_by_its_attnum_and_followed_once():
+    from airflow_provider_dblog.source.postgres.stream import SlotReader
+
+    planned = TableMeta("public", "t", (Column("id", "integer", "integer", False, type_oid=23, ordinal=1),
+                                        Column("v", "integer", "integer", type_oid=23, ordinal=3)), ("id",), "primary")
+    assert TableMeta.from_dict(planned.to_dict()) == planned
+    old = dict(planned.to_dict(), columns=[{k: v for k, v in c.items() if k != "ordinal"}
+                                           for c in planned.to_dict()["columns"]])
+    assert all(c.ordinal is None for c in TableMeta.from_dict(old).columns)  # a plan from before: no attnums
+    assert SlotReader.recreated_columns(planned, {"id": 1, "v": 3}) == []
+    assert SlotReader.recreated_columns(planned, {"id": 1}) == []  # dropped: the Relation message says so
+    assert SlotReader.recreated_columns(planned, {"id": 1, "v": 5, "w": 4}) == ["v"]
+    assert SlotReader.recreated_columns(TableMeta.from_dict(old), {"id": 1, "v": 5}) == []
+    # the plan takes the attnums the lake now reflects, not the live columns or types
+    live = TableMeta("public", "t", (Column("id", "bigint", "bigint", False, type_oid=20, ordinal=1),
+                                     Column("w", "text", "text", type_oid=25, ordinal=4),
+                                     Column("v", "integer", "integer", type_oid=23, ordinal=5)), ("id",), "primary")
+    adopted = planned.with_ordinals_of(live)
+    assert [(c.name, c.data_type, c.ordinal) for c in adopted.columns] == [("id", "integer", 1), ("v", "integer", 5)]
+    assert SlotReader.recreated_columns(adopted, {"id": 1, "v": 5, "w": 4}) == []
+    assert adopted.with_ordinals_of(live) is adopted
+
+
+def test_lake_columns_compare_by_name_whatever_their_order():
+    from airflow_provider_dblog.store.lake_schema import same_column_set, same_columns
+
+    lake = pa.schema([("id", pa.int32()), ("a", pa.string()), ("v", pa.int32())])
+    moved = pa.schema([("id", pa.int32()), ("v", pa.int32()), ("a", pa.string())])
+    assert same_column_set(lake, moved) and not same_columns(lake, moved)
+    assert not same_column_set(lake, pa.schema([("id", pa.int32()), ("v", pa.int64()), ("a", pa.string())]))
+    assert not same_column_set(lake, pa.schema([("id", pa.int32()), ("v", pa.int32())]))

@@ -16,6 +16,7 @@ from airflow_provider_dblog.source.postgres.values import libpq_options
 
 APPLICATION_NAME = "dblog"
 CONNECT_TIMEOUT_SECONDS = 10
+FLUSH_NUDGE_SECONDS = 0.02  # then an empty commit flushes what an idle server has not (``current_lsn``)
 FLUSH_WAIT_SECONDS = 60.0  # the WAL writer flushes asynchronous commits within a few wal_writer_delay
 
 
@@ -106,8 +107,17 @@ class PostgresClient:
         it), once the server has flushed WAL up to it (logical decoding reads flushed WAL only). A transaction
         is *before* such a location when its commit record starts below it (``stream.change_position``)."""
         insert = parse_lsn(self.scalar("SELECT pg_current_wal_insert_lsn()::text"))
-        deadline = time.monotonic() + FLUSH_WAIT_SECONDS
+        started = time.monotonic()
+        deadline, nudged = started + FLUSH_WAIT_SECONDS, False
         while parse_lsn(self.scalar("SELECT pg_current_wal_flush_lsn()::text")) < insert:
+            if not nudged and time.monotonic() - started > FLUSH_NUDGE_SECONDS:
+                # an idle server leaves a record that commits nothing (the bgwriter's running-transactions
+                # record, every 15 s) unflushed until the next commit: one empty commit flushes it
+                nudged = True
+                try:
+                    self.scalar("SELECT txid_current()")
+                except psycopg2.Error:  # not allowed here (a read-only login): the WAL writer flushes in time
+                    pass
             if time.monotonic() > deadline:
                 raise DblogError(f"{self.where} has not flushed its WAL up to {insert >> 32:X}/{insert & 0xFFFFFFFF:X} "
                                  f"within {FLUSH_WAIT_SECONDS:.0f} s: check the server's disk")

@@ -111,7 +111,7 @@ def resolve_types(client: PostgresClient, oids: set[int]) -> dict[int, tuple[int
 def _columns(client: PostgresClient, oid: int) -> tuple[Column, ...]:
     rows = client.query(
         "SELECT a.attname, NOT a.attnotnull, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), "
-        "t.typtype, cn.nspname, co.collname "
+        "t.typtype, cn.nspname, co.collname, a.attnum "
         "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
         "LEFT JOIN pg_collation co ON co.oid = a.attcollation LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace "
         "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", (oid,))
@@ -120,7 +120,7 @@ def _columns(client: PostgresClient, oid: int) -> tuple[Column, ...]:
         "SELECT oid, format_type(oid, NULL) FROM pg_type WHERE oid = ANY(%s)",
         (sorted({domains.get(int(r[2]), (int(r[2]), 0))[0] for r in rows}),))}
     columns = []
-    for name, nullable, type_oid, typmod, declared, _, coll_schema, coll_name in rows:
+    for name, nullable, type_oid, typmod, declared, _, coll_schema, coll_name, attnum in rows:
         base, base_typmod = domains.get(int(type_oid), (int(type_oid), int(typmod)))
         typmod = int(typmod) if int(typmod) >= 0 else base_typmod
         precision = scale = length = None
@@ -130,7 +130,7 @@ def _columns(client: PostgresClient, oid: int) -> tuple[Column, ...]:
             length = typmod - 4
         collation = f"{quote_ident(coll_schema)}.{quote_ident(coll_name)}" if coll_name else None
         columns.append(Column(name, names[base], declared, bool(nullable), None, collation, precision, scale, length,
-                              type_oid=base, typmod=typmod))
+                              type_oid=base, typmod=typmod, ordinal=int(attnum)))
     return tuple(columns)
 
 

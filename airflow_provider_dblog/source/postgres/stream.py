@@ -16,7 +16,9 @@ Messages: ``Relation`` (before a table's first change in a read, and after its c
 ``SchemaVersion`` when they differ from the version in force; a captured table's OID under a new name is a
 RENAME), ``Insert`` / ``Update`` / ``Delete`` as whole-row images (an UPDATE that keeps its key has no old
 image under REPLICA IDENTITY DEFAULT: its before image is the key), ``Truncate`` as a TRUNCATE schema change
-(the committer reads the table again). An unchanged TOASTed value (``u``) is taken from the old row under
+(the committer reads the table again). A column dropped and added again leaves no trace when it was the last
+one (the next Relation lists the same columns): each read compares the catalog's attnums with the meta's
+(``Column.ordinal``) and ends with a ``recreate`` schema change for such a table, so it is read again. An unchanged TOASTed value (``u``) is taken from the old row under
 REPLICA IDENTITY FULL; under DEFAULT the event names it (``ChangeEvent.unchanged``) and the committer takes it
 from the key's previous image in the lake (``readers.unchanged_values``): never a NULL.
 """
@@ -184,7 +186,7 @@ class SlotReader:
         undecided: list[str] = []  # tables whose run is not in blocks: decided again at the next transaction
         versions: dict[str, _Version] = {}  # the version in force per table (the planned one at first)
         relations: dict[int, tuple[str, _Version | None]] = {}  # relation OID -> (its table, version if captured)
-        oids = self._oids(metas)
+        oids, attnums = self._catalog(metas)
         after, upto = start.as_snapshot(), end.as_snapshot()
         final, row, ts, boundary, skip, first = 0, 0, 0, start, True, start
         for payload in self._messages(position_lsn(end)):
@@ -257,6 +259,21 @@ class SlotReader:
             # Commit, Origin, Type, LogicalMessage: nothing to emit (positions come from Begin)
         for run in runs.values():
             yield from run.flush(self)
+        if start < end:
+            yield from self._recreations(metas, attnums, end)
+
+    def _recreations(self, metas: Mapping[str, TableMeta], attnums: Mapping[str, Mapping[str, int]],
+                     end: SourcePosition) -> Iterator[SchemaChange]:
+        """A ``recreate`` schema change at ``end`` for each table with a column dropped and added again since its
+        meta was read: its rows are no longer the ones the lake has (the new column's default, not the old
+        values), so the committer reads the table again. The catalog says it, not the WAL: its position is the
+        read's end, and its statement names the attnums so that it reads the same each time."""
+        for name, meta in metas.items():
+            recreated = self.recreated_columns(meta, attnums.get(name, {}))
+            if recreated:
+                moves = ", ".join(f"{c} (attnum {meta.column(c).ordinal} -> {attnums[name][c]})" for c in recreated)
+                yield SchemaChange(name, "recreate", f"(column {moves} of {name} dropped and added again: in the "
+                                                     f"catalog; PostgreSQL's WAL carries no DDL)", end, end)
 
     def _planned(self, meta: TableMeta) -> _Version:
         version = self._planned_versions.get(meta.qualified)
@@ -291,17 +308,29 @@ class SlotReader:
         meta = replace(current.meta, columns=tuple(columns), key_columns=tuple(key))
         return _Version(meta)
 
-    def _oids(self, metas: dict[str, TableMeta]) -> dict[int, str]:
-        """The captured tables' OIDs now (a RENAME keeps the OID: a later Relation under another name is one)."""
+    def _catalog(self, metas: dict[str, TableMeta]) -> tuple[dict[int, str], dict[str, dict[str, int]]]:
+        """The captured tables' OIDs now (a RENAME keeps the OID: a later Relation under another name is one),
+        and each one's columns' attnums: one query whatever the tables."""
         if not metas:
-            return {}
-        found = {}
-        for name in metas:
-            rows = self.client.query("SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                                     "WHERE n.nspname = %s AND c.relname = %s", split_name(name))
-            if rows:
-                found[int(rows[0][0])] = name
-        return found
+            return {}, {}
+        rows = self.client.query(
+            "SELECT c.oid, n.nspname, c.relname, a.attname, a.attnum FROM unnest(%s::text[], %s::text[]) AS w(s, t) "
+            "JOIN pg_namespace n ON n.nspname = w.s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t "
+            "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped",
+            tuple(map(list, zip(*(split_name(name) for name in metas)))))
+        oids: dict[int, str] = {}
+        attnums: dict[str, dict[str, int]] = {}
+        for oid, schema, table, column, attnum in rows:
+            name = f"{schema}.{table}"
+            oids[int(oid)] = name
+            attnums.setdefault(name, {})[column] = int(attnum)
+        return oids, attnums
+
+    @staticmethod
+    def recreated_columns(meta: TableMeta, attnums: Mapping[str, int]) -> list[str]:
+        """``meta``'s columns the catalog has under another attnum: dropped and added again since ``meta`` was
+        read (DDL is not in the WAL, and when the column was the last one the Relation message is unchanged)."""
+        return [c.name for c in meta.columns if c.ordinal is not None and attnums.get(c.name, c.ordinal) != c.ordinal]
 
     def _row_events(self, name: str, version: _Version, tag: int, buf: bytes, pos: SourcePosition, ts: int
                     ) -> list[ChangeEvent]:

@@ -1,0 +1,144 @@
+"""A PostgreSQL column dropped and added again is never silent (issue 26, never silent).
+
+DDL is not in the WAL, and when the column was the table's last one the next ``Relation`` message lists the
+same columns in the same order: nothing in the stream says the rows changed, yet every row the source did not
+write since holds the new column's default where the lake holds the old value. The tail compares the catalog's
+attnums with the plan's on each read: under ``evolve`` and ``freeze`` it reads the table again (once: the plan
+takes the new attnums), under ``fail`` it stops with one line. Each case ends with the lake equal to the source
+column by column and ``dblog verify`` equal, on the in-driver path and on Spark, with and without writes to the
+table after the statements, and with the table untouched since (where no Relation message comes at all)."""
+from __future__ import annotations
+
+import json
+
+import psycopg2
+import pytest
+from deltalake import DeltaTable
+
+from airflow_provider_dblog.source.postgres.values import libpq_options
+from airflow_provider_dblog.store.state import StateDir
+from tests.support.cli import dblog, one_error_line
+from tests.support.lakecheck import assert_each_change_once, assert_replay_equals_current
+from tests.support.postgres_fixtures import pg_db, postgres  # noqa: F401  (fixtures)
+
+PASSWORD = "pg-Recreate-5ecret"
+REREAD = "schema change: reading the"  # the committer's log line before a table's chunks are read again
+
+
+def source_rows(pg, db, table: str, columns: list[str]) -> dict:
+    conn = psycopg2.connect(pg.dsn(db), options=libpq_options())
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY id")
+            return {r[0]: tuple(r) for r in cur.fetchall()}
+    finally:
+        conn.close()
+
+
+def assert_lake_equals_source(pg, db, sink: str, table: str, columns: list[str]) -> None:
+    source = source_rows(pg, db, table, columns)
+    lake = {r["id"]: tuple(r[c] for c in columns)
+            for r in DeltaTable(f"{sink}/{table}/current").to_pyarrow_table(columns=columns).to_pylist()}
+    assert set(lake) == set(source), f"{table}: keys differ: {sorted(set(lake) ^ set(source))[:10]}"
+    differ = [(k, source[k], lake[k]) for k in source if source[k] != lake[k]]
+    assert not differ, f"{table}: {len(differ)} rows differ from the source, e.g. {differ[:3]}"
+    assert_each_change_once(sink, table)
+    assert_replay_equals_current(sink, table)
+
+
+def capture(pg, db, tmp_path) -> tuple[str, str]:
+    pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
+    pg.sql("CREATE TABLE public.t (id int PRIMARY KEY, a text, v int)",
+           "INSERT INTO public.t SELECT g, 'a' || g, g FROM generate_series(1, 300) g",
+           "CREATE TABLE public.other (id serial PRIMARY KEY, x int)",
+           "INSERT INTO public.other (x) SELECT g FROM generate_series(1, 20) g", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, out, err = dblog("run", "--source", pg.uri(db, password=PASSWORD), "--tables", "public.t,public.other",
+                           "--state", state, "--sink", sink, "--chunk-size", "100")
+    assert code == 0, err
+    assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])
+    return state, sink
+
+
+def tail(state: str, sink: str, *options: str) -> tuple[int, str, str]:
+    return dblog("tail", "--state", state, "--sink", sink, "--available-now", *options)
+
+
+def verify_equal(state: str, sink: str) -> None:
+    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--tables", "public.*")
+    assert code == 0, err + out
+    assert json.loads(out)["equal"], out
+
+
+@pytest.mark.slow  # three tails, one of them on Spark
+def test_a_column_dropped_and_added_again_is_read_again_once_on_both_paths(postgres, pg_db, tmp_path):
+    pg, db = postgres, pg_db
+    state, sink = capture(pg, db, tmp_path)
+    attnum = StateDir(state).table("public.t").meta.column("v").ordinal
+    assert attnum == 3
+
+    # the last column, and no write to the table since: no Relation message comes at all
+    pg.sql("ALTER TABLE public.t DROP COLUMN v", "ALTER TABLE public.t ADD COLUMN v int",
+           "INSERT INTO public.other (x) VALUES (1)", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0, err
+    assert "RECREATE of public.t" in err and REREAD in err, err[-3000:]
+    assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])  # v: NULL everywhere, as in the source
+    assert StateDir(state).table("public.t").meta.column("v").ordinal == 4  # the lake follows attnum 4 now
+    verify_equal(state, sink)
+
+    # later writes: the change is not found again (no second read of the table)
+    pg.sql("UPDATE public.t SET v = id * 10 WHERE id <= 20", "INSERT INTO public.other (x) VALUES (2)", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0, err
+    assert "RECREATE" not in err and REREAD not in err, err[-3000:]
+    assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])
+
+    # on Spark: a middle column dropped and added again (it moves to the end), the table written after it in
+    # the same range, and the last column once more
+    pg.sql("ALTER TABLE public.t DROP COLUMN a", "ALTER TABLE public.t ADD COLUMN a text",
+           "UPDATE public.t SET a = 'new', v = -1 WHERE id = 5",
+           "ALTER TABLE public.t DROP COLUMN a", "ALTER TABLE public.t ADD COLUMN a text",
+           "UPDATE public.t SET v = -2 WHERE id = 6", db=db)
+    code, out, err = tail(state, sink, "--driver-catch-up-mb", "0")
+    assert code == 0, err
+    assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])  # a: NULL everywhere, id 5 too
+    assert source_rows(pg, db, "public.t", ["id", "a", "v"])[6] == (6, None, -2)
+    verify_equal(state, sink)
+    # the lake keeps its column order (id, a, v; the source's is id, v, a): rows are written by name, and
+    # later changes are not taken for another schema change
+    pg.sql("UPDATE public.t SET a = 'later' WHERE id = 7", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0 and "schema change" not in err and "follows the source's columns" not in err, err[-3000:]
+    assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])
+
+
+def test_fail_stops_on_a_recreated_column_and_evolve_follows_it(postgres, pg_db, tmp_path):
+    pg, db = postgres, pg_db
+    state, sink = capture(pg, db, tmp_path)
+    pg.sql("UPDATE public.t SET v = 0 WHERE id = 1", "ALTER TABLE public.t DROP COLUMN v",
+           "ALTER TABLE public.t ADD COLUMN v int DEFAULT 7", "UPDATE public.t SET a = 'after' WHERE id = 2", db=db)
+    for _ in range(2):  # stopped each time until the behaviour says otherwise
+        code, out, err = tail(state, sink, "--schema-changes", "fail")
+        line = one_error_line(err)
+        assert code != 0 and "RECREATE of public.t" in line and "--schema-changes evolve" in line, err[-3000:]
+        assert "dropped and added again" in line, line
+    lake = {r["id"]: r for r in DeltaTable(f"{sink}/public.t/current").to_pyarrow_table().to_pylist()}
+    assert lake[1]["v"] == 0  # the changes before the stop are in the lake
+    code, out, err = tail(state, sink)
+    assert code == 0, err
+    assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])  # v: 7 everywhere (the DEFAULT)
+    verify_equal(state, sink)
+
+
+def test_freeze_reads_a_recreated_column_again_once(postgres, pg_db, tmp_path):
+    pg, db = postgres, pg_db
+    state, sink = capture(pg, db, tmp_path)
+    pg.sql("ALTER TABLE public.t DROP COLUMN v", "ALTER TABLE public.t ADD COLUMN v int",
+           "ALTER TABLE public.t ADD COLUMN w int DEFAULT 1", "UPDATE public.t SET v = 3 WHERE id = 3", db=db)
+    code, out, err = tail(state, sink, "--schema-changes", "freeze")
+    assert code == 0, err
+    assert "RECREATE of public.t" in err, err[-3000:]
+    assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])
+    code, out, err = tail(state, sink, "--schema-changes", "freeze")
+    assert code == 0 and "RECREATE" not in err and REREAD not in err, err[-3000:]
