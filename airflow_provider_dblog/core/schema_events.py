@@ -15,6 +15,9 @@ from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import TableMeta
 
 SCHEMA_CHANGE_BEHAVIOURS = ("evolve", "fail", "freeze")
+# changes a source's catalog shows and its log does not (PostgreSQL): a column dropped and added again, a table
+# whose files were replaced; their position is the end of the read that found them
+CATALOG_KINDS = ("recreate", "rewrite")
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,7 @@ class SchemaChange:
     """A DDL statement naming ``table``: ``start`` is the (transaction) boundary before it, ``pos`` its end."""
 
     table: str
-    kind: str  # alter | truncate | rename | drop | create | recreate (a column dropped and added again: the catalog says)
+    kind: str  # alter | truncate | rename | drop | create | recreate | rewrite (the last two: the catalog says it)
     statement: str
     start: SourcePosition
     pos: SourcePosition

@@ -37,6 +37,7 @@ class TableMeta:
     columns: tuple[Column, ...]
     key_columns: tuple[str, ...]
     key_source: str  # primary | unique | chunk_key
+    storage: str | None = None  # PostgreSQL: its files (relfilenodes, with its partitions'): new when it is rewritten
 
     @property
     def qualified(self) -> str:
@@ -53,21 +54,24 @@ class TableMeta:
     def key_unique(self) -> bool:
         return self.key_source != "chunk_key"
 
-    def with_ordinals_of(self, live: "TableMeta") -> "TableMeta":
-        """These columns with the ordinals ``live`` gives the columns of the same name: the source's column
-        identities the lake now reflects, without taking ``live``'s columns or types."""
+    def with_identity_of(self, live: "TableMeta") -> "TableMeta":
+        """These columns with the ordinals ``live`` gives the columns of the same name, and ``live``'s storage:
+        the source's identities the lake now reflects, without taking ``live``'s columns or types."""
         ordinals = {c.name: c.ordinal for c in live.columns}
         columns = tuple(replace(c, ordinal=ordinals[c.name]) if ordinals.get(c.name, c.ordinal) != c.ordinal else c
                         for c in self.columns)
-        return self if columns == self.columns else replace(self, columns=columns)
+        storage = live.storage if live.storage is not None else self.storage
+        if columns == self.columns and storage == self.storage:
+            return self
+        return replace(self, columns=columns, storage=storage)
 
     def to_dict(self) -> dict:
         return {"database": self.database, "name": self.name, "key_columns": list(self.key_columns),
                 "key_source": self.key_source,
                 "columns": [{k: v for k, v in vars(c).items() if v is not None or k not in _OPTIONAL}
-                            for c in self.columns]}
+                            for c in self.columns], **({"storage": self.storage} if self.storage is not None else {})}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TableMeta":
         return cls(data["database"], data["name"], tuple(Column(**c) for c in data["columns"]),
-                   tuple(data["key_columns"]), data["key_source"])
+                   tuple(data["key_columns"]), data["key_source"], data.get("storage"))

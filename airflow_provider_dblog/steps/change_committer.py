@@ -36,7 +36,7 @@ from airflow_provider_dblog.core.batches import BatchGroup
 from airflow_provider_dblog.core.errors import REPLANNED, DblogError
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import SourcePosition
-from airflow_provider_dblog.core.schema_events import SchemaChange
+from airflow_provider_dblog.core.schema_events import CATALOG_KINDS, SchemaChange
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.chunk_reader import persist_reports, run_chunk
 from airflow_provider_dblog.readers.unchanged_values import fill_unchanged, has_unchanged
@@ -108,7 +108,7 @@ class ChangeCommitter:
         if staged:
             return self.lake.commit_stream(_rows(parts, self.lake.changelog_schema), end, update_current, staged)
         rows = _rows(parts, self.lake.changelog_schema)
-        if self.behaviour == "evolve" and all(c.kind == "recreate" for c in changes):  # none from the log
+        if self.behaviour == "evolve" and all(c.kind in CATALOG_KINDS for c in changes):  # none from the log
             changes = [*self._unannounced(parts, end), *changes]
         for change in changes:  # first: a crash after the changelog commit still finds them (``pending``)
             self.state.record_schema_change(change)
@@ -180,7 +180,7 @@ class ChangeCommitter:
             steps, live = in_place
             self.lake.follow_in_place(steps, end)
             self.state.record_schema_version(live, changes[-1].pos)
-            self._adopt_ordinals(live)
+            self._adopt_identity(live)
             return
         for group, columns in groups:
             self.lake.update_current(group[0].start)  # the rows before it keep the columns they had
@@ -225,21 +225,21 @@ class ChangeCommitter:
                 self.lake.evolve(columns or source, last.pos, *in_place)
                 self.state.record_schema_version(live, last.pos)
                 self.lake.record_reread(last.pos)
-                self._adopt_ordinals(live)
+                self._adopt_identity(live)
                 return False
             self.lake.evolve(source, last.pos)
             self.state.record_schema_version(live, last.pos)
         log.info("schema change: reading the %d chunks of %s again with columns %s", len(self.plan.chunks),
                  live.qualified, ", ".join(live.column_names))
         self.reread(replace(self.plan, meta=live))
-        self._adopt_ordinals(fresh)
+        self._adopt_identity(fresh)
         return True
 
-    def _adopt_ordinals(self, live: TableMeta) -> None:
-        """The plan's columns take ``live``'s ordinals once the lake holds the rows as ``live`` has them: the
-        stream compares the catalog with them (a column dropped and added again is a ``recreate``), so a change
-        followed is not found again."""
-        meta = self.plan.meta.with_ordinals_of(live)
+    def _adopt_identity(self, live: TableMeta) -> None:
+        """The plan takes ``live``'s column ordinals and storage once the lake holds the rows as ``live`` has
+        them: the stream compares the catalog with them (``recreate``, ``rewrite``), so a change followed is not
+        found again."""
+        meta = self.plan.meta.with_identity_of(live)
         if meta is not self.plan.meta:
             self.state.replace_table_meta(meta)
             self.plan = replace(self.plan, meta=meta)

@@ -24,6 +24,7 @@ from airflow_provider_dblog.core.config import SourceConfig, compress_ids, match
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import SourcePosition
+from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.change_reader import TableChangeReader
 from airflow_provider_dblog.readers.unchanged_values import carry_unchanged
@@ -89,7 +90,7 @@ def verify_tables(state_dir: str, sink: str, tables: Sequence[str], repair: bool
 def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int] | None = None,
                  source: SourceConfig | None = None) -> dict:
     plan = state.table(table)
-    meta = state.meta_in_force(table)
+    meta = state.meta_in_force(table).with_identity_of(plan.meta)  # the plan keeps the identities the lake reflects
     offsets = state.offsets().get(table) if state.has_offsets() else None
     if offsets is None:
         raise DblogError(f"{table} has no offset map yet: run dblog report (or finish its snapshot) before verify")
@@ -153,8 +154,9 @@ def _latest_changes(dialect: DataSourceDialect, meta: TableMeta, offsets, exact_
         # the lake records positions as numbers: the binlog file is named as the server names it
         for item in dialect.read_changes(min(known).in_file_of(position), position, [meta]):
             if not isinstance(item, ChangeEvent):
-                raise DblogError(f"{meta.qualified} changed its columns at {item.pos}, after the lake's position: "
-                                 f"let the tail follow it (dblog tail), then verify")
+                what = item.describe() if isinstance(item, SchemaChange) else f"its columns changed at {item.pos}"
+                raise DblogError(f"{meta.qualified}: {what}, after the lake's position: let the tail follow it "
+                                 f"(dblog tail), then verify")
             yield item
 
     latest: dict[tuple, ChangeEvent] = {}

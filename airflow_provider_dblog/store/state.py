@@ -195,7 +195,7 @@ class StateDir:
         return self.load_raw().get("server")
 
     def replace_table_meta(self, meta: TableMeta) -> None:
-        """The table's planned meta replaced, its chunks and reports kept (``TableMeta.with_ordinals_of``: the
+        """The table's planned meta replaced, its chunks and reports kept (``TableMeta.with_identity_of``: the
         column identities a re-read brought into the lake)."""
         raw = self.files.read_json(self.PLAN)
         raw["tables"][meta.qualified]["meta"] = meta.to_dict()

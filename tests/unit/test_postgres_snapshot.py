@@ -171,6 +171,8 @@ def test_an_airflow_postgres_connection_is_a_postgresql_source(monkeypatch):
 
 
 def test_a_column_dropped_and_added_again_is_told_by_its_attnum_and_followed_once():
+    from dataclasses import replace
+
     from airflow_provider_dblog.source.postgres.stream import SlotReader
 
     planned = TableMeta("public", "t", (Column("id", "integer", "integer", False, type_oid=23, ordinal=1),
@@ -187,10 +189,13 @@ def test_a_column_dropped_and_added_again_is_told_by_its_attnum_and_followed_onc
     live = TableMeta("public", "t", (Column("id", "bigint", "bigint", False, type_oid=20, ordinal=1),
                                      Column("w", "text", "text", type_oid=25, ordinal=4),
                                      Column("v", "integer", "integer", type_oid=23, ordinal=5)), ("id",), "primary")
-    adopted = planned.with_ordinals_of(live)
+    live = replace(live, storage="16390:16402")
+    adopted = planned.with_identity_of(live)
     assert [(c.name, c.data_type, c.ordinal) for c in adopted.columns] == [("id", "integer", 1), ("v", "integer", 5)]
+    assert adopted.storage == "16390:16402" and TableMeta.from_dict(adopted.to_dict()) == adopted
+    assert "storage" not in planned.to_dict()  # a MySQL table's plan is as it was
     assert SlotReader.recreated_columns(adopted, {"id": 1, "v": 5, "w": 4}) == []
-    assert adopted.with_ordinals_of(live) is adopted
+    assert adopted.with_identity_of(live) is adopted
 
 
 def test_lake_columns_compare_by_name_whatever_their_order():

@@ -148,10 +148,27 @@ def _unique_keys(client: PostgresClient, oid: int) -> list[tuple[str, bool, list
     return [(r[0], bool(r[1]), list(r[2]), bool(r[3])) for r in rows]
 
 
+def storage_identities(client: PostgresClient, oids: Sequence[int]) -> dict[int, str]:
+    """Per table OID, its files: ``oid:relfilenode`` of the table and of every table under it (partitions,
+    children). A rewrite gives a table new files (ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL,
+    CLUSTER, TRUNCATE), and attaching or detaching a partition changes the list: row changes the WAL does
+    not carry as changes of the table."""
+    if not oids:
+        return {}
+    rows = client.query(
+        "WITH RECURSIVE tree(root, relid) AS (SELECT o, o FROM unnest(%s::oid[]) AS o UNION ALL "
+        "SELECT t.root, i.inhrelid FROM tree t JOIN pg_inherits i ON i.inhparent = t.relid) "
+        "SELECT t.root, string_agg(c.oid::text || ':' || c.relfilenode::text, ',' ORDER BY c.oid) "
+        "FROM tree t JOIN pg_class c ON c.oid = t.relid WHERE c.relkind = 'r' GROUP BY t.root", (list(oids),))
+    found = {int(oid): text for oid, text in rows}
+    return {int(oid): found.get(int(oid), "") for oid in oids}
+
+
 def describe_table(client: PostgresClient, table: str, chunk_key: Sequence[str] | None = None) -> TableMeta:
     schema, name = split_name(table)
     oid = relation_oid(client, table)
     columns = _columns(client, oid)
+    storage = storage_identities(client, [oid])[oid]
     if not columns:
         raise DblogError(f"{table} has no columns: nothing to capture")
     by_name = {c.name: c for c in columns}
@@ -166,12 +183,12 @@ def describe_table(client: PostgresClient, table: str, chunk_key: Sequence[str] 
             raise DblogError(f"--chunk-key {','.join(nullable)} of {table} may be NULL: a row whose key is NULL would "
                              f"fall in no chunk; choose NOT NULL columns (or add NOT NULL)")
         unique = any(cols == list(chunk_key) for _, _, cols, _ in keys)
-        return TableMeta(schema, name, columns, tuple(chunk_key), "unique" if unique else "chunk_key")
+        return TableMeta(schema, name, columns, tuple(chunk_key), "unique" if unique else "chunk_key", storage)
     for _, primary, cols, not_null in keys:
         if primary:
-            return TableMeta(schema, name, columns, tuple(cols), "primary")
+            return TableMeta(schema, name, columns, tuple(cols), "primary", storage)
     for _, _, cols, not_null in keys:
         if not_null:
-            return TableMeta(schema, name, columns, tuple(cols), "unique")
+            return TableMeta(schema, name, columns, tuple(cols), "unique", storage)
     raise DblogError(f"table {table} has no primary key or NOT NULL unique key: add one, or pass "
                      f"--chunk-key COL[,COL] (an indexed NOT NULL column to split on)")

@@ -18,7 +18,9 @@ RENAME), ``Insert`` / ``Update`` / ``Delete`` as whole-row images (an UPDATE tha
 image under REPLICA IDENTITY DEFAULT: its before image is the key), ``Truncate`` as a TRUNCATE schema change
 (the committer reads the table again). A column dropped and added again leaves no trace when it was the last
 one (the next Relation lists the same columns): each read compares the catalog's attnums with the meta's
-(``Column.ordinal``) and ends with a ``recreate`` schema change for such a table, so it is read again. An unchanged TOASTed value (``u``) is taken from the old row under
+(``Column.ordinal``) and ends with a ``recreate`` schema change for such a table, so it is read again; likewise
+a ``rewrite`` when the table's files changed (``TableMeta.storage``: a rewrite that changes values in place, or
+a partition attached or detached, leaves no row change in the WAL). An unchanged TOASTed value (``u``) is taken from the old row under
 REPLICA IDENTITY FULL; under DEFAULT the event names it (``ChangeEvent.unchanged``) and the committer takes it
 from the key's previous image in the lake (``readers.unchanged_values``): never a NULL.
 """
@@ -43,7 +45,7 @@ from airflow_provider_dblog.source.postgres.connection import PostgresClient, fi
 from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, decode_blocks
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
-from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name
+from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name, storage_identities
 from airflow_provider_dblog.source.postgres.slot import BUSY_RETRY_SECONDS
 from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 
@@ -186,7 +188,7 @@ class SlotReader:
         undecided: list[str] = []  # tables whose run is not in blocks: decided again at the next transaction
         versions: dict[str, _Version] = {}  # the version in force per table (the planned one at first)
         relations: dict[int, tuple[str, _Version | None]] = {}  # relation OID -> (its table, version if captured)
-        oids, attnums = self._catalog(metas)
+        oids, attnums, storage = self._catalog(metas)
         after, upto = start.as_snapshot(), end.as_snapshot()
         final, row, ts, boundary, skip, first = 0, 0, 0, start, True, start
         for payload in self._messages(position_lsn(end)):
@@ -260,20 +262,28 @@ class SlotReader:
         for run in runs.values():
             yield from run.flush(self)
         if start < end:
-            yield from self._recreations(metas, attnums, end)
+            yield from self._unlogged_changes(metas, attnums, storage, end)
 
-    def _recreations(self, metas: Mapping[str, TableMeta], attnums: Mapping[str, Mapping[str, int]],
-                     end: SourcePosition) -> Iterator[SchemaChange]:
-        """A ``recreate`` schema change at ``end`` for each table with a column dropped and added again since its
-        meta was read: its rows are no longer the ones the lake has (the new column's default, not the old
-        values), so the committer reads the table again. The catalog says it, not the WAL: its position is the
-        read's end, and its statement names the attnums so that it reads the same each time."""
+    def _unlogged_changes(self, metas: Mapping[str, TableMeta], attnums: Mapping[str, Mapping[str, int]],
+                          storage: Mapping[str, str], end: SourcePosition) -> Iterator[SchemaChange]:
+        """A schema change at ``end`` for each table whose rows may have changed without a change in the WAL
+        since its meta was read, so that the committer reads it again: ``recreate``, a column dropped and added
+        again (its rows now hold the new column's default, not the old values); ``rewrite``, the table's files
+        replaced or its partitions changed (``schema.storage_identities``). The catalog says it, not the WAL: its
+        position is the read's end, and its statement names what changed so that it reads the same each time."""
         for name, meta in metas.items():
-            recreated = self.recreated_columns(meta, attnums.get(name, {}))
+            if name not in attnums:
+                continue  # not in the catalog (dropped, or renamed: the Relation message says so)
+            recreated = self.recreated_columns(meta, attnums[name])
             if recreated:
                 moves = ", ".join(f"{c} (attnum {meta.column(c).ordinal} -> {attnums[name][c]})" for c in recreated)
                 yield SchemaChange(name, "recreate", f"(column {moves} of {name} dropped and added again: in the "
                                                      f"catalog; PostgreSQL's WAL carries no DDL)", end, end)
+            elif meta.storage is not None and storage.get(name, meta.storage) != meta.storage:
+                yield SchemaChange(name, "rewrite", f"({name} has new files ({storage[name][:200]}): rewritten by "
+                                                    f"ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER "
+                                                    f"or TRUNCATE, or a partition attached or detached; the WAL holds "
+                                                    f"no row changes for it)", end, end)
 
     def _planned(self, meta: TableMeta) -> _Version:
         version = self._planned_versions.get(meta.qualified)
@@ -308,11 +318,12 @@ class SlotReader:
         meta = replace(current.meta, columns=tuple(columns), key_columns=tuple(key))
         return _Version(meta)
 
-    def _catalog(self, metas: dict[str, TableMeta]) -> tuple[dict[int, str], dict[str, dict[str, int]]]:
+    def _catalog(self, metas: dict[str, TableMeta]) -> tuple[dict[int, str], dict[str, dict[str, int]], dict[str, str]]:
         """The captured tables' OIDs now (a RENAME keeps the OID: a later Relation under another name is one),
-        and each one's columns' attnums: one query whatever the tables."""
+        each one's columns' attnums and its storage (``schema.storage_identities``): two queries whatever the
+        tables."""
         if not metas:
-            return {}, {}
+            return {}, {}, {}
         rows = self.client.query(
             "SELECT c.oid, n.nspname, c.relname, a.attname, a.attnum FROM unnest(%s::text[], %s::text[]) AS w(s, t) "
             "JOIN pg_namespace n ON n.nspname = w.s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t "
@@ -324,7 +335,8 @@ class SlotReader:
             name = f"{schema}.{table}"
             oids[int(oid)] = name
             attnums.setdefault(name, {})[column] = int(attnum)
-        return oids, attnums
+        storage = {oids[oid]: files for oid, files in storage_identities(self.client, sorted(oids)).items()}
+        return oids, attnums, storage
 
     @staticmethod
     def recreated_columns(meta: TableMeta, attnums: Mapping[str, int]) -> list[str]:
