@@ -100,20 +100,17 @@ class PostgresDialect:
 
     def check_stream(self, tables: Sequence[str]) -> None:
         """A snapshot-only capture has no slot; a dropped slot (``dblog drop``, a DBA) took the changes with it;
-        a table taken out of the publication has its changes left out of the stream."""
+        a table taken out of the publication, or an operation, rows or columns it no longer publishes, are left out
+        of the stream (``slot.publication_problem``; the stream checks again before each read)."""
         if not self.slot:
             no_stream("dblog tail")
         if slot.slot_state(self.client, self.slot) is None:
             raise DblogError(f"the capture's replication slot {self.slot} is gone from {self.client.where} (dblog "
                              f"drop, or dropped by hand): the changes since the lake's position are lost; capture "
                              f"again (dblog run with a new --state and --sink)")
-        published = slot.published_tables(self.client, self.publication) or set()
-        missing = [t for t in tables if t not in published]
-        if missing:
-            raise DblogError(f"publication {self.publication} on {self.client.where} no longer names "
-                             f"{', '.join(missing)}: their changes are not in the stream; add them back (ALTER "
-                             f"PUBLICATION {self.publication} ADD TABLE {', '.join(missing)}), then re-read what was "
-                             f"missed (dblog resnapshot --table TABLE)")
+        problem = slot.publication_problem(self.client, self.publication, tables)
+        if problem:
+            raise DblogError(problem)
 
     def drop_stream(self) -> list[str]:
         """Drop the capture's slot and publication (``dblog drop``); what was dropped."""

@@ -119,6 +119,49 @@ def published_tables(client: PostgresClient, publication: str) -> set[str] | Non
         "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (publication,))}
 
 
+def publication_problem(client: PostgresClient, publication: str, tables: Sequence[str]) -> str | None:
+    """What keeps changes of ``tables`` out of the publication's stream, in one line with its fix (None: nothing):
+    the publication gone, a table no longer in it, an operation it no longer publishes, partitions published under
+    their own names, a row filter or a column list (PostgreSQL 15+). A DBA's ALTER PUBLICATION is not in the WAL
+    as a change of the tables: the tail checks before each read."""
+    flags = client.query("SELECT pubinsert, pubupdate, pubdelete, pubtruncate, "
+                         + ("pubviaroot" if client.version_num >= 130000 else "true")
+                         + " FROM pg_publication WHERE pubname = %s", (publication,))
+    redo = "then re-read what was missed (dblog resnapshot --table TABLE)"
+    if not flags:
+        return (f"publication {publication} is gone from {client.where}: the tables' changes are not in the stream; "
+                f"create it again (CREATE PUBLICATION {quote_ident(publication)} FOR TABLE ...), {redo}")
+    published = published_tables(client, publication) or set()
+    missing = [t for t in tables if t not in published]
+    if missing:
+        return (f"publication {publication} on {client.where} no longer names {', '.join(missing)}: their changes are "
+                f"not in the stream; add them back (ALTER PUBLICATION {publication} ADD TABLE {', '.join(missing)}), "
+                f"{redo}")
+    left_out = [op for op, on in zip(("insert", "update", "delete", "truncate"), flags[0][:4]) if not on]
+    if left_out:
+        return (f"publication {publication} on {client.where} leaves out {', '.join(left_out)}: those changes are not "
+                f"in the stream; ALTER PUBLICATION {quote_ident(publication)} SET (publish = 'insert, update, delete, "
+                f"truncate'), {redo}")
+    if not flags[0][4]:
+        return (f"publication {publication} on {client.where} publishes partitions under their own names: a "
+                f"partitioned table's changes are not in the stream; ALTER PUBLICATION {quote_ident(publication)} SET "
+                f"(publish_via_partition_root = true), {redo}")
+    if client.version_num >= 150000:
+        narrowed = [f"{name} ({'a row filter' if qual else ''}{' and ' if qual and attrs else ''}"
+                    f"{'a column list' if attrs else ''})"
+                    for name, qual, attrs in client.query(
+                        "SELECT n.nspname || '.' || c.relname, pr.prqual IS NOT NULL, pr.prattrs IS NOT NULL "
+                        "FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid "
+                        "JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+                        "WHERE p.pubname = %s AND (pr.prqual IS NOT NULL OR pr.prattrs IS NOT NULL)", (publication,))
+                    if name in tables]
+        if narrowed:
+            return (f"publication {publication} on {client.where} narrows {', '.join(narrowed)}: rows or columns are "
+                    f"left out of the stream; ALTER PUBLICATION {quote_ident(publication)} SET TABLE ... without a WHERE "
+                    f"or column list, {redo}")
+    return None
+
+
 def ensure_publication(client: PostgresClient, publication: str, tables: Sequence[str]) -> bool:
     """Create the publication for ``tables`` (changes of partitions published as their root), or add the ones it
     lacks; True if this call created it. One line naming the statement a table owner can run instead."""

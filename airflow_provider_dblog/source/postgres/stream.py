@@ -46,7 +46,7 @@ from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, deco
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name, storage_identities
-from airflow_provider_dblog.source.postgres.slot import BUSY_RETRY_SECONDS
+from airflow_provider_dblog.source.postgres.slot import BUSY_RETRY_SECONDS, publication_problem
 from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 
 log = logging.getLogger("dblog")
@@ -189,6 +189,9 @@ class SlotReader:
         versions: dict[str, _Version] = {}  # the version in force per table (the planned one at first)
         relations: dict[int, tuple[str, _Version | None]] = {}  # relation OID -> (its table, version if captured)
         oids, attnums, storage = self._catalog(metas)
+        problem = publication_problem(self.client, self.publication, list(metas)) if metas else None
+        if problem:
+            raise DblogError(problem)
         after, upto = start.as_snapshot(), end.as_snapshot()
         final, row, ts, boundary, skip, first = 0, 0, 0, start, True, start
         for payload in self._messages(position_lsn(end)):

@@ -1,12 +1,14 @@
-"""A PostgreSQL column dropped and added again is never silent (issue 26, never silent).
+"""PostgreSQL changes that leave no row change in the WAL are never silent (issue 26, never silent).
 
-DDL is not in the WAL, and when the column was the table's last one the next ``Relation`` message lists the
-same columns in the same order: nothing in the stream says the rows changed, yet every row the source did not
-write since holds the new column's default where the lake holds the old value. The tail compares the catalog's
-attnums with the plan's on each read: under ``evolve`` and ``freeze`` it reads the table again (once: the plan
-takes the new attnums), under ``fail`` it stops with one line. Each case ends with the lake equal to the source
-column by column and ``dblog verify`` equal, on the in-driver path and on Spark, with and without writes to the
-table after the statements, and with the table untouched since (where no Relation message comes at all)."""
+DDL is not in the WAL. A column dropped and added again (when it was the table's last one, the next ``Relation``
+message lists the same columns in the same order), a rewrite that changes values in place (ALTER COLUMN ...
+TYPE ... USING), a partition attached or detached with its rows: the source's rows change and the stream says
+nothing. The tail compares the catalog with the plan on each read (attnums, the table's files) and reads the
+table again, once (``recreate``, ``rewrite``; under ``fail`` it stops in one line). A publication narrowed by
+ALTER PUBLICATION (operations, partitions, row filters, column lists) stops the tail in one line. Each case ends
+with the lake equal to the source column by column and ``dblog verify`` equal, on the in-driver path and on
+Spark, with and without writes to the table after the statements, and with the table untouched since.
+"""
 from __future__ import annotations
 
 import json
@@ -209,3 +211,31 @@ def test_a_partition_attached_or_detached_with_its_rows_is_read_again(postgres, 
     assert_lake_equals_source(pg, db, sink, "public.p", ["id", "v"])
     assert len(source_rows(pg, db, "public.p", ["id"])) == 50
     verify_equal(state, sink)
+
+
+def test_a_publication_narrowed_behind_the_tails_back_stops_it_in_one_line(postgres, pg_db, tmp_path):
+    """ALTER PUBLICATION is not a change of the tables in the WAL: the operations, rows or columns it leaves out
+    would be missing from the lake without a trace. The tail checks the publication before each read."""
+    pg, db = postgres, pg_db
+    state, sink = capture(pg, db, tmp_path)
+    publication = StateDir(state).options()["publication"]
+    with pytest.raises(Exception, match="publication"):  # PostgreSQL itself refuses this one
+        pg.sql("ALTER TABLE public.t SET UNLOGGED", db=db)
+    narrowings = [
+        (f"ALTER PUBLICATION {publication} SET (publish = 'insert')", "leaves out update, delete, truncate"),
+        (f"ALTER PUBLICATION {publication} SET (publish_via_partition_root = false)", "publish_via_partition_root"),
+        (f"ALTER PUBLICATION {publication} SET TABLE public.t WHERE (id > 10), public.other", "public.t (a row filter)"),
+        (f"ALTER PUBLICATION {publication} SET TABLE public.t (id, a), public.other", "public.t (a column list)"),
+    ]
+    restore = [f"ALTER PUBLICATION {publication} SET (publish = 'insert, update, delete, truncate', "
+               f"publish_via_partition_root = true)", f"ALTER PUBLICATION {publication} SET TABLE public.t, public.other"]
+    for statement, said in narrowings:
+        pg.sql(statement, "UPDATE public.t SET a = 'u' WHERE id = 3", db=db)
+        code, out, err = tail(state, sink)
+        line = one_error_line(err)
+        assert code != 0 and said in line and "resnapshot" in line, (statement, err[-3000:])
+        pg.sql(*restore, db=db)
+    pg.sql("UPDATE public.t SET a = 'after' WHERE id = 4", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0, err
+    assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])
