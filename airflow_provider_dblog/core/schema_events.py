@@ -18,6 +18,9 @@ SCHEMA_CHANGE_BEHAVIOURS = ("evolve", "fail", "freeze")
 # changes a source's catalog shows and its log does not (PostgreSQL): a column dropped and added again, a table
 # whose files were replaced; their position is the end of the read that found them
 CATALOG_KINDS = ("recreate", "rewrite")
+# a change the source cannot give as rows (PostgreSQL: an UPDATE or DELETE whose old key the table's replica
+# identity does not carry): the statement says why and what to do; the capture stops when the lake needs it
+UNREADABLE = "unreadable"
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ class SchemaChange:
     """A DDL statement naming ``table``: ``start`` is the (transaction) boundary before it, ``pos`` its end."""
 
     table: str
-    kind: str  # alter | truncate | rename | drop | create | recreate | rewrite (the last two: the catalog says it)
+    kind: str  # alter | truncate | rename | drop | create | recreate | rewrite (the catalog says these two) | identity
     statement: str
     start: SourcePosition
     pos: SourcePosition

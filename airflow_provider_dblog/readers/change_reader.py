@@ -21,7 +21,8 @@ from airflow_provider_dblog.core.chunks import locate
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import SourcePosition
-from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.schema_events import UNREADABLE, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import DataSourceDialect
 from airflow_provider_dblog.store.lake import block_rows, event_rows
@@ -165,6 +166,8 @@ class ChangeReader:
                     continue
                 if item.pos <= table.floor:  # the lake has it (a read for a table further behind)
                     continue
+                if isinstance(item, SchemaChange) and item.kind == UNREADABLE:
+                    raise DblogError(item.statement)
                 if isinstance(item, ChangeEvent):
                     if not table.other_key:
                         table.events.append(item)

@@ -239,3 +239,29 @@ def test_a_publication_narrowed_behind_the_tails_back_stops_it_in_one_line(postg
     code, out, err = tail(state, sink)
     assert code == 0, err
     assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])
+
+
+@pytest.mark.slow  # the Spark path
+def test_a_replica_identity_without_the_key_stops_the_tail_until_fixed_and_reread(postgres, pg_db, tmp_path):
+    """REPLICA IDENTITY switched at run time to an index without the capture's key: an UPDATE or DELETE no longer
+    says which row it changed (an UPDATE of the key would even look like one of the new key). The tail stops in
+    one line at the first such change the lake needs; once the identity is fixed it reads the table again and
+    goes on from there."""
+    pg, db = postgres, pg_db
+    state, sink = capture(pg, db, tmp_path)
+    pg.sql("UPDATE public.t SET a = 'k' || id", "CREATE UNIQUE INDEX t_a ON public.t (a)",
+           "ALTER TABLE public.t ALTER COLUMN a SET NOT NULL", "ALTER TABLE public.t REPLICA IDENTITY USING INDEX t_a",
+           "INSERT INTO public.t VALUES (500, 'k500', 1)", "DELETE FROM public.t WHERE id = 5",
+           "UPDATE public.t SET id = 1000 WHERE id = 7", db=db)
+    for options in ((), ("--driver-catch-up-mb", "0")):
+        code, out, err = tail(state, sink, *options)
+        line = one_error_line(err)
+        assert code != 0 and "replica identity USING INDEX carries a, not the capture's key (id)" in line, err[-3000:]
+        assert "REPLICA IDENTITY FULL" in line and "reads the table again" in line, line
+    pg.sql("ALTER TABLE public.t REPLICA IDENTITY FULL", db=db)
+    pg.sql("DELETE FROM public.t WHERE id = 6", "UPDATE public.t SET id = 1001 WHERE id = 8", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0, err
+    assert "IDENTITY of public.t" in err and REREAD in err, err[-3000:]
+    assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])
+    verify_equal(state, sink)

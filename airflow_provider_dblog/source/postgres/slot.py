@@ -186,9 +186,9 @@ def ensure_publication(client: PostgresClient, publication: str, tables: Sequenc
     return have is None
 
 
-def check_replica_identity(client: PostgresClient, metas: Sequence[TableMeta]) -> None:
-    """Every table's replica identity gives the old key of an UPDATE or DELETE in the capture's key columns:
-    DEFAULT with the key as primary key, USING INDEX on exactly the key, or FULL. One line naming the fix."""
+def identity_misses_key(client: PostgresClient, metas: Sequence[TableMeta]) -> list[str]:
+    """The tables whose replica identity does not give the old key of an UPDATE or DELETE in the capture's key
+    columns now: it must be DEFAULT with the key as primary key, USING INDEX on exactly the key, or FULL."""
     bad = []
     for meta in metas:
         identity, pk, index = client.query(
@@ -204,6 +204,13 @@ def check_replica_identity(client: PostgresClient, metas: Sequence[TableMeta]) -
                 identity == "i" and index and sorted(index) == sorted(key)):
             continue
         bad.append(meta.qualified)
+    return bad
+
+
+def check_replica_identity(client: PostgresClient, metas: Sequence[TableMeta]) -> None:
+    """Every table's replica identity gives the old key of an UPDATE or DELETE in the capture's key columns
+    (``identity_misses_key``). One line naming the fix."""
+    bad = identity_misses_key(client, metas)
     if bad:
         fix = "; ".join(f"ALTER TABLE {_table_sql(t)} REPLICA IDENTITY FULL" for t in bad)
         raise DblogError(f"{', '.join(bad)}: the replica identity does not name the capture's key, so an UPDATE or "

@@ -38,7 +38,7 @@ from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import SourcePosition, encode_position, lsn_position, position_lsn
-from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
+from airflow_provider_dblog.core.schema_events import UNREADABLE, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.postgres import pgoutput
 from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
@@ -46,18 +46,31 @@ from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, deco
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name, storage_identities
-from airflow_provider_dblog.source.postgres.slot import BUSY_RETRY_SECONDS, publication_problem
+from airflow_provider_dblog.source.postgres.slot import BUSY_RETRY_SECONDS, identity_misses_key, publication_problem
 from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 
 log = logging.getLogger("dblog")
 FETCH_ROWS = 5000  # messages per round trip of the server-side cursor
 BLOCK_ROWS = 10_000  # row messages per ChangeBlock
 BLOCK_BYTES = 8 << 20  # and their bytes: the block decoder gathers a column's values through an 8-byte index per byte
-_UPDATE = ord("U")
+_INSERT, _UPDATE = ord("I"), ord("U")
 _ROW_TAGS = frozenset((ord("I"), _UPDATE, ord("D")))
 _OID = struct.Struct("!I").unpack_from
 _NOT_CAPTURED = ("", None)
 TOAST_FIX = "give the key a column that is never TOASTed, or ALTER TABLE {table} REPLICA IDENTITY FULL"
+
+
+def identity_problem(relation: pgoutput.Relation, meta: TableMeta) -> str | None:
+    """Why the table's UPDATEs and DELETEs under this Relation cannot be applied (None: they can): its replica
+    identity (changed at run time: ALTER TABLE ... REPLICA IDENTITY) does not carry the capture's key, so an
+    old row's key is missing or another column set. ``{pos}`` is left for the change's position."""
+    if relation.replica_identity == "f" or set(relation.key_columns) == set(meta.key_columns):
+        return None
+    carried = ", ".join(relation.key_columns) or "nothing"
+    return (f"{meta.qualified}: an UPDATE or DELETE at {{pos}} under replica identity "
+            f"{ {'d': 'DEFAULT', 'n': 'NOTHING', 'i': 'USING INDEX'}.get(relation.replica_identity, '?')} carries "
+            f"{carried}, not the capture's key ({', '.join(meta.key_columns)}), so the row it changed is unknown: "
+            f"ALTER TABLE {meta.qualified} REPLICA IDENTITY FULL (the tail then reads the table again)")
 
 
 def change_position(final_lsn: int, row: int = 0) -> SourcePosition:
@@ -188,6 +201,8 @@ class SlotReader:
         undecided: list[str] = []  # tables whose run is not in blocks: decided again at the next transaction
         versions: dict[str, _Version] = {}  # the version in force per table (the planned one at first)
         relations: dict[int, tuple[str, _Version | None]] = {}  # relation OID -> (its table, version if captured)
+        refused: dict[int, str] = {}  # relation OID -> why its UPDATEs and DELETEs cannot be applied (its identity)
+        fixed: dict[str, bool] = {}  # per table with such changes: whether its replica identity carries the key now
         oids, attnums, storage = self._catalog(metas)
         problem = publication_problem(self.client, self.publication, list(metas)) if metas else None
         if problem:
@@ -200,8 +215,14 @@ class SlotReader:
                 position_row, row = row, row + 1
                 if skip:  # the transaction is at or before ``start`` (a whole transaction is on one side)
                     continue
-                name, version = relations.get(_OID(payload, 1)[0], _NOT_CAPTURED)
+                oid = _OID(payload, 1)[0]
+                name, version = relations.get(oid, _NOT_CAPTURED)
                 if version is None:
+                    continue
+                if refused and tag != _INSERT and oid in refused:  # its old key is unknown
+                    if name in runs:
+                        yield from runs.pop(name).flush(self)
+                    yield self._unreadable(metas[name], refused[oid], fixed, boundary, first.with_row(position_row))
                     continue
                 run = runs.get(name)
                 if run is None or run.version is not version:
@@ -251,6 +272,11 @@ class SlotReader:
                     continue
                 version = self._version(message, versions.get(name) or self._planned(metas[name]))
                 relations[message.oid] = (name, version)
+                problem = identity_problem(message, metas[name])
+                if problem:
+                    refused[message.oid] = problem
+                else:
+                    refused.pop(message.oid, None)
                 continue
             if kind is pgoutput.Truncate:
                 pos = change_position(final, row)
@@ -287,6 +313,20 @@ class SlotReader:
                                                     f"ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER "
                                                     f"or TRUNCATE, or a partition attached or detached; the WAL holds "
                                                     f"no row changes for it)", end, end)
+
+    def _unreadable(self, meta: TableMeta, problem: str, fixed: dict[str, bool], boundary: SourcePosition,
+                    pos: SourcePosition) -> SchemaChange:
+        """An UPDATE or DELETE whose old key the replica identity did not carry: once the identity carries the
+        key again, an ``identity`` change (the committer reads the table again, as after a TRUNCATE); until then
+        ``UNREADABLE``, which stops the reader when the lake needs the change (past the table's floor)."""
+        name = meta.qualified
+        if name not in fixed:
+            fixed[name] = not identity_misses_key(self.client, [meta])
+        problem = problem.replace("{pos}", str(pos))
+        if fixed[name]:
+            return SchemaChange(name, "identity", f"({problem.split(', so ')[0]}: its row is unknown, and the "
+                                                  f"identity carries the key now: the table is read again)", boundary, pos)
+        return SchemaChange(name, UNREADABLE, problem, boundary, pos)
 
     def _planned(self, meta: TableMeta) -> _Version:
         version = self._planned_versions.get(meta.qualified)
