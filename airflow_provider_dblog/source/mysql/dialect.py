@@ -65,7 +65,10 @@ class MySqlDialect:
         """Every startup mode works here (``startup_position`` checks a mode's position against the binlog)."""
 
     def prepare_stream(self, metas: Sequence[TableMeta]) -> dict:
-        return {}  # the binlog streams without anything made for it
+        """Nothing to make for the binlog; a server whose binlog would leave the tables' writes out is refused
+        (``schema.binlog_gap``)."""
+        self.check_stream([m.qualified for m in metas])
+        return {}
 
     def read_signals(self, table: str) -> list[tuple[str, str, str | None]]:
         database, _, name = table.partition(".")
@@ -78,7 +81,11 @@ class MySqlDialect:
         return [(str(i), str(t), None if d is None else str(d)) for i, t, d in rows]
 
     def check_stream(self, tables: Sequence[str]) -> None:
-        """A binlog can be streamed from wherever a capture was planned."""
+        """The tables' writes must be in the binlog: no filter leaves their database out, and a replica logs
+        what it applies (both can change with a restart or a CHANGE MASTER after the plan)."""
+        gap = schema.binlog_gap(self.client, sorted({t.partition(".")[0] for t in tables}))
+        if gap:
+            raise DblogError(gap)
 
     def drop_stream(self) -> list[str]:
         return []

@@ -34,6 +34,47 @@ def check_source(client: MySqlClient) -> None:
     check_privileges(client)
 
 
+def binlog_gap(client: MySqlClient, databases: Sequence[str]) -> str | None:
+    """Why writes to ``databases`` may never be in this server's binlog, in one line with the fix (None: they
+    are): a binlog filter leaving a database out (``--binlog-do-db`` / ``--binlog-ignore-db``), or a running
+    replica whose applied writes are not logged (``log_slave_updates=OFF``). A tail would read an empty binlog
+    and call itself current; both are server options, so the plan and each tail check them."""
+    where = client.config.address
+    try:
+        status = client.query("SHOW MASTER STATUS")
+    except pymysql.MySQLError:  # MySQL 8.4 renamed it
+        status = client.query("SHOW BINARY LOG STATUS")
+    if status:
+        do_db = {d for d in str(status[0][2] or "").split(",") if d}
+        ignore_db = {d for d in str(status[0][3] or "").split(",") if d}
+        left_out = sorted(d for d in set(databases) if d in ignore_db or (do_db and d not in do_db))
+        if left_out:
+            return (f"the binlog of {where} leaves out database(s) {', '.join(left_out)} (binlog_do_db="
+                    f"{','.join(sorted(do_db)) or '-'}, binlog_ignore_db={','.join(sorted(ignore_db)) or '-'}): their "
+                    f"changes would never reach the lake; remove the filter from the server's options and restart it")
+    if str(client.scalar("SELECT @@GLOBAL.log_slave_updates")) in ("1", "ON") or not _applies_replicated_writes(client):
+        return None
+    return (f"{where} is a replica applying its primary's writes with log_slave_updates=OFF: they are not in its "
+            f"binlog, so they would never reach the lake; restart it with --log-slave-updates (log_replica_updates), "
+            f"or capture the primary")
+
+
+def _applies_replicated_writes(client: MySqlClient) -> bool:
+    """Whether replication threads apply a primary's writes here (MariaDB's ``Slaves_running``, MySQL's
+    applier status); False when the login may not see it."""
+    try:
+        rows = client.query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Slaves_running', 'Slave_running')")
+        found = {name.lower(): str(value) for name, value in rows}
+        if "slaves_running" in found:
+            return found["slaves_running"] not in ("0", "")
+        if "slave_running" in found:
+            return found["slave_running"].upper() == "ON"
+        return bool(client.scalar("SELECT COUNT(*) FROM performance_schema.replication_applier_status "
+                                  "WHERE SERVICE_STATE = 'ON'"))
+    except pymysql.MySQLError:
+        return False
+
+
 def check_privileges(client: MySqlClient) -> None:
     grants = " ".join(row[0] for row in client.query("SHOW GRANTS")).upper()
     if "ALL PRIVILEGES ON *.*" in grants or "SUPER" in grants:
