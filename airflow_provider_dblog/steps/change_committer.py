@@ -212,6 +212,8 @@ class ChangeCommitter:
             return False
         fresh = live = self._live_meta(last)
         if live is None:
+            if self.plan.meta.storage:  # the stream then knows the table is gone: it says so once
+                self._adopt_identity(replace(self.plan.meta, storage=""))
             return False
         if tuple(live.key_columns) != tuple(self.plan.meta.key_columns):
             self._replan(live, last)

@@ -265,3 +265,32 @@ def test_a_replica_identity_without_the_key_stops_the_tail_until_fixed_and_rerea
     assert "IDENTITY of public.t" in err and REREAD in err, err[-3000:]
     assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])
     verify_equal(state, sink)
+
+
+def test_a_table_dropped_and_created_again_is_followed_without_stopping_the_others(postgres, pg_db, tmp_path):
+    """DROP TABLE takes the table out of the publication too: the capture of the other tables goes on, the lake
+    keeps the dropped table's rows (as for MySQL), once. Created again under the same name it is a new table:
+    put back in the publication, read again (the old rows go), and streamed from there."""
+    pg, db = postgres, pg_db
+    state, sink = capture(pg, db, tmp_path)
+    pg.sql("DROP TABLE public.other", "UPDATE public.t SET v = 0 WHERE id = 1", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0, err[-3000:]
+    assert "DROP of public.other" in err and "keeps its rows" in err, err[-3000:]
+    assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])
+    assert DeltaTable(f"{sink}/public.other/current").to_pyarrow_table().num_rows == 20  # kept
+    pg.sql("UPDATE public.t SET v = 1 WHERE id = 1", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0 and "schema change" not in err, err[-3000:]
+
+    pg.sql("CREATE TABLE public.other (id serial PRIMARY KEY, x int)",
+           "INSERT INTO public.other (x) SELECT -g FROM generate_series(1, 5) g", db=db)
+    code, out, err = tail(state, sink, "--driver-catch-up-mb", "0")
+    assert code == 0, err[-3000:]
+    assert "CREATE of public.other" in err and REREAD in err, err[-3000:]
+    pg.sql("UPDATE public.other SET x = 100 WHERE id = 2", "INSERT INTO public.other (x) VALUES (7)", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0 and "schema change" not in err, err[-3000:]
+    other = {r["id"]: r["x"] for r in DeltaTable(f"{sink}/public.other/current").to_pyarrow_table().to_pylist()}
+    assert other == {1: -1, 2: 100, 3: -3, 4: -4, 5: -5, 6: 7}
+    verify_equal(state, sink)

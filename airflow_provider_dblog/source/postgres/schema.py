@@ -149,8 +149,8 @@ def _unique_keys(client: PostgresClient, oid: int) -> list[tuple[str, bool, list
 
 
 def storage_identities(client: PostgresClient, oids: Sequence[int]) -> dict[int, str]:
-    """Per table OID, its files: ``oid:relfilenode`` of the table and of every table under it (partitions,
-    children). A rewrite gives a table new files (ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL,
+    """Per table OID, ``OID|`` and its files: ``oid:relfilenode`` of the table and of every table under it
+    (partitions, children); a table dropped and created again has another OID. A rewrite gives a table new files (ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL,
     CLUSTER, TRUNCATE), and attaching or detaching a partition changes the list: row changes the WAL does
     not carry as changes of the table."""
     if not oids:
@@ -161,7 +161,12 @@ def storage_identities(client: PostgresClient, oids: Sequence[int]) -> dict[int,
         "SELECT t.root, string_agg(c.oid::text || ':' || c.relfilenode::text, ',' ORDER BY c.oid) "
         "FROM tree t JOIN pg_class c ON c.oid = t.relid WHERE c.relkind = 'r' GROUP BY t.root", (list(oids),))
     found = {int(oid): text for oid, text in rows}
-    return {int(oid): found.get(int(oid), "") for oid in oids}
+    return {int(oid): f"{int(oid)}|{found.get(int(oid), '')}" for oid in oids}
+
+
+def storage_oid(storage: str | None) -> int | None:
+    """The table's OID in a ``storage_identities`` value (None: unknown, or the table was dropped)."""
+    return int(storage.split("|", 1)[0]) if storage and "|" in storage else None
 
 
 def describe_table(client: PostgresClient, table: str, chunk_key: Sequence[str] | None = None) -> TableMeta:

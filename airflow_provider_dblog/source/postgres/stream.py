@@ -45,8 +45,10 @@ from airflow_provider_dblog.source.postgres.connection import PostgresClient, fi
 from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, decode_blocks
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
-from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name, storage_identities
-from airflow_provider_dblog.source.postgres.slot import BUSY_RETRY_SECONDS, identity_misses_key, publication_problem
+from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name, storage_identities, storage_oid
+from airflow_provider_dblog.source.postgres.slot import (
+    BUSY_RETRY_SECONDS, ensure_publication, identity_misses_key, publication_problem,
+)
 from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 
 log = logging.getLogger("dblog")
@@ -204,7 +206,11 @@ class SlotReader:
         refused: dict[int, str] = {}  # relation OID -> why its UPDATEs and DELETEs cannot be applied (its identity)
         fixed: dict[str, bool] = {}  # per table with such changes: whether its replica identity carries the key now
         oids, attnums, storage = self._catalog(metas)
-        problem = publication_problem(self.client, self.publication, list(metas)) if metas else None
+        created = [n for n, m in metas.items() if n in storage and m.storage is not None
+                   and storage_oid(m.storage) != storage_oid(storage[n])]
+        if created:  # dropped and created again: a new table, not in the publication; its rows are read again
+            ensure_publication(self.client, self.publication, created)
+        problem = publication_problem(self.client, self.publication, [n for n in metas if n in attnums])
         if problem:
             raise DblogError(problem)
         after, upto = start.as_snapshot(), end.as_snapshot()
@@ -301,8 +307,15 @@ class SlotReader:
         replaced or its partitions changed (``schema.storage_identities``). The catalog says it, not the WAL: its
         position is the read's end, and its statement names what changed so that it reads the same each time."""
         for name, meta in metas.items():
-            if name not in attnums:
-                continue  # not in the catalog (dropped, or renamed: the Relation message says so)
+            if name not in attnums:  # the lake keeps its rows until a table of that name exists again
+                if meta.storage:  # known, and not gone already
+                    yield SchemaChange(name, "drop", f"({name} is gone from the catalog: dropped or renamed; "
+                                                     f"PostgreSQL's WAL carries no DDL)", end, end)
+                continue
+            if meta.storage is not None and storage_oid(meta.storage) != storage_oid(storage.get(name)):
+                yield SchemaChange(name, "create", f"({name} is a new table (OID {storage_oid(storage.get(name))}): "
+                                                   f"dropped and created again; PostgreSQL's WAL carries no DDL)", end, end)
+                continue
             recreated = self.recreated_columns(meta, attnums[name])
             if recreated:
                 moves = ", ".join(f"{c} (attnum {meta.column(c).ordinal} -> {attnums[name][c]})" for c in recreated)
