@@ -93,7 +93,8 @@ def run_chunk(sink: str, plan: TablePlan, chunk_id: int, dialect: DataSourceDial
     hw_encoded = read.hw.as_snapshot().encode()
     lake = LakeTables(sink, table, schema, plan.meta.key_columns)
     applied = lake.commit_chunk(chunk_id, read.hw, snapshot_rows(read.rows, hw_encoded, chunk_id,
-                                                                  int(time.time() * 1000), schema))
+                                                                  int(time.time() * 1000), schema),
+                                keep_columns=plan.keep_columns)
     bounds = chunk.to_dict()
     report = {"table": table, "chunk": chunk_id, "lo": bounds["lo"], "hi": bounds["hi"],
               "lw": read.lw.to_dict(), "hw": read.hw.to_dict(), "hw_encoded": hw_encoded,

@@ -232,8 +232,8 @@ class ChangeCommitter:
             self.lake.evolve(source, last.pos)
             self.state.record_schema_version(live, last.pos)
         log.info("schema change: reading the %d chunks of %s again with columns %s", len(self.plan.chunks),
-                 live.qualified, ", ".join(live.column_names))
-        self.reread(replace(self.plan, meta=live))
+                 live.qualified, ", ".join(self.lake.source.names if self.behaviour == "freeze" else live.column_names))
+        self.reread(replace(self.plan, meta=live, keep_columns=self.behaviour == "freeze"))
         self._adopt_identity(fresh)
         return True
 

@@ -379,15 +379,20 @@ class LakeTables:
         return table.to_pyarrow_dataset().to_table(columns=names, filter=expression)
 
     # ---- snapshot chunks ----
-    def commit_chunk(self, chunk_id: int, hw: SourcePosition, rows: pa.Table) -> bool:
+    def commit_chunk(self, chunk_id: int, hw: SourcePosition, rows: pa.Table, keep_columns: bool = False) -> bool:
         """Append the chunk's rows (changelog schema) and replace its chunk in ``current``; False when a
-        later read of the chunk is already in ``current`` (this one changes nothing there)."""
+        later read of the chunk is already in ``current`` (this one changes nothing there). ``keep_columns``
+        (``--schema-changes freeze``): rows read with other columns take the lake's (new ones left out, dropped
+        ones null) instead of changing them."""
         self.current()  # adopt the lake's columns if it followed a schema change
         source = source_columns(rows.schema)
         if not same_column_set(source, self.source):
-            # read with other columns than the lake's: newer ones (the chunk read after a schema change)
-            # change the lake; older ones (a read that started before it) take the lake's columns
-            self.evolve(source, hw)
+            if keep_columns:
+                rows = conform(rows, pa.schema([*self.source, *(f for f in rows.schema if f.name not in source.names)]))
+            else:
+                # read with other columns than the lake's: newer ones (the chunk read after a schema change)
+                # change the lake; older ones (a read that started before it) take the lake's columns
+                self.evolve(source, hw)
         once = self._first_read_once(chunk_id, hw, rows)
         if once:
             return True

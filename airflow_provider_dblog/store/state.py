@@ -51,6 +51,7 @@ class TablePlan:
     rows: int = 0  # estimated when planned (progress, batch packing)
     startup: StartupMode = StartupMode()
     start_at: SourcePosition | None = None  # where the stream starts when the startup mode reads no snapshot
+    keep_columns: bool = False  # a re-read under --schema-changes freeze: the lake keeps its columns (not stored)
 
     def chunk(self, chunk_id: int) -> ChunkRange:
         return self.chunks[chunk_id]
