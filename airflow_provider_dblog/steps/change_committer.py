@@ -212,9 +212,11 @@ class ChangeCommitter:
             return False
         fresh = live = self._live_meta(last)
         if live is None:
-            if self.plan.meta.storage:  # the stream then knows the table is gone: it says so once
+            if last.kind == "drop" and self.plan.meta.storage:  # gone from the catalog: the stream says so once
                 self._adopt_identity(replace(self.plan.meta, storage=""))
             return False
+        if last.kind == "create":  # a new table under the name: the source streams it from now on
+            self.dialect.prepare_stream([live])
         if tuple(live.key_columns) != tuple(self.plan.meta.key_columns):
             self._replan(live, last)
             return True

@@ -41,9 +41,15 @@ def binlog_gap(client: MySqlClient, databases: Sequence[str]) -> str | None:
     and call itself current; both are server options, so the plan and each tail check them."""
     where = client.config.address
     try:
-        status = client.query("SHOW MASTER STATUS")
-    except pymysql.MySQLError:  # MySQL 8.4 renamed it
-        status = client.query("SHOW BINARY LOG STATUS")
+        try:
+            status = client.query("SHOW MASTER STATUS")
+        except pymysql.MySQLError:  # MySQL 8.4 renamed it
+            status = client.query("SHOW BINARY LOG STATUS")
+        logs_applied = str(client.scalar("SELECT @@GLOBAL.log_slave_updates")) in ("1", "ON")
+    except pymysql.MySQLError as exc:
+        raise DblogError(f"cannot read the binlog settings of {where}: {exc.args[-1]}; grant "
+                         f"{'BINLOG MONITOR' if client.is_mariadb else 'REPLICATION CLIENT'} to {client.config.user}"
+                         ) from None
     if status:
         do_db = {d for d in str(status[0][2] or "").split(",") if d}
         ignore_db = {d for d in str(status[0][3] or "").split(",") if d}
@@ -52,7 +58,7 @@ def binlog_gap(client: MySqlClient, databases: Sequence[str]) -> str | None:
             return (f"the binlog of {where} leaves out database(s) {', '.join(left_out)} (binlog_do_db="
                     f"{','.join(sorted(do_db)) or '-'}, binlog_ignore_db={','.join(sorted(ignore_db)) or '-'}): their "
                     f"changes would never reach the lake; remove the filter from the server's options and restart it")
-    if str(client.scalar("SELECT @@GLOBAL.log_slave_updates")) in ("1", "ON") or not _applies_replicated_writes(client):
+    if logs_applied or not _applies_replicated_writes(client):
         return None
     return (f"{where} is a replica applying its primary's writes with log_slave_updates=OFF: they are not in its "
             f"binlog, so they would never reach the lake; restart it with --log-slave-updates (log_replica_updates), "
@@ -60,19 +66,27 @@ def binlog_gap(client: MySqlClient, databases: Sequence[str]) -> str | None:
 
 
 def _applies_replicated_writes(client: MySqlClient) -> bool:
-    """Whether replication threads apply a primary's writes here (MariaDB's ``Slaves_running``, MySQL's
-    applier status); False when the login may not see it."""
+    """Whether replication threads apply a primary's writes here: ``SHOW REPLICA STATUS`` (MySQL: with
+    REPLICATION CLIENT) or MariaDB's ``Slaves_running``; False when the login may see neither."""
+    for statement in ("SHOW REPLICA STATUS", "SHOW SLAVE STATUS"):
+        try:
+            with client.conn.cursor() as cur:
+                cur.execute(statement)
+                names = [d[0].lower() for d in cur.description or ()]
+                rows = cur.fetchall()
+        except pymysql.MySQLError:
+            continue
+        column = next((names.index(c) for c in ("replica_sql_running", "slave_sql_running") if c in names), None)
+        if column is not None:
+            return any(str(r[column]).lower() == "yes" for r in rows)
     try:
         rows = client.query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Slaves_running', 'Slave_running')")
-        found = {name.lower(): str(value) for name, value in rows}
-        if "slaves_running" in found:
-            return found["slaves_running"] not in ("0", "")
-        if "slave_running" in found:
-            return found["slave_running"].upper() == "ON"
-        return bool(client.scalar("SELECT COUNT(*) FROM performance_schema.replication_applier_status "
-                                  "WHERE SERVICE_STATE = 'ON'"))
     except pymysql.MySQLError:
         return False
+    found = {name.lower(): str(value) for name, value in rows}
+    if "slaves_running" in found:
+        return found["slaves_running"] not in ("0", "")
+    return found.get("slave_running", "").upper() == "ON"
 
 
 def check_privileges(client: MySqlClient) -> None:

@@ -124,13 +124,28 @@ def publication_problem(client: PostgresClient, publication: str, tables: Sequen
     the publication gone, a table no longer in it, an operation it no longer publishes, partitions published under
     their own names, a row filter or a column list (PostgreSQL 15+). A DBA's ALTER PUBLICATION is not in the WAL
     as a change of the tables: the tail checks before each read."""
-    flags = client.query("SELECT pubinsert, pubupdate, pubdelete, pubtruncate, "
+    try:
+        return _publication_problem(client, publication, tables)
+    except psycopg2.Error as exc:
+        raise DblogError(f"checking publication {publication} on {client.where} failed: "
+                         f"{first_line(exc, client.config.password)}") from None
+
+
+def _publication_problem(client: PostgresClient, publication: str, tables: Sequence[str]) -> str | None:
+    flags = client.query("SELECT pubinsert, pubupdate, pubdelete, "
+                         + ("pubtruncate" if client.version_num >= 110000 else "true") + ", "
                          + ("pubviaroot" if client.version_num >= 130000 else "true")
                          + " FROM pg_publication WHERE pubname = %s", (publication,))
     redo = "then re-read what was missed (dblog resnapshot --table TABLE)"
     if not flags:
         return (f"publication {publication} is gone from {client.where}: the tables' changes are not in the stream; "
                 f"create it again (CREATE PUBLICATION {quote_ident(publication)} FOR TABLE ...), {redo}")
+    if not flags[0][4] and tables and client.scalar(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind = 'p' AND n.nspname || '.' || c.relname = ANY(%s)", (list(tables),)):
+        return (f"publication {publication} on {client.where} publishes partitions under their own names: a "
+                f"partitioned table's changes are not in the stream; ALTER PUBLICATION {quote_ident(publication)} SET "
+                f"(publish_via_partition_root = true), {redo}")
     published = published_tables(client, publication) or set()
     missing = [t for t in tables if t not in published]
     if missing:
@@ -142,10 +157,6 @@ def publication_problem(client: PostgresClient, publication: str, tables: Sequen
         return (f"publication {publication} on {client.where} leaves out {', '.join(left_out)}: those changes are not "
                 f"in the stream; ALTER PUBLICATION {quote_ident(publication)} SET (publish = 'insert, update, delete, "
                 f"truncate'), {redo}")
-    if not flags[0][4]:
-        return (f"publication {publication} on {client.where} publishes partitions under their own names: a "
-                f"partitioned table's changes are not in the stream; ALTER PUBLICATION {quote_ident(publication)} SET "
-                f"(publish_via_partition_root = true), {redo}")
     if client.version_num >= 150000:
         narrowed = [f"{name} ({'a row filter' if qual else ''}{' and ' if qual and attrs else ''}"
                     f"{'a column list' if attrs else ''})"

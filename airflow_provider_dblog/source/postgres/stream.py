@@ -47,7 +47,7 @@ from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, for
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name, storage_identities, storage_oid
 from airflow_provider_dblog.source.postgres.slot import (
-    BUSY_RETRY_SECONDS, ensure_publication, identity_misses_key, publication_problem,
+    BUSY_RETRY_SECONDS, identity_misses_key, publication_problem,
 )
 from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 
@@ -204,13 +204,12 @@ class SlotReader:
         versions: dict[str, _Version] = {}  # the version in force per table (the planned one at first)
         relations: dict[int, tuple[str, _Version | None]] = {}  # relation OID -> (its table, version if captured)
         refused: dict[int, str] = {}  # relation OID -> why its UPDATEs and DELETEs cannot be applied (its identity)
-        fixed: dict[str, bool] = {}  # per table with such changes: whether its replica identity carries the key now
+        unknown_rows: dict[str, tuple[str, SourcePosition, SourcePosition]] = {}  # the last such change per table
         oids, attnums, storage = self._catalog(metas)
-        created = [n for n, m in metas.items() if n in storage and m.storage is not None
-                   and storage_oid(m.storage) != storage_oid(storage[n])]
-        if created:  # dropped and created again: a new table, not in the publication; its rows are read again
-            ensure_publication(self.client, self.publication, created)
-        problem = publication_problem(self.client, self.publication, [n for n in metas if n in attnums])
+        created = {n for n, m in metas.items() if n in storage and m.storage is not None
+                   and storage_oid(m.storage) != storage_oid(storage[n])}  # published when the committer follows it
+        problem = publication_problem(self.client, self.publication,
+                                      [n for n in metas if n in attnums and n not in created])
         if problem:
             raise DblogError(problem)
         after, upto = start.as_snapshot(), end.as_snapshot()
@@ -225,10 +224,8 @@ class SlotReader:
                 name, version = relations.get(oid, _NOT_CAPTURED)
                 if version is None:
                     continue
-                if refused and tag != _INSERT and oid in refused:  # its old key is unknown
-                    if name in runs:
-                        yield from runs.pop(name).flush(self)
-                    yield self._unreadable(metas[name], refused[oid], fixed, boundary, first.with_row(position_row))
+                if refused and tag != _INSERT and oid in refused:  # its old key is unknown: said once per table,
+                    unknown_rows[name] = (refused[oid], boundary, first.with_row(position_row))  # at the last one
                     continue
                 run = runs.get(name)
                 if run is None or run.version is not version:
@@ -296,47 +293,50 @@ class SlotReader:
             # Commit, Origin, Type, LogicalMessage: nothing to emit (positions come from Begin)
         for run in runs.values():
             yield from run.flush(self)
+        for name, (problem, at, pos) in unknown_rows.items():
+            yield self._unreadable(metas[name], problem, at, pos)
         if start < end:
-            yield from self._unlogged_changes(metas, attnums, storage, end)
+            yield from self._unlogged_changes(metas, attnums, storage, start, end)
 
     def _unlogged_changes(self, metas: Mapping[str, TableMeta], attnums: Mapping[str, Mapping[str, int]],
-                          storage: Mapping[str, str], end: SourcePosition) -> Iterator[SchemaChange]:
+                          storage: Mapping[str, str], start: SourcePosition, end: SourcePosition
+                          ) -> Iterator[SchemaChange]:
         """A schema change at ``end`` for each table whose rows may have changed without a change in the WAL
         since its meta was read, so that the committer reads it again: ``recreate``, a column dropped and added
         again (its rows now hold the new column's default, not the old values); ``rewrite``, the table's files
-        replaced or its partitions changed (``schema.storage_identities``). The catalog says it, not the WAL: its
-        position is the read's end, and its statement names what changed so that it reads the same each time."""
+        replaced or its partitions changed (``schema.storage_identities``). The catalog says it, not the WAL: it
+        happened after the previous read's check, so it spans the read (from ``start``: ``fail`` commits none of
+        the read's rows; its position is the read's end), and its statement names what changed."""
         for name, meta in metas.items():
             if name not in attnums:  # the lake keeps its rows until a table of that name exists again
                 if meta.storage:  # known, and not gone already
                     yield SchemaChange(name, "drop", f"({name} is gone from the catalog: dropped or renamed; "
-                                                     f"PostgreSQL's WAL carries no DDL)", end, end)
+                                                     f"PostgreSQL's WAL carries no DDL)", start, end)
                 continue
             if meta.storage is not None and storage_oid(meta.storage) != storage_oid(storage.get(name)):
                 yield SchemaChange(name, "create", f"({name} is a new table (OID {storage_oid(storage.get(name))}): "
-                                                   f"dropped and created again; PostgreSQL's WAL carries no DDL)", end, end)
+                                                   f"dropped and created again; PostgreSQL's WAL carries no DDL)", start, end)
                 continue
             recreated = self.recreated_columns(meta, attnums[name])
             if recreated:
                 moves = ", ".join(f"{c} (attnum {meta.column(c).ordinal} -> {attnums[name][c]})" for c in recreated)
                 yield SchemaChange(name, "recreate", f"(column {moves} of {name} dropped and added again: in the "
-                                                     f"catalog; PostgreSQL's WAL carries no DDL)", end, end)
+                                                     f"catalog; PostgreSQL's WAL carries no DDL)", start, end)
             elif meta.storage is not None and storage.get(name, meta.storage) != meta.storage:
                 yield SchemaChange(name, "rewrite", f"({name} has new files ({storage[name][:200]}): rewritten by "
                                                     f"ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER "
                                                     f"or TRUNCATE, or a partition attached or detached; the WAL holds "
-                                                    f"no row changes for it)", end, end)
+                                                    f"no row changes for it)", start, end)
 
-    def _unreadable(self, meta: TableMeta, problem: str, fixed: dict[str, bool], boundary: SourcePosition,
-                    pos: SourcePosition) -> SchemaChange:
-        """An UPDATE or DELETE whose old key the replica identity did not carry: once the identity carries the
-        key again, an ``identity`` change (the committer reads the table again, as after a TRUNCATE); until then
-        ``UNREADABLE``, which stops the reader when the lake needs the change (past the table's floor)."""
+    def _unreadable(self, meta: TableMeta, problem: str, boundary: SourcePosition, pos: SourcePosition
+                    ) -> SchemaChange:
+        """The last UPDATE or DELETE of a read whose old key the replica identity did not carry (the one the
+        lake needs if any is): once the identity carries the key again, an ``identity`` change (the committer
+        reads the table again, as after a TRUNCATE, which covers every such change before it); until then
+        ``UNREADABLE``, which stops the reader when the lake needs it (past the table's floor)."""
         name = meta.qualified
-        if name not in fixed:
-            fixed[name] = not identity_misses_key(self.client, [meta])
         problem = problem.replace("{pos}", str(pos))
-        if fixed[name]:
+        if not identity_misses_key(self.client, [meta]):
             return SchemaChange(name, "identity", f"({problem.split(', so ')[0]}: its row is unknown, and the "
                                                   f"identity carries the key now: the table is read again)", boundary, pos)
         return SchemaChange(name, UNREADABLE, problem, boundary, pos)
@@ -383,7 +383,7 @@ class SlotReader:
         rows = self.client.query(
             "SELECT c.oid, n.nspname, c.relname, a.attname, a.attnum FROM unnest(%s::text[], %s::text[]) AS w(s, t) "
             "JOIN pg_namespace n ON n.nspname = w.s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t "
-            "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped",
+            "AND c.relkind IN ('r', 'p') JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped",
             tuple(map(list, zip(*(split_name(name) for name in metas)))))
         oids: dict[int, str] = {}
         attnums: dict[str, dict[str, int]] = {}
