@@ -48,16 +48,23 @@ def assert_lake_equals_source(pg, db, sink: str, table: str, columns: list[str])
     assert_replay_equals_current(sink, table)
 
 
-def capture(pg, db, tmp_path) -> tuple[str, str]:
+def run(pg, db, tmp_path, tables: str, *setup: str) -> tuple[str, str]:
+    """``setup`` run on the source, then ``dblog run`` of ``tables``: the capture's state and sink."""
     pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
-    pg.sql("CREATE TABLE public.t (id int PRIMARY KEY, a text, v int)",
-           "INSERT INTO public.t SELECT g, 'a' || g, g FROM generate_series(1, 300) g",
-           "CREATE TABLE public.other (id serial PRIMARY KEY, x int)",
-           "INSERT INTO public.other (x) SELECT g FROM generate_series(1, 20) g", db=db)
+    pg.sql(*setup, db=db)
     state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
-    code, out, err = dblog("run", "--source", pg.uri(db, password=PASSWORD), "--tables", "public.t,public.other",
+    code, out, err = dblog("run", "--source", pg.uri(db, password=PASSWORD), "--tables", tables,
                            "--state", state, "--sink", sink, "--chunk-size", "100")
     assert code == 0, err
+    return state, sink
+
+
+def capture(pg, db, tmp_path) -> tuple[str, str]:
+    state, sink = run(pg, db, tmp_path, "public.t,public.other",
+                      "CREATE TABLE public.t (id int PRIMARY KEY, a text, v int)",
+                      "INSERT INTO public.t SELECT g, 'a' || g, g FROM generate_series(1, 300) g",
+                      "CREATE TABLE public.other (id serial PRIMARY KEY, x int)",
+                      "INSERT INTO public.other (x) SELECT g FROM generate_series(1, 20) g")
     assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])
     return state, sink
 
@@ -189,14 +196,10 @@ def test_a_partition_attached_or_detached_with_its_rows_is_read_again(postgres, 
     """Rows written to a table before it is attached as a partition appear in the partitioned table without a
     change of it in the WAL; a detached partition's rows vanish the same way."""
     pg, db = postgres, pg_db
-    pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
-    pg.sql("CREATE TABLE public.p (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)",
-           "CREATE TABLE public.p1 PARTITION OF public.p FOR VALUES FROM (0) TO (1000)",
-           "INSERT INTO public.p SELECT g, 'v' || g FROM generate_series(1, 300) g", db=db)
-    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
-    code, out, err = dblog("run", "--source", pg.uri(db, password=PASSWORD), "--tables", "public.p",
-                           "--state", state, "--sink", sink, "--chunk-size", "100")
-    assert code == 0, err
+    state, sink = run(pg, db, tmp_path, "public.p",
+                      "CREATE TABLE public.p (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)",
+                      "CREATE TABLE public.p1 PARTITION OF public.p FOR VALUES FROM (0) TO (1000)",
+                      "INSERT INTO public.p SELECT g, 'v' || g FROM generate_series(1, 300) g")
     pg.sql("CREATE TABLE public.p2 (id int PRIMARY KEY, v text)",
            "INSERT INTO public.p2 SELECT g, 'w' || g FROM generate_series(1000, 1049) g",
            "ALTER TABLE public.p ATTACH PARTITION public.p2 FOR VALUES FROM (1000) TO (2000)",

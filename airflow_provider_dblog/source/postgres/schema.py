@@ -150,9 +150,9 @@ def _unique_keys(client: PostgresClient, oid: int) -> list[tuple[str, bool, list
 
 def storage_identities(client: PostgresClient, oids: Sequence[int]) -> dict[int, str]:
     """Per table OID, ``OID|`` and its files: ``oid:relfilenode`` of the table and of every table under it
-    (partitions, children); a table dropped and created again has another OID. A rewrite gives a table new files (ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL,
-    CLUSTER, TRUNCATE), and attaching or detaching a partition changes the list: row changes the WAL does
-    not carry as changes of the table."""
+    (partitions, children); a table dropped and created again has another OID. A rewrite gives a table new
+    files (ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER, TRUNCATE), and attaching or
+    detaching a partition changes the list: row changes the WAL does not carry as changes of the table."""
     if not oids:
         return {}
     rows = client.query(

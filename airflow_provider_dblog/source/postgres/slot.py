@@ -210,12 +210,16 @@ def identity_misses_key(client: PostgresClient, metas: Sequence[TableMeta]) -> l
             " pg_attribute a WHERE i.indrelid = c.oid AND i.indisreplident AND a.attrelid = c.oid AND a.attnum = k.att) "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
             split_name(meta.qualified))[0]
-        key = list(meta.key_columns)
-        if identity == "f" or (identity == "d" and pk and sorted(pk) == sorted(key)) or (
-                identity == "i" and index and sorted(index) == sorted(key)):
-            continue
-        bad.append(meta.qualified)
+        if not carries_key(identity, {"d": pk, "i": index}.get(identity), meta.key_columns):
+            bad.append(meta.qualified)
     return bad
+
+
+def carries_key(identity: str, columns: Sequence[str] | None, key: Sequence[str]) -> bool:
+    """Whether a replica identity (``relreplident``: ``f`` FULL, ``d`` DEFAULT, ``i`` USING INDEX, ``n``
+    NOTHING) whose old-key image holds ``columns`` gives an UPDATE's or DELETE's old row in the capture's
+    ``key``: FULL, or exactly the key's columns."""
+    return identity == "f" or (bool(columns) and set(columns) == set(key))
 
 
 def check_replica_identity(client: PostgresClient, metas: Sequence[TableMeta]) -> None:

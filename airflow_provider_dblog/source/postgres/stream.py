@@ -20,8 +20,8 @@ image under REPLICA IDENTITY DEFAULT: its before image is the key), ``Truncate``
 one (the next Relation lists the same columns): each read compares the catalog's attnums with the meta's
 (``Column.ordinal``) and ends with a ``recreate`` schema change for such a table, so it is read again; likewise
 a ``rewrite`` when the table's files changed (``TableMeta.storage``: a rewrite that changes values in place, or
-a partition attached or detached, leaves no row change in the WAL). An unchanged TOASTed value (``u``) is taken from the old row under
-REPLICA IDENTITY FULL; under DEFAULT the event names it (``ChangeEvent.unchanged``) and the committer takes it
+a partition attached or detached, leaves no row change in the WAL). An unchanged TOASTed value (``u``) is
+taken from the old row under REPLICA IDENTITY FULL; under DEFAULT the event names it (``ChangeEvent.unchanged``) and the committer takes it
 from the key's previous image in the lake (``readers.unchanged_values``): never a NULL.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, for
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name, storage_identities, storage_oid
 from airflow_provider_dblog.source.postgres.slot import (
-    BUSY_RETRY_SECONDS, identity_misses_key, publication_problem,
+    BUSY_RETRY_SECONDS, carries_key, identity_misses_key, publication_problem,
 )
 from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 
@@ -64,15 +64,13 @@ TOAST_FIX = "give the key a column that is never TOASTed, or ALTER TABLE {table}
 
 def identity_problem(relation: pgoutput.Relation, meta: TableMeta) -> str | None:
     """Why the table's UPDATEs and DELETEs under this Relation cannot be applied (None: they can): its replica
-    identity (changed at run time: ALTER TABLE ... REPLICA IDENTITY) does not carry the capture's key, so an
-    old row's key is missing or another column set. ``{pos}`` is left for the change's position."""
-    if relation.replica_identity == "f" or set(relation.key_columns) == set(meta.key_columns):
+    identity (changed at run time: ALTER TABLE ... REPLICA IDENTITY) does not carry the capture's key
+    (``slot.carries_key``), so an old row's key is missing or another column set."""
+    if carries_key(relation.replica_identity, relation.key_columns, meta.key_columns):
         return None
-    carried = ", ".join(relation.key_columns) or "nothing"
-    return (f"{meta.qualified}: an UPDATE or DELETE at {{pos}} under replica identity "
-            f"{ {'d': 'DEFAULT', 'n': 'NOTHING', 'i': 'USING INDEX'}.get(relation.replica_identity, '?')} carries "
-            f"{carried}, not the capture's key ({', '.join(meta.key_columns)}), so the row it changed is unknown: "
-            f"ALTER TABLE {meta.qualified} REPLICA IDENTITY FULL (the tail then reads the table again)")
+    identity = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}.get(relation.replica_identity, "?")
+    return (f"replica identity {identity} carries {', '.join(relation.key_columns) or 'nothing'}, not the capture's "
+            f"key ({', '.join(meta.key_columns)})")
 
 
 def change_position(final_lsn: int, row: int = 0) -> SourcePosition:
@@ -296,11 +294,11 @@ class SlotReader:
         for name, (problem, at, pos) in unknown_rows.items():
             yield self._unreadable(metas[name], problem, at, pos)
         if start < end:
-            yield from self._unlogged_changes(metas, attnums, storage, start, end)
+            yield from self._unlogged_changes(metas, attnums, storage, created, start, end)
 
     def _unlogged_changes(self, metas: Mapping[str, TableMeta], attnums: Mapping[str, Mapping[str, int]],
-                          storage: Mapping[str, str], start: SourcePosition, end: SourcePosition
-                          ) -> Iterator[SchemaChange]:
+                          storage: Mapping[str, str], created: set[str], start: SourcePosition,
+                          end: SourcePosition) -> Iterator[SchemaChange]:
         """A schema change at ``end`` for each table whose rows may have changed without a change in the WAL
         since its meta was read, so that the committer reads it again: ``recreate``, a column dropped and added
         again (its rows now hold the new column's default, not the old values); ``rewrite``, the table's files
@@ -313,7 +311,7 @@ class SlotReader:
                     yield SchemaChange(name, "drop", f"({name} is gone from the catalog: dropped or renamed; "
                                                      f"PostgreSQL's WAL carries no DDL)", start, end)
                 continue
-            if meta.storage is not None and storage_oid(meta.storage) != storage_oid(storage.get(name)):
+            if name in created:
                 yield SchemaChange(name, "create", f"({name} is a new table (OID {storage_oid(storage.get(name))}): "
                                                    f"dropped and created again; PostgreSQL's WAL carries no DDL)", start, end)
                 continue
@@ -330,16 +328,18 @@ class SlotReader:
 
     def _unreadable(self, meta: TableMeta, problem: str, boundary: SourcePosition, pos: SourcePosition
                     ) -> SchemaChange:
-        """The last UPDATE or DELETE of a read whose old key the replica identity did not carry (the one the
-        lake needs if any is): once the identity carries the key again, an ``identity`` change (the committer
-        reads the table again, as after a TRUNCATE, which covers every such change before it); until then
-        ``UNREADABLE``, which stops the reader when the lake needs it (past the table's floor)."""
+        """The last UPDATE or DELETE of a read whose old key the replica identity did not carry (``problem``:
+        ``identity_problem``; the one the lake needs if any is): once the identity carries the key again, an
+        ``identity`` change (the committer reads the table again, as after a TRUNCATE, which covers every such
+        change before it); until then ``UNREADABLE``, which stops the reader when the lake needs it (past the
+        table's floor)."""
         name = meta.qualified
-        problem = problem.replace("{pos}", str(pos))
+        what = f"{name}: an UPDATE or DELETE at {pos} under {problem}"
         if not identity_misses_key(self.client, [meta]):
-            return SchemaChange(name, "identity", f"({problem.split(', so ')[0]}: its row is unknown, and the "
-                                                  f"identity carries the key now: the table is read again)", boundary, pos)
-        return SchemaChange(name, UNREADABLE, problem, boundary, pos)
+            return SchemaChange(name, "identity", f"({what}: its row is unknown, and the identity carries the key "
+                                                  f"now: the table is read again)", boundary, pos)
+        return SchemaChange(name, UNREADABLE, f"{what}, so the row it changed is unknown: ALTER TABLE {name} "
+                                              f"REPLICA IDENTITY FULL (the tail then reads the table again)", boundary, pos)
 
     def _planned(self, meta: TableMeta) -> _Version:
         version = self._planned_versions.get(meta.qualified)
