@@ -227,3 +227,49 @@ def test_schema_changes_followed_in_place_are_in_the_changelog(mariadb, db, tmp_
     code, _, err = _tail(state, sink)  # again: nothing logged twice
     assert code == 0, err
     assert assert_replay_equals_current(sink, f"{db}.t") == 200
+
+
+@pytest.mark.parametrize("path", [(), ("--driver-catch-up-mb", "0")], ids=["in-driver", "spark"])
+def test_binlog_checksum_changed_at_run_time_is_read_file_by_file(mariadb, db, tmp_path, path):
+    """``SET GLOBAL binlog_checksum`` between writes: one range holds files with and without CRC32s. Each is
+    read with its own setting, whichever the server logs when the tail runs (before: an UPDATE in the range
+    was lost and the tail exited 0 on the Spark path; the in-driver path stopped with the server's error)."""
+    state, sink = _capture(mariadb, db, tmp_path)
+    original = mariadb.sql("SELECT @@global.binlog_checksum")[0][0]
+    files_before = len(mariadb.sql("SHOW BINARY LOGS"))
+    tail = (lambda: _tail(state, sink)) if not path else (lambda: dblog(
+        "tail", "--state", state, "--sink", sink, "--available-now", *path))
+    try:
+        mariadb.sql("SET GLOBAL binlog_checksum = 'CRC32'")
+        mariadb.sql(f"UPDATE {db}.t SET v = -1 WHERE id = 1")
+        mariadb.sql("SET GLOBAL binlog_checksum = 'NONE'")
+        mariadb.sql(f"UPDATE {db}.t SET v = -2, note = 'no checksum' WHERE id BETWEEN 2 AND 40",
+                    f"DELETE FROM {db}.t WHERE id > 190",
+                    f"INSERT INTO {db}.t SELECT seq, -seq, 'inserted' FROM seq_300_to_320", db=db)
+        mariadb.sql("SET GLOBAL binlog_checksum = 'CRC32'")
+        mariadb.sql(f"UPDATE {db}.t SET v = -3 WHERE id = 3")  # the change the Spark path lost
+        assert len(mariadb.sql("SHOW BINARY LOGS")) >= files_before + 2  # each change of setting starts a file
+        # the server logs checksums; the range holds a file without them
+        code, _, err = tail()
+        assert code == 0, err[-3000:]
+        assert path or "written without checksums: read with that setting" in err, err[-3000:]
+        code, result = _verify_rows(state, sink, f"{db}.t")
+        assert code == 0 and result["equal"], result
+
+        mariadb.sql(f"UPDATE {db}.t SET v = -4 WHERE id = 4")
+        mariadb.sql("SET GLOBAL binlog_checksum = 'NONE'")
+        mariadb.sql(f"UPDATE {db}.t SET v = -6 WHERE id IN (3, 6)", f"DELETE FROM {db}.t WHERE id = 5")
+        # the server logs no checksums; the range starts in a file with them
+        code, _, err = tail()
+        assert code == 0, err[-3000:]
+        assert path or "written with checksums: read with that setting" in err, err[-3000:]
+        code, result = _verify_rows(state, sink, f"{db}.t")
+        assert code == 0 and result["equal"], result
+    finally:
+        mariadb.sql(f"SET GLOBAL binlog_checksum = '{original}'")
+    from deltalake import DeltaTable
+
+    current = {r["id"]: r["v"] for r in DeltaTable(f"{sink}/{db}.t/current").to_pyarrow_table(
+        columns=["id", "v"]).to_pylist()}
+    assert (current[1], current[2], current[3], current[4], current[6]) == (-1, -2, -6, -4, -6), current
+    assert 5 not in current and 191 not in current and current[310] == -310

@@ -2,15 +2,11 @@
 row changes decoded from the replication stream (python-mysql-replication + the compiled decoder)."""
 from __future__ import annotations
 
-import random
 import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import pymysql
-# imported here, not where used: two reader threads importing the package at once can see one of
-# its modules half initialised (a circular import inside python-mysql-replication)
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     ExecuteLoadQueryEvent, MariadbGtidEvent, NotImplementedEvent, QueryEvent, RotateEvent, XidEvent,
 )
@@ -26,6 +22,7 @@ from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTlsConnection, binlog_status_sql
 from airflow_provider_dblog.source.mysql import compressed
 from airflow_provider_dblog.source.mysql.ddl import ddl_tables, dml_tables
+from airflow_provider_dblog.source.mysql.replication import binlog_events
 from airflow_provider_dblog.source.mysql.block_decoder import MIN_EVENTS, RowsEvent, block_layout, decode_run
 from airflow_provider_dblog.source.mysql.rows import (
     ByColumns, RowDecoder, RowImages, body_of, decode_rows, full_image, has_column_names,
@@ -37,6 +34,9 @@ MAX_SCAN_EVENTS = 50_000
 BLOCK_RUN_BYTES = 4 << 20  # row images of one table gathered before they are decoded as blocks
 SPLIT_MIN_BYTES = 1 << 20  # a micro-batch's range below this is not cut into pieces read apart
 SCAN_PAGE = 10_000
+# every event the library does not decode comes as NotImplementedEvent: decoded here or refused
+_STREAM_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
+                  NotImplementedEvent, ExecuteLoadQueryEvent, MariadbGtidEvent)
 _TABLE_MAP = re.compile(r"\((?P<name>.*)\)\s*$")
 
 
@@ -289,21 +289,6 @@ class BinlogStream:
         self.server_id_range = server_id_range
         self.gtids: dict[int, str] = {}  # per domain the last GTID the last read passed (MariaDB)
 
-    def _stream(self, start: SourcePosition, schemas: Sequence[str], tables: Sequence[str]):
-        config = self.client.config
-        return BinLogStreamReader(
-            connection_settings={"host": config.host, "port": config.port, "user": config.user,
-                                 "passwd": config.password},
-            server_id=random.randint(*self.server_id_range), resume_stream=True, blocking=False,
-            pymysql_wrapper=SharedTlsConnection,
-            log_file=start.file, log_pos=start.offset, is_mariadb=False,
-            # every event the library does not decode comes as NotImplementedEvent: decoded here or refused
-            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
-                         NotImplementedEvent, ExecuteLoadQueryEvent, MariadbGtidEvent],
-            filter_non_implemented_events=False,
-            only_schemas=list(set(schemas)), only_tables=list(set(tables)), enable_logging=False,
-        )
-
     def items(self, start: SourcePosition, end: SourcePosition | None, tables: Sequence[TableMeta],
               extra_tables: Sequence[str] = (), share: tuple[int, int] = (0, 1),
               blocks_after: Mapping[str, SourcePosition] | None = None
@@ -329,9 +314,10 @@ class BinlogStream:
         runs = _Runs(blocks_after or {}, versions)
         boundary = start  # the last transaction end seen: where a DDL statement starts
         self.gtids = {}
-        stream = self._stream(start, [t.split(".")[0] for t in wanted], [t.split(".", 1)[1] for t in wanted])
+        events = binlog_events(self.client, self.server_id_range, start, _STREAM_EVENTS,
+                               list({t.split(".")[0] for t in wanted}), list({t.split(".", 1)[1] for t in wanted}))
         try:
-            for event in stream:
+            for stream, event in events:
                 log_pos = event.packet.log_pos
                 if not log_pos or isinstance(event, RotateEvent):
                     continue  # a rotate's log_pos belongs to the file it closes, log_file is already the next
@@ -421,7 +407,7 @@ class BinlogStream:
             raise DblogError(f"reading the binlog of {self.client.config.address} from {start} failed: "
                              f"{exc.args[-1]}") from None
         finally:
-            stream.close()
+            events.close()
 
     @staticmethod
     def _rows(meta: TableMeta | None, versions: dict, kind: str, decoded: list[tuple], pos: SourcePosition, ts: int,

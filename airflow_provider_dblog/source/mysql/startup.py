@@ -3,19 +3,18 @@
 still has, checked here with a one-line error otherwise (purged, past the end, mid-transaction, future)."""
 from __future__ import annotations
 
-import random
 import re
 from itertools import islice
 
 import pymysql
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import FormatDescriptionEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.source.mysql.binlog import binlog_sizes, current_position, listed_events
-from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTlsConnection
+from airflow_provider_dblog.source.mysql.connection import MySqlClient
+from airflow_provider_dblog.source.mysql.replication import binlog_events
 
 # events inside a transaction: a position at one of them would start reading mid-transaction, which
 # loses the transaction's rows (their table map is behind it)
@@ -127,22 +126,13 @@ def _gtid_list(client: MySqlClient, file: str) -> dict[int, int]:
     return {}
 
 
-def _stream(client: MySqlClient, server_ids: tuple[int, int], file: str, only_events: list):
-    config = client.config
-    return BinLogStreamReader(
-        connection_settings={"host": config.host, "port": config.port, "user": config.user, "passwd": config.password},
-        server_id=random.randint(*server_ids), resume_stream=True, blocking=False,
-        pymysql_wrapper=SharedTlsConnection, log_file=file, log_pos=4, is_mariadb=False,
-        only_events=only_events, enable_logging=False)
-
-
 def file_started(client: MySqlClient, server_ids: tuple[int, int], file: str) -> int:
     """When ``file`` was created (its format description event), epoch seconds."""
-    stream = _stream(client, server_ids, file, [FormatDescriptionEvent])
+    events = binlog_events(client, server_ids, client.position(file, 4), [FormatDescriptionEvent])
     try:
-        return next((e.timestamp for e in stream if e.timestamp), 0)
+        return next((e.timestamp for _, e in events if e.timestamp), 0)
     finally:
-        stream.close()
+        events.close()
 
 
 def timestamp_position(client: MySqlClient, server_ids: tuple[int, int], timestamp_ms: int) -> SourcePosition:
@@ -164,10 +154,10 @@ def timestamp_position(client: MySqlClient, server_ids: tuple[int, int], timesta
     while lo < hi:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if started(files[mid]) < second else (lo, mid - 1)
-    stream = _stream(client, server_ids, files[lo], [GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent])
     boundary = client.position(files[lo], 4)
+    events = binlog_events(client, server_ids, boundary, [GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent])
     try:
-        for event in stream:
+        for stream, event in events:
             log_pos = event.packet.log_pos
             if not log_pos:
                 continue
@@ -182,5 +172,5 @@ def timestamp_position(client: MySqlClient, server_ids: tuple[int, int], timesta
             if isinstance(event, XidEvent) or (isinstance(event, QueryEvent) and query != "BEGIN"):
                 boundary = pos  # the end of a commit (or of a DDL statement)
     finally:
-        stream.close()
+        events.close()
     return now
