@@ -273,3 +273,54 @@ def test_binlog_checksum_changed_at_run_time_is_read_file_by_file(mariadb, db, t
         columns=["id", "v"]).to_pylist()}
     assert (current[1], current[2], current[3], current[4], current[6]) == (-1, -2, -6, -4, -6), current
     assert 5 not in current and 191 not in current and current[310] == -310
+
+
+@pytest.mark.parametrize("path", [(), ("--driver-catch-up-mb", "0")], ids=["in-driver", "spark"])
+def test_xa_transactions_count_from_their_commit_and_a_rollback_leaves_no_trace(mariadb, db, tmp_path, path):
+    """The server writes an XA transaction's rows at XA PREPARE, before its outcome. Before: the rows of one
+    rolled back after its prepare stayed in the lake (tail exit 0, verify: 1 extra, 1 different). Now they wait
+    for XA COMMIT (and count from its position) or go at XA ROLLBACK; one still undecided where the read ends
+    stops the tail in one line with nothing of the read written, and the next tail after its commit takes it."""
+    state, sink = _capture(mariadb, db, tmp_path)
+    tail = (lambda: _tail(state, sink)) if not path else (lambda: dblog(
+        "tail", "--state", state, "--sink", sink, "--available-now", *path))
+    t = f"{db}.t"
+    mariadb.sql(f"XA START '{db}r'", f"UPDATE {t} SET v = -1 WHERE id = 1", f"INSERT INTO {t} VALUES (900, 900, 'x')",
+                f"DELETE FROM {t} WHERE id = 2", f"XA END '{db}r'", f"XA PREPARE '{db}r'")
+    mariadb.sql(f"UPDATE {t} SET v = -10 WHERE id = 10")  # committed between a prepare and its rollback
+    mariadb.sql(f"XA ROLLBACK '{db}r'")
+    mariadb.sql(f"XA START '{db}c'", f"UPDATE {t} SET v = -3 WHERE id = 3", f"DELETE FROM {t} WHERE id = 4",
+                f"XA END '{db}c'", f"XA PREPARE '{db}c'")
+    mariadb.sql(f"UPDATE {t} SET v = -11 WHERE id = 11")
+    mariadb.sql(f"XA COMMIT '{db}c'", f"XA START '{db}o'", f"UPDATE {t} SET v = -5 WHERE id = 5", f"XA END '{db}o'",
+                f"XA COMMIT '{db}o' ONE PHASE")
+    code, _, err = tail()
+    assert code == 0, err[-3000:]
+    code, result = _verify_rows(state, sink, t)
+    assert code == 0 and result["equal"], result
+
+    # prepared, undecided when the tail reads: it stops before it in one line; the lake keeps what it had
+    lake_at = _lake_position(state, t)
+    mariadb.sql(f"UPDATE {t} SET v = -12 WHERE id = 12")
+    mariadb.sql(f"XA START '{db}u'", f"UPDATE {t} SET v = -6 WHERE id = 6", f"XA END '{db}u'", f"XA PREPARE '{db}u'")
+    try:
+        code, _, err = tail()
+        assert code != 0
+        line = one_error_line(err)
+        assert "XA transaction" in line and t in line and "neither committed nor rolled back" in line, line
+        assert _lake_position(state, t) == lake_at
+    finally:
+        mariadb.sql(f"XA COMMIT '{db}u'")
+    code, _, err = tail()
+    assert code == 0, err[-3000:]
+    code, result = _verify_rows(state, sink, t)
+    assert code == 0 and result["equal"], result
+    from deltalake import DeltaTable
+
+    current = {r["id"]: r["v"] for r in DeltaTable(f"{sink}/{t}/current").to_pyarrow_table(
+        columns=["id", "v"]).to_pylist()}
+    assert (current[1], current[2], current[3], current[5], current[6], current[12]) == (1, 2, -3, -5, -6, -12)
+    assert 4 not in current and 900 not in current
+    changes = DeltaTable(f"{sink}/{t}/changelog").to_pyarrow_table(columns=["id", "_pos"]).to_pylist()
+    assert not [c for c in changes if c["id"] in (1, 2, 900) and c["_pos"] > "00000000.000000000000.99999999"
+                and c["_pos"] > min(p["_pos"] for p in changes if p["id"] == 10)], "rolled back rows in the changelog"

@@ -8,7 +8,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 import pymysql
 from pymysqlreplication.event import (
-    ExecuteLoadQueryEvent, MariadbGtidEvent, NotImplementedEvent, QueryEvent, RotateEvent, XidEvent,
+    ExecuteLoadQueryEvent, MariadbGtidEvent, NotImplementedEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent,
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -23,6 +23,7 @@ from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTl
 from airflow_provider_dblog.source.mysql import compressed
 from airflow_provider_dblog.source.mysql.ddl import ddl_tables, dml_tables
 from airflow_provider_dblog.source.mysql.replication import binlog_events
+from airflow_provider_dblog.source.mysql.xa import MARIADB_PREPARED_XA, PreparedXa, undecided_error, xa_statement
 from airflow_provider_dblog.source.mysql.block_decoder import MIN_EVENTS, RowsEvent, block_layout, decode_run
 from airflow_provider_dblog.source.mysql.rows import (
     ByColumns, RowDecoder, RowImages, body_of, decode_rows, full_image, has_column_names,
@@ -36,7 +37,7 @@ SPLIT_MIN_BYTES = 1 << 20  # a micro-batch's range below this is not cut into pi
 SCAN_PAGE = 10_000
 # every event the library does not decode comes as NotImplementedEvent: decoded here or refused
 _STREAM_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
-                  NotImplementedEvent, ExecuteLoadQueryEvent, MariadbGtidEvent)
+                  NotImplementedEvent, ExecuteLoadQueryEvent, MariadbGtidEvent, XAPrepareEvent)
 _TABLE_MAP = re.compile(r"\((?P<name>.*)\)\s*$")
 
 
@@ -313,6 +314,7 @@ class BinlogStream:
         images = RowImages(metas, row_converter)
         runs = _Runs(blocks_after or {}, versions)
         boundary = start  # the last transaction end seen: where a DDL statement starts
+        xa = PreparedXa()  # XA groups' items wait for their XA COMMIT
         self.gtids = {}
         events = binlog_events(self.client, self.server_id_range, start, _STREAM_EVENTS,
                                list({t.split(".")[0] for t in wanted}), list({t.split(".", 1)[1] for t in wanted}))
@@ -329,6 +331,17 @@ class BinlogStream:
                 statement = None
                 if isinstance(event, MariadbGtidEvent):
                     self.gtids[event.domain_id] = event.gtid
+                    if event.flags & MARIADB_PREPARED_XA:
+                        yield from runs.flush()
+                        xa.begin()
+                    continue
+                if isinstance(event, XAPrepareEvent):
+                    boundary = pos
+                    if event.one_phase:  # MySQL's XA COMMIT ... ONE PHASE: the group commits here
+                        yield from xa.committed(None, pos)
+                        yield "commit", pos, None
+                    else:
+                        xa.prepared(pos)
                     continue
                 if isinstance(event, NotImplementedEvent):
                     if event.event_type == compressed.QUERY_COMPRESSED:
@@ -340,7 +353,7 @@ class BinlogStream:
                         if qualified not in wanted:
                             continue
                         rows_events += 1
-                        if rows_events % parts != part:
+                        if (part != 0) if xa.holding else (rows_events % parts != part):
                             continue
                         if qualified not in metas:
                             raise DblogError(f"a compressed rows event of {qualified} at {pos}: dblog decodes "
@@ -348,8 +361,8 @@ class BinlogStream:
                         check_rows_event(qualified, rows.kind, table.columns, rows.full, pos)
                         yield from runs.flush(qualified)
                         decoded = images.of_compressed(table, qualified, rows.rows, 2 if rows.kind == "update" else 1)
-                        yield from self._rows(images.meta_of(table, qualified), versions, rows.kind, decoded,
-                                              pos, int(event.timestamp) * 1000)
+                        yield from xa.hold(self._rows(images.meta_of(table, qualified), versions, rows.kind,
+                                                      decoded, pos, int(event.timestamp) * 1000))
                         continue
                     else:
                         refuse_event(event.event_type, pos)
@@ -366,6 +379,22 @@ class BinlogStream:
                     if query == "COMMIT":
                         boundary = pos
                         yield "commit", pos, None
+                        continue
+                    xa_verb = xa_statement(query)
+                    if xa_verb is not None:
+                        verb, xid = xa_verb
+                        if verb in ("START", "BEGIN"):  # MySQL (MariaDB flags the GTID event)
+                            yield from runs.flush()
+                            xa.begin()
+                        elif verb == "END":
+                            xa.ended(xid)
+                        else:
+                            boundary = pos
+                            if verb == "ROLLBACK":
+                                xa.rolled_back(xid)
+                            else:
+                                yield from xa.committed(xid, pos)
+                                yield "commit", pos, None
                         continue
                     if part == 0:
                         changes = schema_changes(default_db, query, boundary, pos, metas)
@@ -384,14 +413,14 @@ class BinlogStream:
                     if qualified not in wanted:
                         continue
                     rows_events += 1
-                    if rows_events % parts != part:
+                    if (part != 0) if xa.holding else (rows_events % parts != part):  # the first takes XA groups
                         continue
                     kind = _KINDS[type(event)]
                     meta = None  # the watermark table (not captured): the library's values
                     if qualified in metas:
                         check_rows_event(qualified, kind, event.columns, full_image(event), pos)
                         meta = images.meta_of(event, qualified)
-                        if runs.takes(qualified, pos):
+                        if not xa.holding and runs.takes(qualified, pos):
                             added = runs.add(event, meta, images.decoder(event, meta), kind, pos)
                             if added is not None:
                                 yield from added
@@ -399,8 +428,11 @@ class BinlogStream:
                         yield from runs.flush(qualified)
                     decoded = images.of(event, qualified, ("before_values", "after_values") if kind == "update"
                                         else ("values",))
-                    yield from self._rows(meta, versions, kind, decoded, pos, int(event.timestamp) * 1000, qualified)
+                    yield from xa.hold(self._rows(meta, versions, kind, decoded, pos, int(event.timestamp) * 1000,
+                                                  qualified))
             yield from runs.flush()
+            if end is not None and part == 0:
+                yield from self._decided_later(xa, end, metas)
         except pymysql.MySQLError as exc:
             if exc.args and exc.args[0] == 1236:
                 ensure_available(self.client, start)
@@ -408,6 +440,41 @@ class BinlogStream:
                              f"{exc.args[-1]}") from None
         finally:
             events.close()
+
+    def _decided_later(self, xa: PreparedXa, end: SourcePosition, metas: Mapping[str, TableMeta]):
+        """The rows of XA groups prepared in the read and committed after ``end``, at ``end`` (after everything
+        else the read gives); those rolled back after it are dropped; one undecided in the whole binlog stops
+        the read in one line."""
+        pending = xa.undecided(metas)
+        if not pending:
+            return
+        outcomes: dict[str, bool] = {}
+        events = binlog_events(self.client, self.server_id_range, end, (QueryEvent, NotImplementedEvent))
+        try:
+            for _, event in events:
+                if isinstance(event, NotImplementedEvent):
+                    if event.event_type != compressed.QUERY_COMPRESSED:
+                        continue
+                    query = compressed.query(event)[1]
+                else:
+                    query = event.query
+                verb = xa_statement(query)
+                if verb is not None and verb[1] in pending and verb[0] in ("COMMIT", "ROLLBACK"):
+                    outcomes[verb[1]] = verb[0] == "COMMIT"
+                    if len(outcomes) == len(pending):
+                        break
+        finally:
+            events.close()
+        row = 0
+        for xid, (prepared_at, tables) in pending.items():
+            if xid not in outcomes:
+                raise DblogError(undecided_error(xid, prepared_at, tables, end))
+            if outcomes[xid]:
+                moved = xa.committed(xid, end, row)
+                row += len(moved)
+                yield from moved
+            else:
+                xa.rolled_back(xid)
 
     @staticmethod
     def _rows(meta: TableMeta | None, versions: dict, kind: str, decoded: list[tuple], pos: SourcePosition, ts: int,

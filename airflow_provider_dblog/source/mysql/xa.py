@@ -1,0 +1,99 @@
+"""XA transactions in the binlog. The server writes an XA transaction's rows at ``XA PREPARE`` (MySQL 5.7+,
+MariaDB 10.5+), before anyone knows whether it commits: a group ``XA START`` (MariaDB: a flag of its GTID
+event), row events, ``XA END xid``, an XA_prepare event; later, in its own group, ``XA COMMIT xid`` or
+``XA ROLLBACK xid``. Applied at prepare, a rolled-back transaction's rows stay in the lake for good.
+
+So a read holds a prepared group's items until its outcome: at ``XA COMMIT`` they come at the commit's
+position (the transaction's rows became visible there, and its row locks kept every other writer off those
+rows in between, so each key's order holds), at ``XA ROLLBACK`` they are dropped. A group still undecided
+where the read ends is looked up past the end: rolled back, it is dropped; committed, its rows come at the
+read's end (the lake shows them those few events early; the next read skips that XA COMMIT); undecided in the
+whole binlog, the read stops in one line (nothing of it is written; a later read finds the outcome)."""
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.positions import SourcePosition
+from airflow_provider_dblog.core.schema_events import SchemaVersion
+
+MARIADB_PREPARED_XA = 64  # FL_PREPARED_XA in a MariaDB GTID event's flags: the group is an XA PREPARE's
+_XA = re.compile(r"^\s*XA\s+(START|BEGIN|END|COMMIT|ROLLBACK)\b\s*(.*?)\s*(\bONE\s+PHASE)?\s*$", re.I | re.S)
+
+
+def xa_statement(query: str) -> tuple[str, str] | None:
+    """(verb, xid) of an ``XA ...`` statement as the binlog writes it (``X'..',X'..',format``), else None;
+    ``XA COMMIT xid ONE PHASE`` is ("COMMIT ONE PHASE", xid)."""
+    found = _XA.match(query) if query[:2].upper() == "XA" else None
+    if found is None:
+        return None
+    verb = found.group(1).upper()
+    return (f"{verb} ONE PHASE" if found.group(3) else verb), "".join(found.group(2).split())
+
+
+class PreparedXa:
+    """The items of XA groups a read has seen prepared, until their ``XA COMMIT`` or ``XA ROLLBACK``."""
+
+    def __init__(self) -> None:
+        self.open: list | None = None  # the items of the group being read, when it is an XA group
+        self._xid = ""
+        self._prepared: dict[str, tuple[SourcePosition, list]] = {}
+
+    @property
+    def holding(self) -> bool:
+        return self.open is not None
+
+    def begin(self) -> None:
+        self.open, self._xid = [], ""
+
+    def hold(self, items: Iterable) -> Iterable:
+        """``items`` themselves outside an XA group; inside one, nothing now (they wait for the outcome)."""
+        if self.open is None:
+            return items
+        self.open.extend(items)
+        return ()
+
+    def ended(self, xid: str) -> None:
+        self._xid = xid
+
+    def prepared(self, pos: SourcePosition) -> None:
+        if self.open is not None:
+            self._prepared[self._xid] = (pos, self.open)
+        self.open = None
+
+    def committed(self, xid: str | None, pos: SourcePosition, row: int = 0) -> list:
+        """The group's items at ``pos`` (the commit), rows numbered in their order from ``row``; ``xid`` None:
+        the group being read (a one-phase commit)."""
+        if xid is None:
+            items, self.open = self.open or [], None
+        else:
+            items = self._prepared.pop(xid, (pos, []))[1]
+        moved = []
+        for kind, _, payload in items:
+            at = pos.with_row(row)
+            if kind == "row":
+                moved.append(("row", at, payload))
+                row += 1
+            elif kind == "schema":
+                moved.append(("schema", at, SchemaVersion(payload.meta, at)))
+        return moved
+
+    def rolled_back(self, xid: str) -> None:
+        self._prepared.pop(xid, None)
+
+    def undecided(self, captured: Iterable[str]) -> dict[str, tuple[SourcePosition, list[str]]]:
+        """The groups still undecided that change one of ``captured``: xid -> (prepared at, those tables)."""
+        captured = set(captured)
+        found = {}
+        for xid, (pos, items) in self._prepared.items():
+            tables = sorted({payload[0] for kind, _, payload in items if kind == "row"} & captured)
+            if tables:
+                found[xid] = (pos, tables)
+        return found
+
+
+def undecided_error(xid: str, pos: SourcePosition, tables: list[str], end: SourcePosition) -> str:
+    return (f"XA transaction {xid} prepared at {pos} changes {', '.join(tables)} and is neither committed nor "
+            f"rolled back in the binlog (read to {end}): its rows count only from its XA COMMIT, so the read stops "
+            f"before it; run the tail again once it is decided (XA RECOVER lists it)")
