@@ -21,6 +21,7 @@ from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTlsConnection, binlog_status_sql
 from airflow_provider_dblog.source.mysql import compressed
+from airflow_provider_dblog.source.mysql.cascades import CascadeCatalog, changed_through
 from airflow_provider_dblog.source.mysql.ddl import ddl_tables, dml_tables
 from airflow_provider_dblog.source.mysql.replication import binlog_events
 from airflow_provider_dblog.source.mysql.xa import MARIADB_PREPARED_XA, PreparedXa, undecided_error, xa_statement
@@ -289,6 +290,7 @@ class BinlogStream:
         self.client = client
         self.server_id_range = server_id_range
         self.gtids: dict[int, str] = {}  # per domain the last GTID the last read passed (MariaDB)
+        self.cascades = CascadeCatalog(client)
 
     def items(self, start: SourcePosition, end: SourcePosition | None, tables: Sequence[TableMeta],
               extra_tables: Sequence[str] = (), share: tuple[int, int] = (0, 1),
@@ -310,7 +312,9 @@ class BinlogStream:
         rows_events = -1
         metas = {m.qualified: m for m in tables}
         versions = dict(metas)
-        wanted = set(metas) | set(extra_tables)
+        watched = self.cascades.watched(metas) if end is not None and metas else {}  # parents of cascading keys
+        cascaded: dict[str, str] = {}  # captured table -> the parent change that cascaded into it (unlogged)
+        wanted = set(metas) | set(extra_tables) | set(watched)
         images = RowImages(metas, row_converter)
         runs = _Runs(blocks_after or {}, versions)
         boundary = start  # the last transaction end seen: where a DDL statement starts
@@ -353,8 +357,14 @@ class BinlogStream:
                         if qualified not in wanted:
                             continue
                         rows_events += 1
-                        if (part != 0) if xa.holding else (rows_events % parts != part):
+                        through = watched.get(qualified)
+                        if (part != 0) if (xa.holding or through) else (rows_events % parts != part):
                             continue
+                        if through:
+                            for name in changed_through(rows.kind, None, through):
+                                cascaded.setdefault(name, f"{rows.kind.upper()} of {qualified} at {pos}")
+                            if qualified not in metas:
+                                continue
                         if qualified not in metas:
                             raise DblogError(f"a compressed rows event of {qualified} at {pos}: dblog decodes "
                                              f"compressed events of captured tables only; {COMPRESSION_FIX}")
@@ -413,9 +423,18 @@ class BinlogStream:
                     if qualified not in wanted:
                         continue
                     rows_events += 1
-                    if (part != 0) if xa.holding else (rows_events % parts != part):  # the first takes XA groups
-                        continue
+                    through = watched.get(qualified)
+                    if (part != 0) if (xa.holding or through) else (rows_events % parts != part):
+                        continue  # the first share takes XA groups and cascading parents
                     kind = _KINDS[type(event)]
+                    if through:
+                        updated = [({k.lower(): v for k, v in r["before_values"].items()},
+                                    {k.lower(): v for k, v in r["after_values"].items()})
+                                   for r in event.rows] if kind == "update" else ()
+                        for name in changed_through(kind, updated, through):
+                            cascaded.setdefault(name, f"{kind.upper()} of {qualified} at {pos}")
+                        if qualified not in metas and qualified not in extra_tables:
+                            continue
                     meta = None  # the watermark table (not captured): the library's values
                     if qualified in metas:
                         check_rows_event(qualified, kind, event.columns, full_image(event), pos)
@@ -433,6 +452,9 @@ class BinlogStream:
             yield from runs.flush()
             if end is not None and part == 0:
                 yield from self._decided_later(xa, end, metas)
+                for name, why in cascaded.items():  # the committer reads the table again
+                    yield "ddl", end, SchemaChange(name, "rewrite", f"(rows of {name} changed by a foreign-key "
+                                                   f"cascade from the {why}: InnoDB does not log them)", start, end)
         except pymysql.MySQLError as exc:
             if exc.args and exc.args[0] == 1236:
                 ensure_available(self.client, start)

@@ -1,0 +1,60 @@
+"""What the MySQL binlog does not say plainly, as pure rules: foreign-key cascades (which tables a parent's
+change reaches without an event), XA statements and prepared groups (held until their outcome)."""
+from __future__ import annotations
+
+from airflow_provider_dblog.core.positions import SourcePosition
+from airflow_provider_dblog.core.schema_events import SchemaVersion
+from airflow_provider_dblog.core.tables import Column, TableMeta
+from airflow_provider_dblog.source.mysql.cascades import Cascade, changed_through, watched_parents
+from airflow_provider_dblog.source.mysql.xa import PreparedXa, xa_statement
+
+
+def edge(child, parent, columns=("id",), on_delete=True, on_update=True):
+    return Cascade(f"fk_{child}", child, parent, tuple(columns), on_delete, on_update)
+
+
+def test_chains_of_cascades_reach_a_captured_grandchild_and_stop_at_cycles():
+    edges = [edge("s.c", "s.p"), edge("s.g", "s.c"), edge("s.p", "s.g")]  # a cycle: p -> c -> g -> p
+    watched = watched_parents(edges, ["s.g"])
+    assert {parent: sorted(t for _, t in through) for parent, through in watched.items()} == {
+        "s.c": ["s.g"], "s.p": ["s.g"], "s.g": ["s.g"]}
+    assert watched_parents(edges[:2], ["s.p"]) == {}  # nothing cascades into p
+
+
+def test_only_deletes_and_updates_of_referenced_columns_change_children():
+    through = [(edge("s.c", "s.p", ("id",), on_delete=True, on_update=False), "s.c"),
+               (edge("s.d", "s.p", ("code",), on_delete=False, on_update=True), "s.d")]
+    assert changed_through("delete", (), through) == {"s.c"}
+    assert changed_through("write", (), through) == set()
+    assert changed_through("update", [({"id": 1, "code": "a", "x": 1}, {"id": 1, "code": "a", "x": 2})], through) == set()
+    assert changed_through("update", [({"id": 1, "code": "a"}, {"id": 1, "code": "b"})], through) == {"s.d"}
+    assert changed_through("update", [({"id": 1, "code": "a"}, {"id": 2, "code": "a"})], through) == set()  # no rule
+    assert changed_through("update", None, through) == {"s.d"}  # not decoded: any UPDATE counts
+
+
+def test_xa_statements_as_the_binlog_writes_them():
+    assert xa_statement("XA END X'7831',X'',1") == ("END", "X'7831',X'',1")
+    assert xa_statement("xa commit X'7831', X'', 1") == ("COMMIT", "X'7831',X'',1")
+    assert xa_statement("XA COMMIT X'7831',X'',1 ONE PHASE") == ("COMMIT ONE PHASE", "X'7831',X'',1")
+    assert xa_statement("XA ROLLBACK X'61',X'62',7") == ("ROLLBACK", "X'61',X'62',7")
+    assert xa_statement("XACT") is None and xa_statement("UPDATE t SET xa = 1") is None
+
+
+def test_a_prepared_group_comes_at_its_commit_and_goes_at_its_rollback():
+    meta = TableMeta("s", "t", (Column("id", "int", "int"),), ("id",), "primary")
+    at = lambda offset, row=0: SourcePosition.at("mysql-bin.000001", offset, row)  # noqa: E731
+    xa = PreparedXa()
+    assert list(xa.hold([("row", at(5), ("s.t", None, {"id": 1}, 0))])) == [("row", at(5), ("s.t", None, {"id": 1}, 0))]
+    for xid, offset in (("X'01',X'',1", 10), ("X'02',X'',1", 20)):
+        xa.begin()
+        assert xa.hold([("schema", at(offset), SchemaVersion(meta, at(offset))),
+                        ("row", at(offset), ("s.t", None, {"id": offset}, 0)),
+                        ("row", at(offset, 1), ("s.t", None, {"id": offset + 1}, 0))]) == ()
+        xa.ended(xid)
+        xa.prepared(at(offset + 5))
+    assert set(xa.undecided(["s.t"])) == {"X'01',X'',1", "X'02',X'',1"} and xa.undecided(["s.u"]) == {}
+    xa.rolled_back("X'01',X'',1")
+    moved = xa.committed("X'02',X'',1", at(90), row=3)
+    assert [(kind, pos) for kind, pos, _ in moved] == [("schema", at(90, 3)), ("row", at(90, 3)), ("row", at(90, 4))]
+    assert moved[0][2].pos == at(90, 3) and [p[2]["id"] for k, _, p in moved if k == "row"] == [20, 21]
+    assert xa.undecided(["s.t"]) == {} and xa.committed("X'09',X'',1", at(99)) == []  # prepared before the read
