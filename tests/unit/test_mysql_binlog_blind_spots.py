@@ -58,3 +58,14 @@ def test_a_prepared_group_comes_at_its_commit_and_goes_at_its_rollback():
     assert [(kind, pos) for kind, pos, _ in moved] == [("schema", at(90, 3)), ("row", at(90, 3)), ("row", at(90, 4))]
     assert moved[0][2].pos == at(90, 3) and [p[2]["id"] for k, _, p in moved if k == "row"] == [20, 21]
     assert xa.undecided(["s.t"]) == {} and xa.committed("X'09',X'',1", at(99)) == []  # prepared before the read
+
+
+def test_a_cascade_inside_an_xa_group_waits_for_its_commit():
+    at = lambda offset: SourcePosition.at("mysql-bin.000001", offset)  # noqa: E731
+    xa = PreparedXa()
+    xa.begin()
+    assert xa.hold([("cascade", at(10), ("s.c",))]) == ()
+    xa.ended("X'03',X'',1")
+    xa.prepared(at(20))
+    assert xa.undecided(["s.c"]) == {"X'03',X'',1": (at(20), ["s.c"])}  # the read may not end past it silently
+    assert xa.committed("X'03',X'',1", at(30)) == [("cascade", at(30), ("s.c",))]

@@ -2,6 +2,7 @@
 row changes decoded from the replication stream (python-mysql-replication + the compiled decoder)."""
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Sequence
@@ -23,7 +24,7 @@ from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTl
 from airflow_provider_dblog.source.mysql import compressed
 from airflow_provider_dblog.source.mysql.cascades import CascadeCatalog, changed_through
 from airflow_provider_dblog.source.mysql.ddl import ddl_tables, dml_tables
-from airflow_provider_dblog.source.mysql.replication import binlog_events
+from airflow_provider_dblog.source.mysql.replication import DUMP_REFUSED, binlog_events
 from airflow_provider_dblog.source.mysql.xa import MARIADB_PREPARED_XA, PreparedXa, undecided_error, xa_statement
 from airflow_provider_dblog.source.mysql.block_decoder import MIN_EVENTS, RowsEvent, block_layout, decode_run
 from airflow_provider_dblog.source.mysql.rows import (
@@ -32,6 +33,7 @@ from airflow_provider_dblog.source.mysql.rows import (
 from airflow_provider_dblog.source.mysql.schema import SERVER_CONFIG_FIX
 from airflow_provider_dblog.source.mysql.types import arrow_schema, binlog_converter
 
+log = logging.getLogger("dblog")
 MAX_SCAN_EVENTS = 50_000
 BLOCK_RUN_BYTES = 4 << 20  # row images of one table gathered before they are decoded as blocks
 SPLIT_MIN_BYTES = 1 << 20  # a micro-batch's range below this is not cut into pieces read apart
@@ -294,7 +296,7 @@ class BinlogStream:
 
     def items(self, start: SourcePosition, end: SourcePosition | None, tables: Sequence[TableMeta],
               extra_tables: Sequence[str] = (), share: tuple[int, int] = (0, 1),
-              blocks_after: Mapping[str, SourcePosition] | None = None
+              blocks_after: Mapping[str, SourcePosition] | None = None, window: bool = False
               ) -> Iterator[tuple[str, SourcePosition, object]]:
         """For ``start < pos <= end``: ("row", pos, (table, before, after, ts)), ("commit", pos, None),
         ("schema", pos, SchemaVersion) before the first row of ``tables`` decoded with other columns than
@@ -307,14 +309,39 @@ class BinlogStream:
         ``share=(k, n)`` decodes only every n-th rows event from the k-th on: n readers of the same range
         split the decoding (rows decode lazily) while each sees every table map; DDL statements go to the
         first share only. Positions stay global.
+
+        Changes the binlog does not show as rows of ``tables`` end the read with ("ddl", end, SchemaChange) of
+        kind ``rewrite`` (the committer reads the table again): rows a foreign-key cascade changed
+        (``cascades``) and XA groups committed after ``end`` (``xa``). ``window``: a chunk's watermark window,
+        which needs neither (it only overlays events up to its high watermark).
         """
         part, parts = share
         rows_events = -1
         metas = {m.qualified: m for m in tables}
         versions = dict(metas)
-        watched = self.cascades.watched(metas) if end is not None and metas else {}  # parents of cascading keys
-        cascaded: dict[str, str] = {}  # captured table -> the parent change that cascaded into it (unlogged)
-        wanted = set(metas) | set(extra_tables) | set(watched)
+        watched = {} if window or not metas else self.cascades.watched(metas)  # parents of cascading keys
+        cascaded: set[str] = set()  # captured tables a parent's change cascaded into (not logged)
+        counted = set(metas) | set(extra_tables)  # rows events shared out by their count (the same in every share)
+        wanted = counted | set(watched)
+
+        def decodes(qualified: str) -> bool:  # whether this share takes the rows event
+            nonlocal rows_events
+            if qualified not in counted:
+                return part == 0  # a watched parent only: the first share
+            rows_events += 1
+            return part == 0 if xa.holding else rows_events % parts == part
+
+        def cascade(qualified: str, kind: str, updated, pos: SourcePosition) -> None:
+            marks = [("cascade", pos, (name,)) for name in changed_through(kind, updated, watched[qualified])]
+            cascaded.update(payload[0] for _, _, payload in xa.hold(marks))  # held in an XA group
+
+        def released(moved: list) -> Iterator:  # a committed XA group's items; its cascades count now
+            for item in moved:
+                if item[0] == "cascade":
+                    cascaded.add(item[2][0])
+                else:
+                    yield item
+
         images = RowImages(metas, row_converter)
         runs = _Runs(blocks_after or {}, versions)
         boundary = start  # the last transaction end seen: where a DDL statement starts
@@ -342,7 +369,7 @@ class BinlogStream:
                 if isinstance(event, XAPrepareEvent):
                     boundary = pos
                     if event.one_phase:  # MySQL's XA COMMIT ... ONE PHASE: the group commits here
-                        yield from xa.committed(None, pos)
+                        yield from released(xa.committed(None, pos))
                         yield "commit", pos, None
                     else:
                         xa.prepared(pos)
@@ -354,16 +381,11 @@ class BinlogStream:
                         rows = compressed.rows(event)
                         table = stream.table_map.get(rows.table_id)  # the library keeps wanted tables' maps only
                         qualified = f"{table.schema}.{table.table}" if table is not None else ""
-                        if qualified not in wanted:
+                        if qualified not in wanted or not decodes(qualified):
                             continue
-                        rows_events += 1
-                        through = watched.get(qualified)
-                        if (part != 0) if (xa.holding or through) else (rows_events % parts != part):
-                            continue
-                        if through:
-                            for name in changed_through(rows.kind, None, through):
-                                cascaded.setdefault(name, f"{rows.kind.upper()} of {qualified} at {pos}")
-                            if qualified not in metas:
+                        if qualified in watched:  # its images are not decoded here: any UPDATE counts
+                            cascade(qualified, rows.kind, None, pos)
+                            if qualified not in counted:
                                 continue
                         if qualified not in metas:
                             raise DblogError(f"a compressed rows event of {qualified} at {pos}: dblog decodes "
@@ -402,8 +424,8 @@ class BinlogStream:
                             boundary = pos
                             if verb == "ROLLBACK":
                                 xa.rolled_back(xid)
-                            else:
-                                yield from xa.committed(xid, pos)
+                            else:  # a prepared group's outcome, or the group being read (ONE PHASE)
+                                yield from released(xa.committed(xid if xa.open is None else None, pos))
                                 yield "commit", pos, None
                         continue
                     if part == 0:
@@ -411,8 +433,8 @@ class BinlogStream:
                         if changes:
                             yield from runs.flush()
                         yield from (("ddl", pos, change) for change in changes)
-                        if not changes:
-                            refuse_statement_dml(default_db, query, pos, metas)
+                        if not changes:  # a watched parent's statement-logged rows would hide a cascade too
+                            refuse_statement_dml(default_db, query, pos, [*metas, *watched])
                     if query != "BEGIN":
                         boundary = pos
                 elif isinstance(event, XidEvent):
@@ -420,26 +442,23 @@ class BinlogStream:
                     yield "commit", pos, None
                 elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                     qualified = f"{event.schema}.{event.table}"
-                    if qualified not in wanted:
+                    if qualified not in wanted or not decodes(qualified):
                         continue
-                    rows_events += 1
-                    through = watched.get(qualified)
-                    if (part != 0) if (xa.holding or through) else (rows_events % parts != part):
-                        continue  # the first share takes XA groups and cascading parents
                     kind = _KINDS[type(event)]
-                    if through:
-                        updated = [({k.lower(): v for k, v in r["before_values"].items()},
-                                    {k.lower(): v for k, v in r["after_values"].items()})
-                                   for r in event.rows] if kind == "update" else ()
-                        for name in changed_through(kind, updated, through):
-                            cascaded.setdefault(name, f"{kind.upper()} of {qualified} at {pos}")
-                        if qualified not in metas and qualified not in extra_tables:
-                            continue
+                    parent = qualified in watched
+                    if parent and qualified not in counted:  # watched only: the library decodes its images
+                        cascade(qualified, kind, _lowered([(r["before_values"], r["after_values"]) for r in event.rows])
+                                if kind == "update" else (), pos)
+                        continue
+                    # a captured parent's UPDATE: its images decoded below tell whether a referenced key changed
+                    checks_images = parent and kind == "update"
+                    if parent and not checks_images:
+                        cascade(qualified, kind, (), pos)
                     meta = None  # the watermark table (not captured): the library's values
                     if qualified in metas:
                         check_rows_event(qualified, kind, event.columns, full_image(event), pos)
                         meta = images.meta_of(event, qualified)
-                        if not xa.holding and runs.takes(qualified, pos):
+                        if not xa.holding and not checks_images and runs.takes(qualified, pos):
                             added = runs.add(event, meta, images.decoder(event, meta), kind, pos)
                             if added is not None:
                                 yield from added
@@ -447,29 +466,34 @@ class BinlogStream:
                         yield from runs.flush(qualified)
                     decoded = images.of(event, qualified, ("before_values", "after_values") if kind == "update"
                                         else ("values",))
+                    if checks_images:
+                        cascade(qualified, kind, _lowered(decoded), pos)
                     yield from xa.hold(self._rows(meta, versions, kind, decoded, pos, int(event.timestamp) * 1000,
                                                   qualified))
             yield from runs.flush()
-            if end is not None and part == 0:
-                yield from self._decided_later(xa, end, metas)
-                for name, why in cascaded.items():  # the committer reads the table again
-                    yield "ddl", end, SchemaChange(name, "rewrite", f"(rows of {name} changed by a foreign-key "
-                                                   f"cascade from the {why}: InnoDB does not log them)", start, end)
+            events.close()
+            later = self._decided_later(xa, end, metas) if end is not None and not window and part == 0 else set()
+            for name in sorted(cascaded | later):  # the committer reads the table again
+                why = ("a foreign-key cascade from a parent's DELETE or key UPDATE, which InnoDB does not log"
+                       if name in cascaded else "an XA transaction prepared in this read and committed after it")
+                yield "ddl", end, SchemaChange(name, "rewrite", f"(rows of {name} changed without a row event "
+                                                                f"of it in the read: {why})", start, end)
         except pymysql.MySQLError as exc:
-            if exc.args and exc.args[0] == 1236:
+            if exc.args and exc.args[0] == DUMP_REFUSED:
                 ensure_available(self.client, start)
             raise DblogError(f"reading the binlog of {self.client.config.address} from {start} failed: "
                              f"{exc.args[-1]}") from None
         finally:
             events.close()
 
-    def _decided_later(self, xa: PreparedXa, end: SourcePosition, metas: Mapping[str, TableMeta]):
-        """The rows of XA groups prepared in the read and committed after ``end``, at ``end`` (after everything
-        else the read gives); those rolled back after it are dropped; one undecided in the whole binlog stops
-        the read in one line."""
+    def _decided_later(self, xa: PreparedXa, end: SourcePosition, metas: Mapping[str, TableMeta]) -> set[str]:
+        """The captured tables of XA groups prepared in the read and committed after ``end``: their rows count
+        from that commit, past this read, and no later read sees their prepare, so the committer reads those
+        tables again (after the commit: the source shows the rows). Groups rolled back after ``end`` are dropped;
+        one undecided in the whole binlog stops the read in one line."""
         pending = xa.undecided(metas)
         if not pending:
-            return
+            return set()
         outcomes: dict[str, bool] = {}
         events = binlog_events(self.client, self.server_id_range, end, (QueryEvent, NotImplementedEvent))
         try:
@@ -487,16 +511,16 @@ class BinlogStream:
                         break
         finally:
             events.close()
-        row = 0
-        for xid, (prepared_at, tables) in pending.items():
+        tables: set[str] = set()
+        for xid, (prepared_at, names) in pending.items():
             if xid not in outcomes:
-                raise DblogError(undecided_error(xid, prepared_at, tables, end))
+                raise DblogError(undecided_error(xid, prepared_at, names, end))
             if outcomes[xid]:
-                moved = xa.committed(xid, end, row)
-                row += len(moved)
-                yield from moved
-            else:
-                xa.rolled_back(xid)
+                log.info("XA transaction %s prepared at %s committed after %s: %s read again", xid, prepared_at, end,
+                         ", ".join(names))
+                tables.update(names)
+            xa.rolled_back(xid)
+        return tables
 
     @staticmethod
     def _rows(meta: TableMeta | None, versions: dict, kind: str, decoded: list[tuple], pos: SourcePosition, ts: int,
@@ -514,13 +538,14 @@ class BinlogStream:
             yield "row", SourcePosition(seq, offset, i, file), (qualified, before, after, ts)
 
     def changes(self, start: SourcePosition, end: SourcePosition | None, tables: Sequence[TableMeta],
-                share: tuple[int, int] = (0, 1), blocks_after: Mapping[str, SourcePosition] | None = None
-                ) -> Iterator[ChangeEvent | ChangeBlock | SchemaVersion | SchemaChange]:
+                share: tuple[int, int] = (0, 1), blocks_after: Mapping[str, SourcePosition] | None = None,
+                window: bool = False) -> Iterator[ChangeEvent | ChangeBlock | SchemaVersion | SchemaChange]:
         """Row changes of ``tables``, each after the ``SchemaVersion`` it was decoded with (when that is
         not the planned one), and the DDL statements naming them, in binlog order; past
         ``blocks_after[table]`` runs of a table's changes may come as ``ChangeBlock`` s."""
         keys = {m.qualified: m.key_columns for m in tables}
-        for kind, pos, payload in self.items(start, end, tables, share=share, blocks_after=blocks_after):
+        for kind, pos, payload in self.items(start, end, tables, share=share, blocks_after=blocks_after,
+                                             window=window):
             if kind == "block":
                 yield payload
             elif kind == "row":
@@ -639,6 +664,12 @@ def refuse_statement_dml(default_db: str, statement: str, pos: SourcePosition, t
         raise DblogError(f"{', '.join(names)} changed by a statement-logged {parsed[0].upper()} at {pos} "
                          f"(binlog_format STATEMENT or MIXED where it ran): its rows are not in the binlog; dblog "
                          f"stops before it; " + STATEMENT_FIX)
+
+
+def _lowered(images) -> list[tuple[dict, dict]]:
+    """(before, after) images with lower-case column names (foreign keys name columns in any case)."""
+    return [({k.lower(): v for k, v in before.items()}, {k.lower(): v for k, v in after.items()})
+            for before, after in images]
 
 
 def refuse_event(event_type: int, pos: SourcePosition) -> None:

@@ -110,5 +110,20 @@ class CascadeCatalog:
         tables = tuple(sorted(set(captured)))
         databases = tuple(sorted({t.split(".", 1)[0] for t in tables}))
         if self._read is None or self._read[1] != databases or time.monotonic() - self._read[0] > REFRESH_SECONDS:
-            self._read = (time.monotonic(), databases, cascades(self.client, databases))
+            self._read = (time.monotonic(), databases, self._edges(databases))
         return watched_parents(self._read[2], tables)
+
+    def _edges(self, databases: Sequence[str]) -> list[Cascade]:
+        """The cascading keys of ``databases`` and of every database a chain of them reaches (a captured
+        ``a.g`` whose parent ``b.c`` cascades from ``b.p``)."""
+        read, edges, todo = set(), [], list(databases)
+        while todo:
+            batch = sorted(set(todo) - read)
+            todo = []
+            if not batch:
+                break
+            read.update(batch)
+            found = cascades(self.client, batch)
+            edges.extend(found)
+            todo = [e.parent.split(".", 1)[0] for e in found]
+        return edges

@@ -29,7 +29,7 @@ from airflow_provider_dblog.source.mysql.connection import ChecksumPinnedConnect
 log = logging.getLogger("dblog")
 _HEADER = 19  # an event's common header
 _CHECKSUM = 4  # a CRC32 after an event's body
-_DUMP_REFUSED = 1236  # ER_MASTER_FATAL_ERROR_READING_BINLOG
+DUMP_REFUSED = 1236  # ER_MASTER_FATAL_ERROR_READING_BINLOG
 
 
 def reads_checksums(event) -> bool:
@@ -44,7 +44,7 @@ def written_with_checksums(event: FormatDescriptionEvent) -> bool:
 
 
 def _refused_for_checksums(exc: pymysql.MySQLError) -> bool:
-    return bool(exc.args) and exc.args[0] == _DUMP_REFUSED and "checksum" in str(exc.args[-1]).lower()
+    return bool(exc.args) and exc.args[0] == DUMP_REFUSED and "checksum" in str(exc.args[-1]).lower()
 
 
 def _reader(client: MySqlClient, server_ids: tuple[int, int], at: SourcePosition, only_events: Sequence,

@@ -94,7 +94,7 @@ class PositionWatermark:
         self.hw = current_position(self.client)
 
     def window(self) -> tuple[SourcePosition, SourcePosition, list[ChangeEvent]]:
-        events = list(self.stream.changes(self.lw, self.hw, [self.meta])) if self.hw > self.lw else []
+        events = list(self.stream.changes(self.lw, self.hw, [self.meta], window=True)) if self.hw > self.lw else []
         return self.lw, self.hw, only_changes(events, self.meta)
 
 
@@ -145,7 +145,7 @@ class TableWatermark:
         events: list[ChangeEvent] = []
         deadline = time.time() + HIGH_MARK_TIMEOUT_SECONDS
         while hw is None:
-            for kind, pos, payload in self.stream.items(self.start, None, [self.meta], [self.table]):
+            for kind, pos, payload in self.stream.items(self.start, None, [self.meta], [self.table], window=True):
                 if kind == "commit":
                     if seen == low_mark and lw is None:
                         lw = pos

@@ -6,9 +6,9 @@ event), row events, ``XA END xid``, an XA_prepare event; later, in its own group
 So a read holds a prepared group's items until its outcome: at ``XA COMMIT`` they come at the commit's
 position (the transaction's rows became visible there, and its row locks kept every other writer off those
 rows in between, so each key's order holds), at ``XA ROLLBACK`` they are dropped. A group still undecided
-where the read ends is looked up past the end: rolled back, it is dropped; committed, its rows come at the
-read's end (the lake shows them those few events early; the next read skips that XA COMMIT); undecided in the
-whole binlog, the read stops in one line (nothing of it is written; a later read finds the outcome)."""
+where the read ends is looked up past the end: rolled back, it is dropped; committed, its tables are read
+again (its rows belong past this read, and no later read sees its prepare); undecided in the whole binlog,
+the read stops in one line (nothing of it is written; a later read finds the outcome)."""
 from __future__ import annotations
 
 import re
@@ -77,6 +77,8 @@ class PreparedXa:
                 row += 1
             elif kind == "schema":
                 moved.append(("schema", at, SchemaVersion(payload.meta, at)))
+            else:  # ("cascade", pos, (table,)): a table the group changed without rows of its own
+                moved.append((kind, at, payload))
         return moved
 
     def rolled_back(self, xid: str) -> None:
@@ -87,7 +89,7 @@ class PreparedXa:
         captured = set(captured)
         found = {}
         for xid, (pos, items) in self._prepared.items():
-            tables = sorted({payload[0] for kind, _, payload in items if kind == "row"} & captured)
+            tables = sorted({payload[0] for kind, _, payload in items if kind in ("row", "cascade")} & captured)
             if tables:
                 found[xid] = (pos, tables)
         return found
