@@ -69,3 +69,18 @@ def test_a_cascade_inside_an_xa_group_waits_for_its_commit():
     xa.prepared(at(20))
     assert xa.undecided(["s.c"]) == {"X'03',X'',1": (at(20), ["s.c"])}  # the read may not end past it silently
     assert xa.committed("X'03',X'',1", at(30)) == [("cascade", at(30), ("s.c",))]
+
+
+def test_every_rows_event_class_of_the_replication_library_is_read_or_refused():
+    """The library drops the events of classes a reader does not ask for, without a word: a rows-event class
+    left out (MySQL's partial JSON updates were) would lose changes silently."""
+    from pymysqlreplication.row_event import RowsEvent, TableMapEvent  # noqa: F401
+
+    from airflow_provider_dblog.source.mysql.binlog import _STREAM_EVENTS
+
+    def classes(base):
+        for sub in base.__subclasses__():
+            yield sub
+            yield from classes(sub)
+
+    assert set(classes(RowsEvent)) <= set(_STREAM_EVENTS), set(classes(RowsEvent)) - set(_STREAM_EVENTS)

@@ -11,7 +11,7 @@ import pymysql
 from pymysqlreplication.event import (
     ExecuteLoadQueryEvent, MariadbGtidEvent, NotImplementedEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent,
 )
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.errors import DblogError
@@ -40,7 +40,7 @@ SPLIT_MIN_BYTES = 1 << 20  # a micro-batch's range below this is not cut into pi
 SCAN_PAGE = 10_000
 # every event the library does not decode comes as NotImplementedEvent: decoded here or refused
 _STREAM_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent, RotateEvent,
-                  NotImplementedEvent, ExecuteLoadQueryEvent, MariadbGtidEvent, XAPrepareEvent)
+                  NotImplementedEvent, ExecuteLoadQueryEvent, MariadbGtidEvent, XAPrepareEvent, PartialUpdateRowsEvent)
 _TABLE_MAP = re.compile(r"\((?P<name>.*)\)\s*$")
 
 
@@ -440,6 +440,12 @@ class BinlogStream:
                 elif isinstance(event, XidEvent):
                     boundary = pos
                     yield "commit", pos, None
+                elif isinstance(event, PartialUpdateRowsEvent):  # a subclass of UpdateRowsEvent: first
+                    qualified = f"{event.schema}.{event.table}"
+                    if qualified in metas:
+                        raise DblogError(f"the update rows event of {qualified} at {pos} holds partial JSON values "
+                                         f"(binlog_row_value_options=PARTIAL_JSON): dblog stops before it; "
+                                         + PARTIAL_JSON_FIX.format(table=qualified))
                 elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                     qualified = f"{event.schema}.{event.table}"
                     if qualified not in wanted or not decodes(qualified):
@@ -633,6 +639,7 @@ IMAGE_FIX = "SET GLOBAL binlog_row_image=FULL (and in every session that writes)
 METADATA_FIX = "SET GLOBAL binlog_row_metadata=FULL, " + RESNAPSHOT_FIX
 STATEMENT_FIX = ("SET GLOBAL binlog_format=ROW (and in every session that writes), then re-snapshot the tables it "
                  "changed (dblog resnapshot)")
+PARTIAL_JSON_FIX = "SET GLOBAL binlog_row_value_options='' (and in every session that writes), " + RESNAPSHOT_FIX
 COMPRESSION_FIX = "SET GLOBAL log_bin_compress=OFF, then re-snapshot the table"
 # events that never carry a row change or DDL (MySQL's GTID and transaction bookkeeping, ignorable events)
 IGNORED_EVENT_TYPES = {0x1C, 0x22, 0x24, 0x25, 0x29, 0x2A}
