@@ -160,23 +160,27 @@ def split_points(client: MySqlClient, start: SourcePosition, end: SourcePosition
 
 
 def scan_table_events(client: MySqlClient, start: SourcePosition, end: SourcePosition, tables: Iterable[str],
-                      max_events: int = MAX_SCAN_EVENTS, page: int = SCAN_PAGE) -> RangeScan:
+                      max_events: int = MAX_SCAN_EVENTS, page: int = SCAN_PAGE,
+                      parents: Mapping[str, Sequence[str]] | None = None) -> RangeScan:
     """Whether ``[start, end)`` holds no row event of ``tables`` (the first change found says why not)."""
-    scans = scan_each_table(client, dict.fromkeys(tables, start), end, max_events, page, first_only=True)
+    scans = scan_each_table(client, dict.fromkeys(tables, start), end, max_events, page, first_only=True,
+                            parents=parents)
     dirty = [scan for scan in scans.values() if not scan.clean]
     return min(dirty, key=lambda scan: scan.events) if dirty else RangeScan(True, max(
         (scan.events for scan in scans.values()), default=0))
 
 
 def scan_each_table(client: MySqlClient, floors: Mapping[str, SourcePosition], end: SourcePosition,
-                    max_events: int = MAX_SCAN_EVENTS, page: int = SCAN_PAGE, first_only: bool = False
-                    ) -> dict[str, RangeScan]:
+                    max_events: int = MAX_SCAN_EVENTS, page: int = SCAN_PAGE, first_only: bool = False,
+                    parents: Mapping[str, Sequence[str]] | None = None) -> dict[str, RangeScan]:
     """Per table, whether ``[its floor, end)`` holds no row event or DDL statement of it: one pass over the
     binlog from the smallest floor, whatever the number of tables (stops when every table has a change, or
     at the first with ``first_only``, leaving out the tables not scanned to the end). Every rows event follows a ``Table_map`` naming its table, so a range
     without one of them holds no change of it. Names compare case-insensitively: a false match only costs
-    the caller the normal read, a missed one would lose changes."""
+    the caller the normal read, a missed one would lose changes. ``parents``: per table whose changes may
+    cascade into some of ``floors`` without an event of theirs (``cascades``), those tables."""
     names = {t.lower(): t for t in floors}
+    into = {p.lower(): [c.lower() for c in children] for p, children in (parents or {}).items()}
     out: dict[str, RangeScan] = {t: RangeScan(True, 0) for t, floor in floors.items() if end <= floor}
     todo = {t.lower(): floor for t, floor in floors.items() if t not in out}
     if not todo:
@@ -210,12 +214,14 @@ def scan_each_table(client: MySqlClient, floors: Mapping[str, SourcePosition], e
             if event.kind == "Table_map":
                 match = _TABLE_MAP.search(event.info)
                 name = match.group("name").lower() if match else None
-                if name is None or name in todo:
-                    dirty(past_floor(list(todo) if name is None else [name]), seen,
+                if name is None or name in todo or name in into:
+                    hit = list(todo) if name is None else [name, *into.get(name, ())]
+                    dirty(past_floor(hit), seen,
                           f"row events of {match.group('name') if match else '?'} at {event.file}:{event.pos}")
             elif event.kind in ("Query", "Query_compressed"):
-                what, named = _names_tables(event.info, todo.keys())
+                what, named = _names_tables(event.info, set(todo) | set(into))
                 if what:
+                    named = {*named, *(c for n in named for c in into.get(n, ()))}
                     dirty(past_floor(named), seen, f"a {what} at {event.file}:{event.pos}")
             elif event.kind not in LISTED_WITHOUT_CHANGES:
                 dirty(past_floor(list(todo)), seen, f"a {event.kind} event at {event.file}:{event.pos}")

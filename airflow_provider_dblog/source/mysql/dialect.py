@@ -174,10 +174,16 @@ class MySqlDialect:
         return binlog.split_points(self.client, start, end, parts)
 
     def scan_changes(self, start: SourcePosition, end: SourcePosition, tables: Sequence[str]) -> RangeScan:
-        return binlog.scan_table_events(self.client, start, end, tables)
+        return binlog.scan_table_events(self.client, start, end, tables, parents=self._cascade_parents(tables))
 
     def scan_each(self, floors: Mapping[str, SourcePosition], end: SourcePosition) -> dict[str, RangeScan]:
-        return binlog.scan_each_table(self.client, floors, end)
+        return binlog.scan_each_table(self.client, floors, end, parents=self._cascade_parents(floors))
+
+    def _cascade_parents(self, tables) -> dict[str, list[str]]:
+        """Per table whose changes cascade into some of ``tables`` unlogged, those tables: a scan for changes
+        counts the parent's row events as theirs."""
+        return {parent: sorted({child for _, child in through})
+                for parent, through in self.stream.cascades.watched(tables).items()}
 
     def range_bytes(self, start: SourcePosition, end: SourcePosition) -> int | None:
         return binlog.range_bytes(self.client, start, end)
