@@ -20,8 +20,8 @@ def _capture(mariadb, db, tmp_path, rows=200, ddl="(id INT PRIMARY KEY, v INT, n
     return captured(mariadb.uri(), f"{db}.t", tmp_path, 50)
 
 
-def _tail(state, sink):
-    return dblog("tail", "--state", state, "--sink", sink, "--available-now")
+def _tail(state, sink, *options):
+    return dblog("tail", "--state", state, "--sink", sink, "--available-now", *options)
 
 
 def _verify_rows(state, sink, table):
@@ -237,8 +237,7 @@ def test_binlog_checksum_changed_at_run_time_is_read_file_by_file(mariadb, db, t
     state, sink = _capture(mariadb, db, tmp_path)
     original = mariadb.sql("SELECT @@global.binlog_checksum")[0][0]
     files_before = len(mariadb.sql("SHOW BINARY LOGS"))
-    tail = (lambda: _tail(state, sink)) if not path else (lambda: dblog(
-        "tail", "--state", state, "--sink", sink, "--available-now", *path))
+    tail = lambda: _tail(state, sink, *path)  # noqa: E731
     try:
         mariadb.sql("SET GLOBAL binlog_checksum = 'CRC32'")
         mariadb.sql(f"UPDATE {db}.t SET v = -1 WHERE id = 1")
@@ -282,8 +281,7 @@ def test_xa_transactions_count_from_their_commit_and_a_rollback_leaves_no_trace(
     for XA COMMIT (and count from its position) or go at XA ROLLBACK; one still undecided where the read ends
     stops the tail in one line with nothing of the read written, and the next tail after its commit takes it."""
     state, sink = _capture(mariadb, db, tmp_path)
-    tail = (lambda: _tail(state, sink)) if not path else (lambda: dblog(
-        "tail", "--state", state, "--sink", sink, "--available-now", *path))
+    tail = lambda: _tail(state, sink, *path)  # noqa: E731
     t = f"{db}.t"
     mariadb.sql(f"XA START '{db}r'", f"UPDATE {t} SET v = -1 WHERE id = 1", f"INSERT INTO {t} VALUES (900, 900, 'x')",
                 f"DELETE FROM {t} WHERE id = 2", f"XA END '{db}r'", f"XA PREPARE '{db}r'")
@@ -343,8 +341,7 @@ def test_rows_a_foreign_key_cascade_changes_are_read_again(mariadb, db, tmp_path
     code, _, err = dblog("run", "--source", mariadb.uri(), "--tables", f"{db}.c,{db}.g", "--state", state,
                          "--sink", sink, "--chunk-size", "8")
     assert code == 0, err[-3000:]
-    tail = (lambda: _tail(state, sink)) if not path else (lambda: dblog(
-        "tail", "--state", state, "--sink", sink, "--available-now", *path))
+    tail = lambda: _tail(state, sink, *path)  # noqa: E731
 
     mariadb.sql("UPDATE p SET note = 'other columns' WHERE id = 3", "UPDATE c SET v = -1 WHERE id = 3",
                 "UPDATE c SET v = -1 WHERE id BETWEEN 11 AND 14", db=db)  # c: captured, and g's parent

@@ -20,7 +20,7 @@ from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
-from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTlsConnection, binlog_status_sql
+from airflow_provider_dblog.source.mysql.connection import MySqlClient, binlog_status_sql
 from airflow_provider_dblog.source.mysql import compressed
 from airflow_provider_dblog.source.mysql.cascades import CascadeCatalog, changed_through
 from airflow_provider_dblog.source.mysql.ddl import ddl_tables, dml_tables
@@ -382,7 +382,7 @@ class BinlogStream:
                     continue
                 if isinstance(event, NotImplementedEvent):
                     if event.event_type == compressed.QUERY_COMPRESSED:
-                        statement = compressed.query(event)
+                        statement = query_statement(event)
                     elif event.event_type in compressed.ROWS_COMPRESSED:
                         rows = compressed.rows(event)
                         table = stream.table_map.get(rows.table_id)  # the library keeps wanted tables' maps only
@@ -409,9 +409,7 @@ class BinlogStream:
                     raise DblogError(f"a statement-logged LOAD DATA at {pos}: dblog cannot tell which rows it "
                                      f"changed; {STATEMENT_FIX}")
                 elif isinstance(event, QueryEvent):
-                    default_db = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) \
-                        else str(event.schema)
-                    statement = (default_db, event.query)
+                    statement = query_statement(event)
                 if statement is not None:
                     default_db, query = statement
                     if query == "COMMIT":
@@ -511,13 +509,8 @@ class BinlogStream:
         events = binlog_events(self.client, self.server_id_range, end, (QueryEvent, NotImplementedEvent))
         try:
             for _, event in events:
-                if isinstance(event, NotImplementedEvent):
-                    if event.event_type != compressed.QUERY_COMPRESSED:
-                        continue
-                    query = compressed.query(event)[1]
-                else:
-                    query = event.query
-                verb = xa_statement(query)
+                statement = query_statement(event)
+                verb = xa_statement(statement[1]) if statement is not None else None
                 if verb is not None and verb[1] in pending and verb[0] in ("COMMIT", "ROLLBACK"):
                     outcomes[verb[1]] = verb[0] == "COMMIT"
                     if len(outcomes) == len(pending):
@@ -532,7 +525,6 @@ class BinlogStream:
                 log.info("XA transaction %s prepared at %s committed after %s: %s read again", xid, prepared_at, end,
                          ", ".join(names))
                 tables.update(names)
-            xa.rolled_back(xid)
         return tables
 
     @staticmethod
@@ -678,6 +670,16 @@ def refuse_statement_dml(default_db: str, statement: str, pos: SourcePosition, t
         raise DblogError(f"{', '.join(names)} changed by a statement-logged {parsed[0].upper()} at {pos} "
                          f"(binlog_format STATEMENT or MIXED where it ran): its rows are not in the binlog; dblog "
                          f"stops before it; " + STATEMENT_FIX)
+
+
+def query_statement(event) -> tuple[str, str] | None:
+    """(default database, statement) of a query event, MariaDB's compressed ones included; None for others."""
+    if isinstance(event, QueryEvent):
+        schema = event.schema
+        return (schema.decode("utf-8", "replace") if isinstance(schema, bytes) else str(schema)), event.query
+    if isinstance(event, NotImplementedEvent) and event.event_type == compressed.QUERY_COMPRESSED:
+        return compressed.query(event)
+    return None
 
 
 def _lowered(images) -> list[tuple[dict, dict]]:

@@ -116,14 +116,10 @@ class CascadeCatalog:
     def _edges(self, databases: Sequence[str]) -> list[Cascade]:
         """The cascading keys of ``databases`` and of every database a chain of them reaches (a captured
         ``a.g`` whose parent ``b.c`` cascades from ``b.p``)."""
-        read, edges, todo = set(), [], list(databases)
+        read, edges, todo = set(), [], set(databases)
         while todo:
-            batch = sorted(set(todo) - read)
-            todo = []
-            if not batch:
-                break
-            read.update(batch)
-            found = cascades(self.client, batch)
+            read |= todo
+            found = cascades(self.client, sorted(todo))
             edges.extend(found)
-            todo = [e.parent.split(".", 1)[0] for e in found]
+            todo = {e.parent.split(".", 1)[0] for e in found} - read
         return edges
