@@ -14,9 +14,20 @@ class DblogError(Exception):
         super().__init__(" ".join(str(message).split()))
 
 
-class SchemaChangedError(DblogError):
+class ReadChunkAgain(DblogError):
+    """Something inside a chunk's watermark window the window cannot place against the chunk's SELECT:
+    the chunk is read again (a fresh window), never written as it is."""
+
+
+class SchemaChangedError(ReadChunkAgain):
     """The table's columns changed while a chunk was read (a DDL statement in its watermark window):
     the chunk is read again with the columns now in force."""
+
+
+class UnseenXaCommit(ReadChunkAgain):
+    """An XA transaction prepared before a chunk's low watermark committed inside its window: its rows were
+    written at its prepare, before the window, so the window cannot say which keys of the chunk it changed,
+    and the SELECT may have read them as they were before it."""
 
 
 def root_cause(message: str) -> str:

@@ -17,7 +17,7 @@ import pyarrow as pa
 from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.config import compress_ids
-from airflow_provider_dblog.core.errors import DblogError, SchemaChangedError
+from airflow_provider_dblog.core.errors import DblogError, ReadChunkAgain
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.core.window import merge_window
@@ -29,7 +29,10 @@ from airflow_provider_dblog.store.state import StateDir, TablePlan
 log = logging.getLogger(__name__)
 
 
-READ_ATTEMPTS = 3
+READ_ATTEMPTS = 3   # a failed SELECT: again with the columns the source has then
+AGAIN_ATTEMPTS = 10  # a window that cannot place what happened in it (``ReadChunkAgain``)
+AGAIN_FIX = ("Windows rarely hold such events; when each one does (DDL or XA commits without pause), read the "
+             "chunk again at a quieter moment (dblog resnapshot --table TABLE --chunks N)")
 
 
 @dataclass(frozen=True)
@@ -48,17 +51,25 @@ def read_chunk(dialect: DataSourceDialect, meta: TableMeta, chunk: ChunkRange, s
     the lake followed must not undo it); if they change while it reads (a failed SELECT, a DDL statement
     inside the window), the chunk is read again with the columns the source has then."""
     meta = live_columns(dialect, meta)
-    for attempt in range(1, READ_ATTEMPTS + 1):
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return _read_once(dialect, meta, chunk, strategy)
         except DblogError as exc:
+            again = isinstance(exc, ReadChunkAgain)
+            if attempt >= (AGAIN_ATTEMPTS if again else READ_ATTEMPTS):
+                if again:
+                    raise DblogError(f"chunk {meta.qualified}/{chunk.id} was read {attempt} times and each window "
+                                     f"said to read it again; the last: {exc}. {AGAIN_FIX}") from None
+                raise
             live = dialect.describe_table(meta.qualified, meta.key_columns if meta.key_source == "chunk_key" else None)
-            if attempt == READ_ATTEMPTS or (live == meta and not isinstance(exc, SchemaChangedError)):
+            if live == meta and not again:
                 raise
             log.info("chunk %s/%d: %s; reading it with columns %s", meta.qualified, chunk.id, exc,
                      ", ".join(live.column_names))
             meta = live
-    raise AssertionError("unreachable")
+            time.sleep(min(1.0, 0.05 * attempt))  # let what was in flight at the window settle
 
 
 def live_columns(dialect: DataSourceDialect, meta: TableMeta) -> TableMeta:

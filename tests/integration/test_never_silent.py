@@ -378,3 +378,66 @@ def test_rows_a_foreign_key_cascade_changes_are_read_again(mariadb, db, tmp_path
     for table in ("c", "g"):
         code, result = _verify_rows(state, sink, f"{db}.{table}")
         assert code == 0 and result["equal"], result
+
+
+@pytest.mark.parametrize("strategy", ["consistent_snapshot", "watermark_table", "position"])
+def test_an_xa_commit_inside_a_chunk_window_reads_the_chunk_again(mariadb, db, strategy):
+    """An XA transaction prepared before a chunk's low watermark and committed between its SELECT and its high
+    watermark: the server wrote its rows at the prepare, before the window, so the window held only its XA
+    COMMIT, and the SELECT read the rows as they were before it. Before: the chunk kept the old values under a
+    high watermark past the commit, so the tail's copy of the change lost to it (silent; verify: different).
+    Now the window names the unseen commit and the chunk is read again; a window that says so every time ends
+    in one line after a bounded number of reads."""
+    from airflow_provider_dblog.core.config import SourceConfig
+    from airflow_provider_dblog.core.errors import DblogError
+    from airflow_provider_dblog.readers.chunk_reader import AGAIN_ATTEMPTS, read_chunk
+    from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
+
+    t = f"{db}.t"
+    mariadb.sql(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT)", f"INSERT INTO {t} SELECT seq, seq FROM seq_1_to_50",
+                db=db)
+    prepared = []
+
+    def prepare(n: int) -> None:
+        xid = f"{db}w{n}"
+        mariadb.sql(f"XA START '{xid}'", f"UPDATE {t} SET v = {-n} WHERE id = {n}", f"XA END '{xid}'",
+                    f"XA PREPARE '{xid}'")
+        prepared.append(xid)
+
+    class CommitAfterTheSelect(MySqlDialect):  # the real dialect; the XA COMMIT lands at the worst moment
+        every_read = False
+
+        def read_snapshot(self, meta, chunk):
+            rows = super().read_snapshot(meta, chunk)
+            if prepared:
+                mariadb.sql(f"XA COMMIT '{prepared.pop()}'")
+                if self.every_read:
+                    prepare(len(selects) + 10)  # before the next read's low watermark
+            selects.append(rows)
+            return rows
+
+    selects = []
+    dialect = CommitAfterTheSelect(SourceConfig.parse(mariadb.uri()))
+    try:
+        meta = dialect.describe_table(t)
+        chunk = dialect.split_chunks(meta, 1000)[0]
+        dialect.resolve_strategy(strategy, meta)
+        prepare(1)
+        read = read_chunk(dialect, meta, chunk, strategy)
+        assert {r["id"]: r["v"] for r in read.rows.to_pylist()} == {i: (-1 if i == 1 else i) for i in range(1, 51)}
+        assert {r["id"]: r["v"] for r in selects[0].to_pylist()}[1] == 1  # the first SELECT did not see the XA
+        assert len(selects) == 2  # and its read was thrown away
+
+        selects.clear()
+        dialect.every_read = True
+        prepare(2)
+        with pytest.raises(DblogError) as failed:
+            read_chunk(dialect, meta, chunk, strategy)
+        assert len(selects) == AGAIN_ATTEMPTS
+        message = str(failed.value)
+        assert "\n" not in message and f"{t}/{chunk.id}" in message and "prepared before the window" in message
+        assert "dblog resnapshot" in message
+    finally:
+        for xid in prepared:
+            mariadb.sql(f"XA COMMIT '{xid}'")
+        dialect.close()

@@ -14,7 +14,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, UnseenXaCommit
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
@@ -25,7 +25,9 @@ from airflow_provider_dblog.source.mysql import compressed
 from airflow_provider_dblog.source.mysql.cascades import CascadeCatalog, changed_through
 from airflow_provider_dblog.source.mysql.ddl import ddl_tables, dml_tables
 from airflow_provider_dblog.source.mysql.replication import DUMP_REFUSED, binlog_events
-from airflow_provider_dblog.source.mysql.xa import MARIADB_PREPARED_XA, PreparedXa, undecided_error, xa_statement
+from airflow_provider_dblog.source.mysql.xa import (
+    MARIADB_PREPARED_XA, PreparedXa, undecided_error, unseen_xa_commit, xa_statement,
+)
 from airflow_provider_dblog.source.mysql.block_decoder import MIN_EVENTS, RowsEvent, block_layout, decode_run
 from airflow_provider_dblog.source.mysql.rows import (
     ByColumns, RowDecoder, RowImages, body_of, decode_rows, full_image, has_column_names,
@@ -319,7 +321,9 @@ class BinlogStream:
         Changes the binlog does not show as rows of ``tables`` end the read with ("ddl", end, SchemaChange) of
         kind ``rewrite`` (the committer reads the table again): rows a foreign-key cascade changed
         (``cascades``) and XA groups committed after ``end`` (``xa``). ``window``: a chunk's watermark window,
-        which needs neither (it only overlays events up to its high watermark).
+        which needs neither (it only overlays events up to its high watermark), but must know of an XA COMMIT
+        whose prepare it did not read: ("unseen_xa", pos, xid) (its rows came before the read; the chunk's
+        SELECT may not show them).
         """
         part, parts = share
         rows_events = -1
@@ -429,6 +433,8 @@ class BinlogStream:
                             if verb == "ROLLBACK":
                                 xa.rolled_back(xid)
                             else:  # a prepared group's outcome, or the group being read (ONE PHASE)
+                                if window and xa.open is None and not xa.knows(xid):
+                                    yield "unseen_xa", pos, xid  # prepared before the window: rows unknown
                                 yield from released(xa.committed(xid if xa.open is None else None, pos))
                                 yield "commit", pos, None
                         continue
@@ -561,6 +567,8 @@ class BinlogStream:
                 yield payload
             elif kind == "ddl":
                 yield payload
+            elif kind == "unseen_xa":
+                raise UnseenXaCommit(unseen_xa_commit(payload, pos, [m.qualified for m in tables]))
 
 
 class _Runs:

@@ -7,13 +7,14 @@ import uuid
 
 import pymysql
 
-from airflow_provider_dblog.core.errors import DblogError, SchemaChangedError
+from airflow_provider_dblog.core.errors import DblogError, SchemaChangedError, UnseenXaCommit
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.mysql.binlog import BinlogStream, current_position
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.types import quote_ident
+from airflow_provider_dblog.source.mysql.xa import unseen_xa_commit
 
 log = logging.getLogger("dblog")
 WATERMARK_TABLE = "_dblog_watermark"
@@ -157,6 +158,10 @@ class TableWatermark:
                 if kind in ("schema", "ddl"):
                     if lw is not None:
                         only_changes([payload], self.meta)
+                    continue
+                if kind == "unseen_xa":  # before the low mark it committed before the SELECT: harmless
+                    if lw is not None:
+                        raise UnseenXaCommit(unseen_xa_commit(payload, pos, [self.meta.qualified]))
                     continue
                 name, before, after, ts = payload
                 if name == self.table:

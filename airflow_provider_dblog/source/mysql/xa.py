@@ -81,6 +81,10 @@ class PreparedXa:
                 moved.append((kind, at, payload))
         return moved
 
+    def knows(self, xid: str) -> bool:
+        """Whether the read saw ``xid`` prepared (and not yet decided)."""
+        return xid in self._prepared
+
     def rolled_back(self, xid: str) -> None:
         self._prepared.pop(xid, None)
 
@@ -99,3 +103,9 @@ def undecided_error(xid: str, pos: SourcePosition, tables: list[str], end: Sourc
     return (f"XA transaction {xid} prepared at {pos} changes {', '.join(tables)} and is neither committed nor "
             f"rolled back in the binlog (read to {end}): its rows count only from its XA COMMIT, so the read stops "
             f"before it; run the tail again once it is decided (XA RECOVER lists it)")
+
+
+def unseen_xa_commit(xid: str, pos: SourcePosition, tables: Iterable[str]) -> str:
+    return (f"XA transaction {xid} committed at {pos}, inside the watermark window of a chunk of "
+            f"{', '.join(tables)}, was prepared before the window: its rows are not in the window and the chunk's "
+            f"SELECT may not show them, so the chunk is read again")
