@@ -72,6 +72,12 @@ class DataSourceDialect(Protocol):
         """Make the source ready to stream ``metas``' tables (PostgreSQL: the capture's slot and publication)
         before any position is read; returns what the state's options record of it ({} where nothing is needed)."""
 
+    def check_prepared(self) -> None:
+        """After the plan's positions are taken, before any chunk is read: a transaction prepared before them
+        and decided later must not fall between the snapshot and the stream. MySQL writes an XA transaction's
+        rows at its prepare, so one still prepared is waited for a while, then refused in one line; PostgreSQL
+        decodes a prepared transaction at its COMMIT PREPARED (nothing to do)."""
+
     def read_signals(self, table: str) -> list[tuple[str, str, str | None]]:
         """``(id, type, data)`` of every row of the signal table ``table`` (``core.signals``); ``DblogError`` in
         one line when it does not exist or cannot be read."""

@@ -92,6 +92,8 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
                 start_at = None if mode.snapshots else dialect.startup_position(mode)
                 plans = [plan_one(dialect, meta, chunk_size, watermark, mode, start_at, number, len(metas))
                          for number, meta in enumerate(metas.values(), start=1)]
+                if mode.snapshots:
+                    dialect.check_prepared()  # nothing prepared before the positions may commit after the chunks
             except BaseException:
                 if made and not state.has_plan():  # nothing records it: do not leave it holding the source's log
                     dialect.drop_stream()

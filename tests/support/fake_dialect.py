@@ -182,6 +182,9 @@ class InMemoryDialect:
     def check_startup(self, mode) -> None:
         """Every startup mode: ``startup_position`` answers for the ones without a snapshot."""
 
+    def check_prepared(self) -> None:
+        """No prepared transactions in memory."""
+
     def arrow_schema(self, meta: TableMeta) -> pa.Schema:
         return pa.schema([pa.field(c.name, ARROW_TYPES[c.data_type], c.nullable) for c in meta.columns])
 

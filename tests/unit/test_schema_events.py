@@ -24,12 +24,30 @@ def MYSQL_ACTIONS(change: SchemaChange) -> list:  # what MySqlDialect.column_act
     ("RENAME TABLE t TO t_old, t_new TO t", ("rename", ["db.t", "db.t_old", "db.t_new", "db.t"])),
     ("CREATE TABLE IF NOT EXISTS x (id INT)", ("create", ["db.x"])),
     ("/* comment */ ALTER TABLE t ADD x INT", ("alter", ["db.t"])),
+    ("ALTER TABLE t DROP PARTITION p0, p1", ("rewrite", ["db.t"])),
+    ("ALTER TABLE s.t TRUNCATE PARTITION ALL", ("rewrite", ["s.t"])),
+    ("ALTER TABLE t EXCHANGE PARTITION p2 WITH TABLE s.`x y` WITHOUT VALIDATION", ("rewrite", ["db.t", "s.x y"])),
+    ("ALTER TABLE t CONVERT PARTITION p1 TO TABLE y", ("rewrite", ["db.t", "db.y"])),
+    ("ALTER TABLE t CONVERT TABLE z TO PARTITION p9 VALUES LESS THAN (900)", ("rewrite", ["db.t", "db.z"])),
+    ("ALTER TABLE t IMPORT TABLESPACE", ("rewrite", ["db.t"])),
+    ("ALTER TABLE t IMPORT PARTITION p1 TABLESPACE", ("rewrite", ["db.t"])),
+    ("ALTER TABLE t ADD PARTITION (PARTITION p9 VALUES LESS THAN (900))", ("alter", ["db.t"])),
     ("INSERT INTO t VALUES (1)", None),
     ("BEGIN", None),
     ("CREATE DATABASE x", None),
 ])
 def test_ddl_tables_names_the_changed_tables(statement, expected):
     assert ddl_tables(statement, "db") == expected
+
+
+@pytest.mark.parametrize("statement", [
+    "ALTER TABLE t ADD PARTITION (PARTITION p9 VALUES LESS THAN (900))",
+    "ALTER TABLE t REORGANIZE PARTITION p3 INTO (PARTITION a VALUES LESS THAN (5), PARTITION b VALUES LESS THAN (9))",
+    "ALTER TABLE t COALESCE PARTITION 2", "ALTER TABLE t REBUILD PARTITION p0", "ALTER TABLE t OPTIMIZE PARTITION p0",
+    "ALTER TABLE t PARTITION BY HASH (id) PARTITIONS 4", "ALTER TABLE t REMOVE PARTITIONING",
+])
+def test_partition_statements_that_only_move_rows_keep_them(statement):
+    assert [a.kind for a in alter_actions(statement)] == ["keep"]
 
 
 def test_alter_actions_know_what_changes_rows():

@@ -33,14 +33,25 @@ def _qualify(name: str, default_db: str) -> str:
     return f"{default_db}.{_unquote(parts[0])}"
 
 
+# ALTER TABLE clauses that remove, swap or replace a table's rows without a row event: the table (and the
+# other table they name) is read again, whatever the behaviour (``rewrite``)
+_ROWS_REPLACED = re.compile(r"\b(?:DROP|TRUNCATE|EXCHANGE|CONVERT)\s+PARTITION\b|\bCONVERT\s+TABLE\b|"
+                            r"\bIMPORT\s+(?:PARTITION\b.*?\b)?TABLESPACE\b", re.I | re.S)
+_OTHER_TABLE = re.compile(rf"\b(?:WITH|TO|CONVERT)\s+TABLE\s+({_QUALIFIED})", re.I)
+
+
 def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
     """(kind, tables the statement changes) of a DDL statement, or None if it changes no table's rows or
-    columns. ``RENAME TABLE a TO b`` names both ``a`` and ``b`` (a table swap renames onto a captured name)."""
+    columns. ``RENAME TABLE a TO b`` names both ``a`` and ``b`` (a table swap renames onto a captured name);
+    ``ALTER TABLE a EXCHANGE PARTITION p WITH TABLE b`` is a ``rewrite`` of both (``_ROWS_REPLACED``)."""
     text = _VERSIONED.sub(r"\1", _COMMENTS.sub(" ", statement)).strip()
     for kind, pattern in _STATEMENTS:
         match = pattern.match(text)
         if match is None:
             continue
+        if kind == "alter" and _ROWS_REPLACED.search(text, match.end()):
+            others = [_qualify(name, default_db) for name in _OTHER_TABLE.findall(text, match.end())]
+            return "rewrite", [_qualify(match.group(1), default_db), *others]
         if kind in ("alter", "truncate", "create"):
             return kind, [_qualify(match.group(1), default_db)]
         body = re.split(r"\s+(?:RESTRICT|CASCADE)\s*$", match.group(1).strip(), flags=re.I)[0]
@@ -102,7 +113,10 @@ def dml_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
 _NO_ROW_CHANGE = re.compile(r"^(ADD|DROP)\s+(INDEX|KEY|UNIQUE|FULLTEXT|SPATIAL|FOREIGN|CONSTRAINT|CHECK)\b|"
                             r"^(ALGORITHM|LOCK|ENGINE|COMMENT|AUTO_INCREMENT|ROW_FORMAT)\b|"
                             r"^ALTER\s+(COLUMN\s+)?\S+\s+(SET|DROP)\s+DEFAULT\b|^RENAME\s+(INDEX|KEY)\b|"
-                            r"^(FORCE|ENABLE\s+KEYS|DISABLE\s+KEYS)$", re.I)
+                            r"^(FORCE|ENABLE\s+KEYS|DISABLE\s+KEYS)$|"
+                            # partitions: rows move between them, none is added or removed
+                            r"^(ADD|REORGANIZE|COALESCE|REBUILD|OPTIMIZE|ANALYZE|CHECK)\s+PARTITION\b|"
+                            r"^PARTITION\s+BY\b|^REMOVE\s+PARTITIONING$", re.I)
 _DEFAULT = re.compile(r"\bDEFAULT\s+('(?:[^']|'')*'|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|NULL)(?=\s|,|$)", re.I)
 
 

@@ -19,7 +19,7 @@ from airflow_provider_dblog.core.schema_events import ColumnAction, SchemaChange
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
-from airflow_provider_dblog.source.mysql import binlog, checksum, retention, schema, splitter, startup, watermarks
+from airflow_provider_dblog.source.mysql import binlog, checksum, retention, schema, splitter, startup, watermarks, xa
 from airflow_provider_dblog.source.mysql.collation import KeyOrder
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.ddl import alter_actions
@@ -69,6 +69,9 @@ class MySqlDialect:
         (``schema.binlog_gap``)."""
         self.check_stream([m.qualified for m in metas])
         return {}
+
+    def check_prepared(self) -> None:
+        xa.wait_for_prepared(self.client, xa.wait_seconds())
 
     def read_signals(self, table: str) -> list[tuple[str, str, str | None]]:
         database, _, name = table.partition(".")

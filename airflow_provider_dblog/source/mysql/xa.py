@@ -11,14 +11,22 @@ again (its rows belong past this read, and no later read sees its prepare); unde
 the read stops in one line (nothing of it is written; a later read finds the outcome)."""
 from __future__ import annotations
 
+import logging
+import os
 import re
+import time
 from typing import Iterable
+
+import pymysql
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaVersion
 
+log = logging.getLogger("dblog")
+
 MARIADB_PREPARED_XA = 64  # FL_PREPARED_XA in a MariaDB GTID event's flags: the group is an XA PREPARE's
+WAIT_SECONDS = 60  # how long a plan waits for XA transactions prepared before it (DBLOG_XA_WAIT_SECONDS)
 _XA = re.compile(r"^\s*XA\s+(START|BEGIN|END|COMMIT|ROLLBACK)\b\s*(.*?)\s*(\bONE\s+PHASE)?\s*$", re.I | re.S)
 
 
@@ -109,3 +117,44 @@ def unseen_xa_commit(xid: str, pos: SourcePosition, tables: Iterable[str]) -> st
     return (f"XA transaction {xid} committed at {pos}, inside the watermark window of a chunk of "
             f"{', '.join(tables)}, was prepared before the window: its rows are not in the window and the chunk's "
             f"SELECT may not show them, so the chunk is read again")
+
+
+def wait_seconds() -> float:
+    return float(os.environ.get("DBLOG_XA_WAIT_SECONDS", WAIT_SECONDS))
+
+
+def prepared_xids(client) -> set[str] | None:
+    """The XA transactions prepared on the server now (``XA RECOVER``), None when this user may not list them."""
+    try:
+        rows = client.query("XA RECOVER")
+    except pymysql.MySQLError as exc:
+        log.warning("cannot list prepared XA transactions (XA RECOVER: %s): one prepared before the plan and "
+                    "committed after its snapshot would be missed (dblog verify finds it); grant XA_RECOVER_ADMIN "
+                    "(MySQL 8) to check", exc.args[-1])
+        return None
+    return {(data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)) for *_, data in rows}
+
+
+def wait_for_prepared(client, seconds: float) -> None:
+    """A plan's positions are taken: an XA transaction prepared before them wrote its rows to the binlog there,
+    before the stream starts, and the snapshot sees them only once it commits. So wait until each one prepared
+    now is decided (a commit before the snapshot reads is seen by it); refuse in one line after ``seconds``."""
+    pending = prepared_xids(client)
+    if not pending:
+        return
+    log.info("plan: waiting up to %.0f s for %d XA transaction(s) prepared before the plan's position (%s) to be "
+             "committed or rolled back", seconds, len(pending), ", ".join(sorted(pending)))
+    deadline = time.time() + seconds
+    while True:
+        pending &= prepared_xids(client) or set()
+        if not pending:
+            log.info("plan: the XA transactions prepared before it are decided")
+            return
+        if time.time() >= deadline:
+            raise DblogError(
+                f"{len(pending)} XA transaction(s) prepared before the plan's position are still undecided after "
+                f"{seconds:.0f} s ({', '.join(sorted(pending))}): the server wrote their rows to the binlog at XA "
+                f"PREPARE, before the stream starts, and the snapshot cannot see them before they commit, so dblog "
+                f"would miss them; XA COMMIT or XA ROLLBACK them (XA RECOVER lists them) and plan again, or wait "
+                f"longer (DBLOG_XA_WAIT_SECONDS)")
+        time.sleep(0.2)

@@ -75,6 +75,9 @@ class PostgresDialect:
             raise DblogError(f"--startup {mode} is not available for PostgreSQL sources (a slot streams from its "
                              f"creation on): use initial, latest or snapshot-only")
 
+    def check_prepared(self) -> None:
+        """pgoutput (without two_phase) decodes a prepared transaction whole at its COMMIT PREPARED."""
+
     def prepare_stream(self, metas: Sequence[TableMeta]) -> dict:
         """The capture's publication (with ``metas``' tables) and slot, created unless they exist; returns the
         state's options naming them. Checks first: wal_level, the REPLICATION privilege, replica identities."""
