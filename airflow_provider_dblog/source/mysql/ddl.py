@@ -37,6 +37,7 @@ def _qualify(name: str, default_db: str) -> str:
 # other table they name) is read again, whatever the behaviour (``rewrite``)
 _ROWS_REPLACED = re.compile(r"\b(?:DROP|TRUNCATE|EXCHANGE|CONVERT)\s+PARTITION\b|\bCONVERT\s+TABLE\b|"
                             r"\bIMPORT\s+(?:PARTITION\b.*?\b)?TABLESPACE\b", re.I | re.S)
+_TABLE_RENAME = re.compile(rf"^RENAME\s+(?:(?:TO|AS)\s+)?(?!(?:COLUMN|INDEX|KEY)\s)({_QUALIFIED})\s*$", re.I)
 _OTHER_TABLE = re.compile(rf"\b(?:WITH|TO|CONVERT)\s+TABLE\s+({_QUALIFIED})", re.I)
 
 
@@ -52,6 +53,11 @@ def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
         if kind == "alter" and _ROWS_REPLACED.search(text, match.end()):
             others = [_qualify(name, default_db) for name in _OTHER_TABLE.findall(text, match.end())]
             return "rewrite", [_qualify(match.group(1), default_db), *others]
+        if kind == "alter":  # ALTER TABLE a RENAME TO b is a RENAME TABLE a TO b (with its other clauses)
+            renamed = [found.group(1) for clause in _clauses(text[match.end():])
+                       if (found := _TABLE_RENAME.match(clause)) is not None]
+            if renamed:
+                return "rename", [_qualify(match.group(1), default_db), *(_qualify(n, default_db) for n in renamed)]
         if kind in ("alter", "truncate", "create"):
             return kind, [_qualify(match.group(1), default_db)]
         body = re.split(r"\s+(?:RESTRICT|CASCADE)\s*$", match.group(1).strip(), flags=re.I)[0]
