@@ -14,6 +14,11 @@ class DblogError(Exception):
         super().__init__(" ".join(str(message).split()))
 
 
+class TryAgainLater(DblogError):
+    """A passing condition at the source stopped the step (an XA transaction still prepared): the same step
+    later may succeed, so a running capture retries it instead of giving up on the table."""
+
+
 class ReadChunkAgain(DblogError):
     """Something inside a chunk's watermark window the window cannot place against the chunk's SELECT:
     the chunk is read again (a fresh window), never written as it is."""

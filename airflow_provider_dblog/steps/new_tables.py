@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, TryAgainLater
 from airflow_provider_dblog.steps.plan import plan_tables, resolve_tables
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.executor import Executor
@@ -42,6 +42,8 @@ def capture_new_tables(state: StateDir, sink: str, executor: Executor, refused: 
                         watermark=capture.get("watermark") or "auto",
                         watermark_table=options.get("watermark_table"), save_password=False, options=options)
             planned.append(table)
+        except TryAgainLater as exc:
+            log.warning("capture: %s not captured yet: %s; trying again at the next look for new tables", table, exc)
         except DblogError as exc:
             log.warning("capture: %s not captured: %s", table, exc)
             refused.add(table)

@@ -20,8 +20,8 @@ def _capture(mariadb, db, tmp_path, rows=200, ddl="(id INT PRIMARY KEY, v INT, n
     return captured(mariadb.uri(), f"{db}.t", tmp_path, 50)
 
 
-def _tail(state, sink, *options):
-    return dblog("tail", "--state", state, "--sink", sink, "--available-now", *options)
+def _tail(state, sink, *options, env=None):
+    return dblog("tail", "--state", state, "--sink", sink, "--available-now", *options, env=env)
 
 
 def _verify_rows(state, sink, table):
@@ -609,3 +609,25 @@ def test_a_table_renamed_onto_a_captured_name_by_alter_table_is_read_again(maria
     code, result = _verify_rows(state, sink, f"{db}.t")
     assert code == 0 and result["equal"], result
     assert result["source_rows"] == 31
+
+
+def test_a_new_table_waits_for_xa_transactions_prepared_before_its_plan(mariadb, db, tmp_path):
+    """A table that starts to match the capture's patterns is planned by the tail: while an XA transaction
+    prepared before that plan stays undecided, the table is not captured yet (a warning, the tail goes on), and
+    the next tail after the transaction's commit captures it with its rows."""
+    mariadb.sql("CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t SELECT seq, seq FROM seq_1_to_20", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, _, err = dblog("run", "--source", mariadb.uri(), "--tables", f"{db}.*", "--state", state, "--sink", sink)
+    assert code == 0, err[-3000:]
+    mariadb.sql("CREATE TABLE n (id INT PRIMARY KEY, v INT)", "INSERT INTO n SELECT seq, seq FROM seq_1_to_20",
+                f"XA START '{db}n'", "UPDATE n SET v = -1 WHERE id = 1", f"XA END '{db}n'", f"XA PREPARE '{db}n'", db=db)
+    try:
+        code, _, err = _tail(state, sink, env={"DBLOG_XA_WAIT_SECONDS": "1"})
+        assert code == 0, err[-3000:]
+        assert f"{db}.n not captured yet" in err and "still undecided" in err, err[-3000:]
+    finally:
+        mariadb.sql(f"XA COMMIT '{db}n'")
+    code, _, err = _tail(state, sink)
+    assert code == 0, err[-3000:]
+    code, result = _verify_rows(state, sink, f"{db}.n")
+    assert code == 0 and result["equal"], result

@@ -19,7 +19,7 @@ from typing import Iterable
 
 import pymysql
 
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, TryAgainLater
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaVersion
 
@@ -151,7 +151,7 @@ def wait_for_prepared(client, seconds: float) -> None:
             log.info("plan: the XA transactions prepared before it are decided")
             return
         if time.time() >= deadline:
-            raise DblogError(
+            raise TryAgainLater(
                 f"{len(pending)} XA transaction(s) prepared before the plan's position are still undecided after "
                 f"{seconds:.0f} s ({', '.join(sorted(pending))}): the server wrote their rows to the binlog at XA "
                 f"PREPARE, before the stream starts, and the snapshot cannot see them before they commit, so dblog "
