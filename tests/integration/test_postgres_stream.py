@@ -341,6 +341,38 @@ def test_replica_identity_and_settings_are_checked_in_one_line_before_anything_i
     assert dblog("drop", "--state", str(state))[0] == 0
 
 
+def test_a_plan_whose_slot_waits_for_a_prepared_transaction_says_so_and_stops_in_one_line(postgres, pg_db, tmp_path):
+    """Creating a logical slot waits for the transactions running at that moment, prepared ones (two-phase
+    commit) included, which may wait for a coordinator for days. Before: ``dblog plan`` hung without a word. Now
+    it logs what it waits for, and after DBLOG_SLOT_WAIT_SECONDS stops in one line naming the prepared
+    transaction and the fix; no slot is left behind. Once it is committed, the plan goes on and its snapshot
+    holds the committed rows."""
+    pg, db = postgres, pg_db
+    pg.sql("CREATE TABLE public.t (id int PRIMARY KEY, v int)", "INSERT INTO public.t SELECT g, g FROM "
+           "generate_series(1, 50) g", db=db)
+    gid = f"{db}_2pc"
+    pg.sql("BEGIN", "UPDATE public.t SET v = -1 WHERE id = 1", f"PREPARE TRANSACTION '{gid}'", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    run = ("run", "--source", uri(pg, db), "--tables", "public.t", "--state", state, "--sink", sink)
+    try:
+        code, _, err = dblog(*run, env={"DBLOG_SLOT_WAIT_SECONDS": "6"})
+        assert code != 0
+        line = one_error_line(err)
+        assert f"prepared transaction '{gid}'" in line and "COMMIT PREPARED" in line, line
+        assert "waits for the transactions running when it started to end" in err, err[-3000:]  # said while waiting
+        assert not pg.sql("SELECT 1 FROM pg_replication_slots", db=db)
+        assert not pg.sql("SELECT 1 FROM pg_publication", db=db)
+        assert not pg.sql("SELECT 1 FROM pg_stat_activity WHERE query LIKE '%pg_create_logical_replication_slot%' "
+                          "AND pid <> pg_backend_pid()")
+    finally:
+        pg.sql(f"COMMIT PREPARED '{gid}'", db=db)
+    code, _, err = dblog(*run)
+    assert code == 0, err[-3000:]
+    current = {r["id"]: r["v"] for r in DeltaTable(f"{sink}/public.t/current").to_pyarrow_table().to_pylist()}
+    assert current[1] == -1 and len(current) == 50
+    assert dblog("drop", "--state", state)[0] == 0
+
+
 def assert_blocks_are_the_events_rows(pg, db, state: str, tables: list[str], later=None) -> None:
     """The slot's changes of ``tables`` after their snapshots read twice (peeked: nothing consumed): one by one as
     events, and with blocks allowed (``read_changes``' ``blocks_after``): per table the same changelog rows in the

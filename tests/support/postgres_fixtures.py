@@ -28,7 +28,8 @@ _names = itertools.count()
 
 @pytest.fixture(scope="session")
 def postgres(tmp_path_factory):
-    server = LocalPostgres(tmp_path_factory.mktemp("postgres"), settings=UNFRIENDLY_DEFAULTS).start()
+    server = LocalPostgres(tmp_path_factory.mktemp("postgres"),
+                           settings=(*UNFRIENDLY_DEFAULTS, "max_prepared_transactions=10")).start()  # 2PC tests
     yield server
     server.stop()
 

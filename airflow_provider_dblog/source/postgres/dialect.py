@@ -86,8 +86,13 @@ class PostgresDialect:
         if not self.slot:
             names = slot.new_stream_options()
             self.slot, self.publication = names["slot"], names["publication"]
-        slot.ensure_publication(self.client, self.publication, [m.qualified for m in metas])
-        slot.ensure_slot(self.client, self.slot)
+        created = slot.ensure_publication(self.client, self.publication, [m.qualified for m in metas])
+        try:
+            slot.ensure_slot(self.client, self.slot)
+        except DblogError:
+            if created:  # nothing records it yet: a failed plan leaves nothing behind
+                slot.drop(self.client, None, self.publication)
+            raise
         return {"slot": self.slot, "publication": self.publication}
 
     def read_signals(self, table: str) -> list[tuple[str, str, str | None]]:

@@ -18,7 +18,9 @@ the capture's key columns for every table (DEFAULT with the primary key, USING I
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -35,6 +37,8 @@ from airflow_provider_dblog.source.postgres.sql import quote_ident
 log = logging.getLogger("dblog")
 PLUGIN = "pgoutput"
 BUSY_RETRY_SECONDS = 30.0  # how long a read waits for the slot another process holds
+SLOT_WAIT_SECONDS = 300.0  # how long creating the slot waits for the transactions running (DBLOG_SLOT_WAIT_SECONDS)
+SLOT_WAIT_LOG_SECONDS = 5.0  # and how often it says what it waits for
 
 
 def new_stream_options() -> dict:
@@ -85,14 +89,57 @@ def slot_state(client: PostgresClient, slot: str) -> SlotState | None:
                      int(pid) if pid else None, status, int(held))
 
 
-def ensure_slot(client: PostgresClient, slot: str) -> bool:
+def slot_wait_seconds() -> float:
+    return float(os.environ.get("DBLOG_SLOT_WAIT_SECONDS", SLOT_WAIT_SECONDS))
+
+
+def ensure_slot(client: PostgresClient, slot: str, wait_seconds: float | None = None) -> bool:
     """Create the slot unless it exists; True if this call created it. Creating a logical slot waits until
-    the transactions running at that moment end (PostgreSQL's consistent point)."""
+    the transactions running at that moment end (PostgreSQL's consistent point), prepared ones included: the
+    wait is watched from the control connection, which logs what it waits for, and after ``wait_seconds``
+    cancels it and stops in one line naming them (the slot is not created)."""
     if slot_state(client, slot) is not None:
         return False
+    wait_seconds = slot_wait_seconds() if wait_seconds is None else wait_seconds
+    creator = client.connect()
+    failed: list[psycopg2.Error] = []
+    done = threading.Event()
+
+    def create() -> None:
+        try:
+            with creator.cursor() as cur:
+                cur.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)", (slot, PLUGIN))
+        except psycopg2.Error as exc:
+            failed.append(exc)
+        finally:
+            done.set()
+
+    pid = creator.get_backend_pid()
+    started = time.monotonic()
+    threading.Thread(target=create, name=f"create-slot-{slot}", daemon=True).start()
     try:
-        client.query("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, %s)", (slot, PLUGIN))
-    except psycopg2.Error as exc:
+        next_log = SLOT_WAIT_LOG_SECONDS
+        while not done.wait(0.2):
+            waited = time.monotonic() - started
+            if waited >= next_log or waited >= wait_seconds:
+                blockers = _transactions_running_besides(client, pid)
+                if waited >= wait_seconds:
+                    client.query("SELECT pg_cancel_backend(%s)", (pid,))
+                    done.wait(10)
+                    raise DblogError(
+                        f"creating the replication slot {slot} on {client.where} waited {waited:.0f} s for the "
+                        f"transactions running when it started to end (PostgreSQL's consistent point): "
+                        f"{blockers or 'transactions this user cannot see'}; commit or roll them back (COMMIT "
+                        f"PREPARED / ROLLBACK PREPARED 'gid' for a prepared one) and plan again, or wait longer "
+                        f"(DBLOG_SLOT_WAIT_SECONDS)")
+                log.info("creating the replication slot %s waits for the transactions running when it started to "
+                         "end (%.0f s of at most %.0f s): %s", slot, waited, wait_seconds,
+                         blockers or "transactions this user cannot see")
+                next_log = waited + SLOT_WAIT_LOG_SECONDS
+    finally:
+        creator.close()
+    if failed:
+        exc = failed[0]
         message = first_line(exc, client.config.password)
         lowered = message.lower()
         if "all replication slots are in use" in lowered or "max_replication_slots" in lowered:
@@ -104,6 +151,18 @@ def ensure_slot(client: PostgresClient, slot: str) -> bool:
         raise DblogError(f"cannot create replication slot {slot} on {client.where}: {message}") from None
     log.info("created the logical replication slot %s (pgoutput) on %s", slot, client.where)
     return True
+
+
+def _transactions_running_besides(client: PostgresClient, pid: int) -> str:
+    """The transactions with an id other than backend ``pid``'s, as far as this user may see them: prepared
+    ones by their gid, the others by pid, state and start."""
+    rows = client.query(
+        "SELECT format('prepared transaction %%L (since %%s, database %%s)', gid, "
+        "to_char(prepared AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS UTC'), database) FROM pg_prepared_xacts "
+        "UNION ALL SELECT format('pid %%s (%%s, %%s, since %%s)', pid, usename, coalesce(state, '?'), "
+        "coalesce(to_char(xact_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS UTC'), '?')) "
+        "FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> %s", (pid,))
+    return ", ".join(r[0] for r in rows[:10]) + (f" and {len(rows) - 10} more" if len(rows) > 10 else "")
 
 
 def _table_sql(table: str) -> str:
