@@ -14,6 +14,18 @@ class DblogError(Exception):
         super().__init__(" ".join(str(message).split()))
 
 
+class UnsupportedTables(DblogError):
+    """Tables a capture cannot take as they are: a plan gathers every such table of a capture into one line
+    (``describe`` makes it from their names)."""
+
+    def __init__(self, tables: list[str], describe):
+        super().__init__(describe(list(tables)))
+        self.tables, self.describe = list(tables), describe
+
+    def __reduce__(self):  # crosses Spark as the plain error it reads as
+        return DblogError, (str(self),)
+
+
 class TryAgainLater(DblogError):
     """A passing condition at the source stopped the step (an XA transaction still prepared): the same step
     later may succeed, so a running capture retries it instead of giving up on the table."""

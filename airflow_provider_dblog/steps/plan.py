@@ -11,7 +11,7 @@ from airflow_provider_dblog.core.config import (
     DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, SourceConfig, match_tables, positive_int, table_names, table_patterns,
     watermark_strategy,
 )
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, UnsupportedTables
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.core.status import LISTED_TABLES
 from airflow_provider_dblog.source import open_dialect
@@ -140,14 +140,18 @@ def capture_options(patterns: str | None, exclude: str | None, chunk_size: int =
 
 def describe_tables(dialect, tables: Sequence[str], chunk_keys: dict) -> dict:
     """Every table's metadata; one line naming every table without a usable key."""
-    metas, keyless = {}, []
+    metas, keyless, unsupported = {}, [], {}
     for table in tables:
         try:
             metas[table] = dialect.describe_table(table, chunk_keys.get(table))
+        except UnsupportedTables as exc:
+            unsupported.setdefault(exc.describe, []).extend(exc.tables)
         except DblogError as exc:
             if "no primary key" not in str(exc):
                 raise
             keyless.append(table)
+    if unsupported:
+        raise DblogError("; ".join(describe(names) for describe, names in unsupported.items()))
     if keyless:
         raise DblogError(f"{len(keyless)} table(s) have no primary key or NOT NULL unique key: "
                          f"{', '.join(keyless)}; exclude them (--exclude) or give each a chunk key "

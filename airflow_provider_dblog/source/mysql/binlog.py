@@ -32,7 +32,7 @@ from airflow_provider_dblog.source.mysql.block_decoder import MIN_EVENTS, RowsEv
 from airflow_provider_dblog.source.mysql.rows import (
     ByColumns, RowDecoder, RowImages, body_of, decode_rows, full_image, has_column_names,
 )
-from airflow_provider_dblog.source.mysql.schema import SERVER_CONFIG_FIX
+from airflow_provider_dblog.source.mysql.schema import SERVER_CONFIG_FIX, system_versioned, versioned_refusal
 from airflow_provider_dblog.source.mysql.types import arrow_schema, binlog_converter
 
 log = logging.getLogger("dblog")
@@ -329,6 +329,10 @@ class BinlogStream:
         rows_events = -1
         metas = {m.qualified: m for m in tables}
         versions = dict(metas)
+        if not window:  # a table versioned now: its history rows may be anywhere in the range
+            versioned = system_versioned(self.client, list(metas))
+            if versioned:
+                raise DblogError(versioned_refusal(versioned))
         watched = {} if window or not metas else self.cascades.watched(metas)  # parents of cascading keys
         cascaded: set[str] = set()  # captured tables a parent's change cascaded into (not logged)
         counted = set(metas) | set(extra_tables)  # rows events shared out by their count (the same in every share)

@@ -36,6 +36,7 @@ def _qualify(name: str, default_db: str) -> str:
 # ALTER TABLE clauses that remove, swap or replace a table's rows without a row event: the table (and the
 # other table they name) is read again, whatever the behaviour (``rewrite``)
 _ROWS_REPLACED = re.compile(r"\b(?:DROP|TRUNCATE|EXCHANGE|CONVERT)\s+PARTITION\b|\bCONVERT\s+TABLE\b|"
+                            r"\bDROP\s+SYSTEM\s+VERSIONING\b|"  # the history rows applied while it was versioned
                             r"\bIMPORT\s+(?:PARTITION\b.*?\b)?TABLESPACE\b", re.I | re.S)
 _TABLE_RENAME = re.compile(rf"^RENAME\s+(?:(?:TO|AS)\s+)?(?!(?:COLUMN|INDEX|KEY)\s)({_QUALIFIED})\s*$", re.I)
 _OTHER_TABLE = re.compile(rf"\b(?:WITH|TO|CONVERT)\s+TABLE\s+({_QUALIFIED})", re.I)
@@ -122,7 +123,8 @@ _NO_ROW_CHANGE = re.compile(r"^(ADD|DROP)\s+(INDEX|KEY|UNIQUE|FULLTEXT|SPATIAL|F
                             r"^(FORCE|ENABLE\s+KEYS|DISABLE\s+KEYS)$|"
                             # partitions: rows move between them, none is added or removed
                             r"^(ADD|REORGANIZE|COALESCE|REBUILD|OPTIMIZE|ANALYZE|CHECK)\s+PARTITION\b|"
-                            r"^PARTITION\s+BY\b|^REMOVE\s+PARTITIONING$", re.I)
+                            r"^PARTITION\s+BY\b|^REMOVE\s+PARTITIONING$|"
+                            r"^ADD\s+SYSTEM\s+VERSIONING$", re.I)  # (reads refuse a versioned table)
 _DEFAULT = re.compile(r"\bDEFAULT\s+('(?:[^']|'')*'|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|NULL)(?=\s|,|$)", re.I)
 
 

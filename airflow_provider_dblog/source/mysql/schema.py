@@ -5,7 +5,7 @@ from typing import Sequence
 
 import pymysql
 
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, UnsupportedTables
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 
@@ -117,6 +117,8 @@ def describe_table(client: MySqlClient, table: str, chunk_key: Sequence[str] | N
         raise DblogError(f"unknown table {table} on {client.config.address}: check the name "
                          f"(DB.TABLE, case-sensitive on Linux) and that {client.config.user} may SELECT it")
     columns = tuple(Column(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6], r[7], r[8]) for r in rows)
+    if system_versioned(client, [table]):
+        raise UnsupportedTables([table], versioned_refusal)
     if client.is_mariadb:  # MariaDB reports JSON as longtext guarded by json_valid()
         json_cols = {r[0] for r in client.query(
             "SELECT CONSTRAINT_NAME FROM information_schema.CHECK_CONSTRAINTS "
@@ -152,7 +154,33 @@ SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 
 
 def list_tables(client: MySqlClient, internal: Sequence[str] = ()) -> list[str]:
+    """Every table, system-versioned ones included (a pattern that matches one gets it refused in one line,
+    never left out without a word)."""
     rows = client.query(
-        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+        "WHERE TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED') "
         f"AND TABLE_SCHEMA NOT IN ({', '.join(['%s'] * len(SYSTEM_SCHEMAS))})", SYSTEM_SCHEMAS)
     return sorted(f"{db}.{name}" for db, name in rows if name not in internal)
+
+
+VERSIONED_FIX = ("take them out of the capture (--exclude), or ALTER TABLE ... DROP SYSTEM VERSIONING (the next tail "
+                 "reads them again)")
+
+
+def system_versioned(client: MySqlClient, tables: Sequence[str]) -> list[str]:
+    """The ``tables`` that are system-versioned now (MariaDB ``WITH SYSTEM VERSIONING``): their binlog rows
+    events mix the history rows the server keeps with the current ones (a DELETE is logged as an UPDATE that
+    ends the row, an UPDATE writes the old row again as history), which dblog does not follow."""
+    if not client.is_mariadb or not tables:
+        return []
+    schemas = sorted({t.split(".", 1)[0] for t in tables})
+    rows = client.query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = "
+                        f"'SYSTEM VERSIONED' AND TABLE_SCHEMA IN ({', '.join(['%s'] * len(schemas))})", schemas)
+    wanted = {t.lower(): t for t in tables}
+    return sorted(wanted[f"{db}.{name}".lower()] for db, name in rows if f"{db}.{name}".lower() in wanted)
+
+
+def versioned_refusal(tables: Sequence[str]) -> str:
+    return (f"{len(tables)} table(s) are system-versioned (WITH SYSTEM VERSIONING): {', '.join(tables)}; their "
+            f"binlog mixes history rows with current ones (a DELETE is logged as an UPDATE), which dblog does not "
+            f"follow; {VERSIONED_FIX}")
