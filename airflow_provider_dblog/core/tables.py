@@ -51,6 +51,16 @@ class TableMeta:
         return next(c for c in self.columns if c.name == name)
 
     @property
+    def key_order(self) -> tuple:
+        """The key columns and what orders each (its collation; None for a type compared by value): the plan's
+        chunk boundaries and the lake's key ranges hold only while it stays the same."""
+        return tuple((name, self.column(name).collation) for name in self.key_columns)
+
+    @property
+    def key_text(self) -> str:
+        return ", ".join(f"{name} {collation}" if collation else name for name, collation in self.key_order) or "none"
+
+    @property
     def key_unique(self) -> bool:
         return self.key_source != "chunk_key"
 

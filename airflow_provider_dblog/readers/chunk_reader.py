@@ -76,10 +76,9 @@ def live_columns(dialect: DataSourceDialect, meta: TableMeta) -> TableMeta:
     """The table as the source has it now, keyed as ``meta`` (``DblogError`` if its key changed: the plan's
     chunks no longer apply, and the tail plans the table again when it sees the statement)."""
     live = dialect.describe_table(meta.qualified, meta.key_columns if meta.key_source == "chunk_key" else None)
-    if tuple(live.key_columns) != tuple(meta.key_columns):
-        raise DblogError(f"the key of {meta.qualified} changed ({', '.join(meta.key_columns)} -> "
-                         f"{', '.join(live.key_columns) or 'none'}): its planned chunks no longer apply; run the tail, "
-                         f"which plans the table again and reads its new chunks")
+    if live.key_order != meta.key_order:
+        raise DblogError(f"the key of {meta.qualified} changed ({meta.key_text} -> {live.key_text}): its planned "
+                         f"chunks no longer apply; run the tail, which plans the table again and reads its new chunks")
     return live if live != meta else meta
 
 

@@ -192,7 +192,7 @@ class ChangeCommitter:
         """Each group's (start, position, columns after it, renamed, defaults) and the table now, if every
         group's effect on the rows is known from its statements; None otherwise."""
         live = self._live_meta(groups[-1][0][-1])
-        if live is None:
+        if live is None or live.key_order != self.plan.meta.key_order:  # a new key order: planned again
             return None
         before, steps = self.lake.source, []
         for group, columns in groups:
@@ -208,6 +208,7 @@ class ChangeCommitter:
         """Follow one group of statements; True if that read every chunk again."""
         last = group[-1]
         if self.behaviour == "freeze" and all(c.kind == "alter" for c in group):
+            self._live_meta(last)  # a new key, or a new order of it, stops here: the chunks no longer apply
             self._log_ignored(group)
             return False
         fresh = live = self._live_meta(last)
@@ -217,7 +218,7 @@ class ChangeCommitter:
             return False
         if last.kind == "create":  # a new table under the name: the source streams it from now on
             self.dialect.prepare_stream([live])
-        if tuple(live.key_columns) != tuple(self.plan.meta.key_columns):
+        if live.key_order != self.plan.meta.key_order:  # a new key, or a new order of it (collation)
             self._replan(live, last)
             return True
         if self.behaviour == "freeze":
@@ -258,9 +259,9 @@ class ChangeCommitter:
             log.warning("schema change: %s: %s; the lake keeps its rows and stops following it until it "
                         "exists again", change.describe(), exc)
             return None
-        if tuple(live.key_columns) != tuple(plan.key_columns) and self.behaviour != "evolve":
-            raise DblogError(f"the key of {plan.qualified} changed ({', '.join(plan.key_columns)} -> "
-                             f"{', '.join(live.key_columns) or 'none'}) with {change.describe()}: its chunks no "
+        if live.key_order != plan.key_order and self.behaviour != "evolve":
+            raise DblogError(f"the key of {plan.qualified} changed ({plan.key_text} -> "
+                             f"{live.key_text}) with {change.describe()}: its chunks no "
                              f"longer apply; follow it with --schema-changes evolve (the table is planned and "
                              f"read again)")
         return live
@@ -275,7 +276,7 @@ class ChangeCommitter:
         chunks = tuple(self.dialect.split_chunks(live, chunk_size))
         plan = replace(old, meta=live, chunks=chunks, planned_at=self.dialect.current_position(), rows=rows)
         log.info("schema change: the key of %s is now %s: planned again (%d chunks); reading them",
-                 live.qualified, ", ".join(live.key_columns), len(chunks))
+                 live.qualified, live.key_text, len(chunks))
         self.state.replace_table_plan(plan)
         self.lake.restart_current(self.dialect.arrow_schema(live), live.key_columns, change.pos)
         self.state.record_schema_version(live, change.pos)
