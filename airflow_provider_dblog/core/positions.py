@@ -7,7 +7,10 @@ next position) plus the row's index inside the event, so that
 * a position read with ``SHOW MASTER STATUS`` (a transaction boundary) is greater than or equal to
   every event already written, and smaller than every event written later;
 * a snapshot row carries its chunk's high watermark with ``row = SNAPSHOT_ROW``, which sorts after
-  every event that the snapshot includes and before every event after it.
+  every event that the snapshot includes and before every event after it;
+* a table planned again closes its changelog history with delete rows at ``row = CLOSED_ROW`` of the new
+  plan's position: after every change the lake took before it, before its new chunks' rows (a chunk read
+  at that very position included).
 
 After a failover to a promoted replica (``steps.failover``) positions come from another server's binlog,
 whose file numbers may be lower than those the lake holds. Each server a capture follows is an *epoch*:
@@ -30,6 +33,7 @@ import re
 from dataclasses import dataclass, field
 
 SNAPSHOT_ROW = 99_999_999
+CLOSED_ROW = SNAPSHOT_ROW - 1
 EPOCH_SPAN = 1_000_000  # binlog file numbers have six digits
 MAX_EPOCH = 7  # (7 + 1) * EPOCH_SPAN << OFFSET_BITS still fits a Delta app transaction version (63 bits)
 OFFSET_BITS = 40  # a binlog file is at most 1 GiB (max_binlog_size): offsets fit in 40 bits
@@ -89,6 +93,10 @@ class SourcePosition:
     def as_snapshot(self) -> "SourcePosition":
         """The position snapshot rows read at this high watermark carry."""
         return SourcePosition(self.seq, self.offset, SNAPSHOT_ROW, self.file)
+
+    def as_closed(self) -> "SourcePosition":
+        """The position of the delete rows that close a table's history when it is planned again here."""
+        return SourcePosition(self.seq, self.offset, CLOSED_ROW, self.file)
 
     def to_version(self) -> int:
         """The transaction boundary as one integer that orders like positions (a Delta app

@@ -278,7 +278,7 @@ class ChangeCommitter:
         log.info("schema change: the key of %s is now %s: planned again (%d chunks); reading them",
                  live.qualified, live.key_text, len(chunks))
         self.state.replace_table_plan(plan)
-        self.lake.restart_current(self.dialect.arrow_schema(live), live.key_columns, change.pos)
+        self.lake.restart_current(self.dialect.arrow_schema(live), live.key_columns, change.pos, plan.planned_at)
         self.state.record_schema_version(live, change.pos)
         self.reread(plan)
         reports = self.state.reports(live.qualified)

@@ -54,6 +54,7 @@ log = logging.getLogger("dblog")
 TAIL_APP = "dblog-tail"
 SCHEMA_APP = "dblog-schema"  # ``current``'s columns follow the source's from this position on
 REREAD_APP = "dblog-reread"  # every chunk was read again after the schema change at this position
+RESTART_APP = "dblog-restart"  # ``current`` started anew at this position (a new plan: new chunks, a new key order)
 MAX_ATTEMPTS = 30
 MEMORY_BYTES = 256 * 1024 * 1024  # changes applied to ``current`` in one MERGE; more go chunk by chunk
 SCAN_BATCH_ROWS = 65_536
@@ -279,19 +280,49 @@ class LakeTables:
                for c in pc.unique(changes["_chunk"]).to_pylist()}
         return merge_changes(data, changes, self.keys, hws)
 
-    def restart_current(self, source: pa.Schema, key_columns: Sequence[str], at: SourcePosition) -> None:
-        """An empty ``current`` with the source's columns and a new key (the table was planned again): its
-        chunks are read again next. The changelog keeps its history."""
+    def restart_current(self, source: pa.Schema, key_columns: Sequence[str], at: SourcePosition,
+                        planned_at: SourcePosition | None = None) -> None:
+        """An empty ``current`` with the source's columns and a new key (the table was planned again at
+        ``planned_at``, after the change at ``at``): its chunks are read again next. The changelog keeps its
+        history, closed at ``planned_at``: every key it holds live (by the new key) gets a delete row there
+        (``as_closed``), so that replaying it gives ``current`` once the new chunks' rows follow, and a change
+        the stream never wrote (after its last micro-batch, before the new chunks' reads) leaves nothing
+        behind. Rows before it name the old plan's chunks: ``_removals`` of a new chunk reads from it."""
         from deltalake import CommitProperties, Transaction, write_deltalake
+
+        keys, closing = tuple(key_columns), max(at, planned_at or at)
+        closed = self._live_keys_closed(keys, closing)
+        if closed is not None:  # a rerun after a kill here writes them again at the same position: harmless
+            self._append_once(f"closing {self.table}'s changelog history at {closing}", closed)
 
         def attempt():
             write_deltalake(self.current(), current_schema(source).empty_table(), mode="overwrite",
                             schema_mode="overwrite", partition_by=["_chunk"], storage_options=self.options,
                             commit_properties=CommitProperties(app_transactions=[
-                                Transaction(SCHEMA_APP, at.boundary().to_version())]))
+                                Transaction(SCHEMA_APP, at.boundary().to_version()),
+                                Transaction(RESTART_APP, closing.boundary().to_version())]))
         _retrying(f"starting the current state of {self.table} again", attempt)
-        self.keys, self.key_match = tuple(key_columns), key_match(key_columns)
+        self.keys, self.key_match = keys, key_match(keys)
         self.current()
+
+    def _live_keys_closed(self, keys: tuple[str, ...], closing: SourcePosition) -> pa.Table | None:
+        """A delete row at ``closing.as_closed()`` for each key, by ``keys``, that replaying the changelog
+        before it leaves live; None when none is."""
+        changelog = self.changelog()
+        names = delta_schema(changelog).names
+        if any(k not in names for k in keys):
+            return None  # a key column the changelog never had: no row of it is live under that key
+        have = [n for n in self.source.names if n in names]
+        history = changelog.to_pyarrow_dataset().to_table(
+            columns=[*have, "_pos", "_op"], filter=pc.field("_pos") < closing.as_closed().encode())
+        latest = latest_per_key(history, keys)
+        live = latest.filter(pc.not_equal(latest["_op"], "d")).select(have)
+        if not live.num_rows:
+            return None
+        log.info("lake: %s planned again at %s: %d keys get a delete row in the changelog before its new chunks",
+                 self.table, closing, live.num_rows)
+        return position_rows(conform(live, self.source), self.source, "d", closing.as_closed().encode(),
+                             pa.nulls(live.num_rows, pa.int32()), before=True)
 
     def mark_current(self, end: SourcePosition) -> None:
         """Record that ``current`` holds every change up to ``end`` (its chunks were read after it)."""
@@ -456,9 +487,11 @@ class LakeTables:
             return None  # nothing of the chunk can be in the lake yet (a first read)
         changelog = self.changelog()
         have = [n for n in self.source.names if n in delta_schema(changelog).names]
-        history = changelog.to_pyarrow_dataset().to_table(
-            columns=[*have, "_pos", "_op"],
-            filter=(pc.field("_chunk") == chunk_id) & (pc.field("_pos") <= hw.as_snapshot().encode()))
+        window = (pc.field("_chunk") == chunk_id) & (pc.field("_pos") <= hw.as_snapshot().encode())
+        restarted = _version_position(app_version(current, RESTART_APP))
+        if restarted is not None:  # a chunk of the same number in an earlier plan held other keys
+            window &= pc.field("_pos") >= restarted.as_snapshot().encode()
+        history = changelog.to_pyarrow_dataset().to_table(columns=[*have, "_pos", "_op"], filter=window)
         latest = latest_per_key(history, self.keys)
         held = latest.filter(pc.not_equal(latest["_op"], "d")).select(have)
         if not held.num_rows:

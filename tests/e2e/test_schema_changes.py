@@ -21,7 +21,8 @@ from airflow_provider_dblog.store.state import StateDir
 from airflow_provider_dblog.spark.executor import SparkExecutor
 from airflow_provider_dblog.local.executor import LocalExecutor
 from tests.support.lakecheck import (
-    SEED_SQL, TYPES_DDL, assert_each_change_once, compare_rows, duckdb_current, typed_mutation, typed_row,
+    SEED_SQL, TYPES_DDL, assert_each_change_once, assert_replay_equals_current, compare_rows, duckdb_current, typed_mutation,
+    typed_row,
 )
 from tests.support.workload import Writer
 
@@ -225,6 +226,7 @@ def test_a_new_primary_key_plans_the_table_again(mariadb, db, spark, tmp_path):
     mariadb.sql(f"UPDATE {table} SET b = CONCAT(b, 'x') WHERE id % 6 = 0", f"INSERT INTO {table} VALUES (9000, 1, 'new', 2)")
     tail(state, sink, spark, "stream")
     assert_lake_equals_source(mariadb, state, sink, table)
+    assert_replay_equals_current(sink, table, ("b",))  # the old plan's history is closed at the new key
 
 
 def test_a_tail_killed_inside_a_replan_finishes_it(mariadb, db, spark, tmp_path, monkeypatch):

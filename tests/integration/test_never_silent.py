@@ -699,3 +699,5 @@ def test_a_new_collation_of_the_key_plans_the_table_again(mariadb, db, tmp_path)
     assert code == 0, err[-3000:]
     code, result = _verify_rows(state, sink, f"{db}.t")
     assert code == 0 and result["equal"] and result["source_rows"] == 120, result
+    from tests.support.lakecheck import assert_replay_equals_current
+    assert assert_replay_equals_current(sink, f"{db}.t", ("k",)) == 120  # the old plan's chunks closed at the change

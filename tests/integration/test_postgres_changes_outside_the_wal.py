@@ -302,3 +302,34 @@ def test_a_table_dropped_and_created_again_is_followed_without_stopping_the_othe
     other = {r["id"]: r["x"] for r in DeltaTable(f"{sink}/public.other/current").to_pyarrow_table().to_pylist()}
     assert other == {1: -1, 2: 100, 3: -3, 4: -4, 5: -5, 6: 7}
     verify_equal(state, sink)
+
+
+def test_a_new_collation_of_the_key_plans_the_table_again(postgres, pg_db, tmp_path):
+    """``ALTER COLUMN k TYPE text COLLATE ...`` on a key column rewrites nothing (no new files) and writes nothing
+    to the WAL, yet the keys now sort in another order: the plan's chunk boundaries no longer split the table.
+    The tail finds it in the catalog, a re-read with the old chunks is refused in one line, and the table is
+    planned again (fail: one line)."""
+    pg, db = postgres, pg_db
+    keys = [f"{c}{i}" for i in range(40) for c in "aBcD"]
+    state, sink = run(pg, db, tmp_path, "public.k",
+                      'CREATE TABLE public.k (id text COLLATE "C" PRIMARY KEY, v int)',
+                      "INSERT INTO public.k VALUES " + ", ".join(f"('{k}', {n})" for n, k in enumerate(keys)))
+    pg.sql('ALTER TABLE public.k ALTER COLUMN id TYPE text COLLATE "und-x-icu"', "UPDATE public.k SET v = -v WHERE id LIKE 'c%'",
+           db=db)
+    code, _, err = dblog("resnapshot", "--state", state, "--sink", sink, "--table", "public.k", "--chunks", "0")
+    assert code != 0
+    assert 'the key of public.k changed (id "pg_catalog"."C" -> id "pg_catalog"."und-x-icu")' in one_error_line(err), err
+    code, _, err = tail(state, sink, "--schema-changes", "fail")
+    assert code != 0 and "the collation of key column id" in one_error_line(err), err[-3000:]
+    code, _, err = tail(state, sink)
+    assert code == 0, err[-3000:]
+    assert 'the key of public.k is now id "pg_catalog"."und-x-icu": planned again' in err, err[-3000:]
+    assert_lake_equals_source(pg, db, sink, "public.k", ["id", "v"])
+    code, _, err = tail(state, sink)
+    assert code == 0 and REREAD not in err and "planned again" not in err, err[-3000:]  # once
+    chunks = len(StateDir(state).table("public.k").chunks)
+    code, _, err = dblog("resnapshot", "--state", state, "--sink", sink, "--table", "public.k", "--chunks",
+                         f"0-{chunks - 1}")
+    assert code == 0, err[-3000:]
+    assert_lake_equals_source(pg, db, sink, "public.k", ["id", "v"])
+    verify_equal(state, sink)

@@ -124,14 +124,16 @@ def compare_rows(lake, port: int, table: str, key: tuple[str, ...] = ("id",)) ->
 def lake_changes(sink: str, table: str):
     """The changelog's binlog change rows of ``table`` (not what chunk reads wrote: their ``r`` rows and the
     ``d`` rows of keys a re-read no longer holds, which carry the read's HW, a position ending in the
-    snapshot row index), read with deltalake as any user would."""
+    snapshot row index; nor the ``d`` rows that close its history when it is planned again, ending in the
+    closed row index), read with deltalake as any user would."""
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
-    from airflow_provider_dblog.core.positions import SNAPSHOT_ROW
+    from airflow_provider_dblog.core.positions import CLOSED_ROW, SNAPSHOT_ROW
 
     log = DeltaTable(f"{sink}/{table}/changelog").to_pyarrow_table()
-    read = pc.or_(pc.equal(log["_op"], "r"), pc.ends_with(log["_pos"], f".{SNAPSHOT_ROW:08d}"))
+    read = pc.or_(pc.or_(pc.equal(log["_op"], "r"), pc.ends_with(log["_pos"], f".{SNAPSHOT_ROW:08d}")),
+                  pc.ends_with(log["_pos"], f".{CLOSED_ROW:08d}"))
     return log.filter(pc.invert(read))
 
 

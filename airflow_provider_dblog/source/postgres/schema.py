@@ -108,6 +108,11 @@ def resolve_types(client: PostgresClient, oids: set[int]) -> dict[int, tuple[int
     return _base_types(client, user) if user else {}
 
 
+def collation_name(schema: str | None, name: str | None) -> str | None:
+    """A column's collation as ``Column.collation`` holds it (None for a type without one)."""
+    return f"{quote_ident(schema)}.{quote_ident(name)}" if name else None
+
+
 def _columns(client: PostgresClient, oid: int) -> tuple[Column, ...]:
     rows = client.query(
         "SELECT a.attname, NOT a.attnotnull, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), "
@@ -128,7 +133,7 @@ def _columns(client: PostgresClient, oid: int) -> tuple[Column, ...]:
             precision, scale = numeric_precision_scale(typmod)
         elif base in (VARCHAR_OID, BPCHAR_OID) and typmod >= 4:
             length = typmod - 4
-        collation = f"{quote_ident(coll_schema)}.{quote_ident(coll_name)}" if coll_name else None
+        collation = collation_name(coll_schema, coll_name)
         columns.append(Column(name, names[base], declared, bool(nullable), None, collation, precision, scale, length,
                               type_oid=base, typmod=typmod, ordinal=int(attnum)))
     return tuple(columns)

@@ -45,7 +45,9 @@ from airflow_provider_dblog.source.postgres.connection import PostgresClient, fi
 from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, decode_blocks
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
-from airflow_provider_dblog.source.postgres.schema import resolve_types, split_name, storage_identities, storage_oid
+from airflow_provider_dblog.source.postgres.schema import (
+    collation_name, resolve_types, split_name, storage_identities, storage_oid,
+)
 from airflow_provider_dblog.source.postgres.slot import (
     BUSY_RETRY_SECONDS, carries_key, identity_misses_key, publication_problem,
 )
@@ -203,7 +205,7 @@ class SlotReader:
         relations: dict[int, tuple[str, _Version | None]] = {}  # relation OID -> (its table, version if captured)
         refused: dict[int, str] = {}  # relation OID -> why its UPDATEs and DELETEs cannot be applied (its identity)
         unknown_rows: dict[str, tuple[str, SourcePosition, SourcePosition]] = {}  # the last such change per table
-        oids, attnums, storage = self._catalog(metas)
+        oids, attnums, storage, collations = self._catalog(metas)
         created = {n for n, m in metas.items() if n in storage and m.storage is not None
                    and storage_oid(m.storage) != storage_oid(storage[n])}  # published when the committer follows it
         problem = publication_problem(self.client, self.publication,
@@ -294,11 +296,12 @@ class SlotReader:
         for name, (problem, at, pos) in unknown_rows.items():
             yield self._unreadable(metas[name], problem, at, pos)
         if start < end:
-            yield from self._unlogged_changes(metas, attnums, storage, created, start, end)
+            yield from self._unlogged_changes(metas, attnums, storage, created, start, end, collations)
 
     def _unlogged_changes(self, metas: Mapping[str, TableMeta], attnums: Mapping[str, Mapping[str, int]],
                           storage: Mapping[str, str], created: set[str], start: SourcePosition,
-                          end: SourcePosition) -> Iterator[SchemaChange]:
+                          end: SourcePosition, collations: Mapping[str, Mapping[str, str | None]] = {}
+                          ) -> Iterator[SchemaChange]:
         """A schema change at ``end`` for each table whose rows may have changed without a change in the WAL
         since its meta was read, so that the committer reads it again: ``recreate``, a column dropped and added
         again (its rows now hold the new column's default, not the old values); ``rewrite``, the table's files
@@ -320,6 +323,12 @@ class SlotReader:
                 moves = ", ".join(f"{c} (attnum {meta.column(c).ordinal} -> {attnums[name][c]})" for c in recreated)
                 yield SchemaChange(name, "recreate", f"(column {moves} of {name} dropped and added again: in the "
                                                      f"catalog; PostgreSQL's WAL carries no DDL)", start, end)
+            elif reordered := [(c, collation, collations[name][c]) for c, collation in meta.key_order
+                               if collations.get(name, {}).get(c, collation) != collation]:
+                moves = ", ".join(f"{c} ({old or 'none'} -> {new or 'none'})" for c, old, new in reordered)
+                yield SchemaChange(name, "rewrite", f"(the collation of key column {moves} of {name} changed: the "
+                                                    f"keys sort in another order, so the planned chunks no longer "
+                                                    f"apply; PostgreSQL's WAL carries no DDL)", start, end)
             elif meta.storage is not None and storage.get(name, meta.storage) != meta.storage:
                 yield SchemaChange(name, "rewrite", f"({name} has new files ({storage[name][:200]}): rewritten by "
                                                     f"ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER "
@@ -374,25 +383,30 @@ class SlotReader:
         meta = replace(current.meta, columns=tuple(columns), key_columns=tuple(key))
         return _Version(meta)
 
-    def _catalog(self, metas: dict[str, TableMeta]) -> tuple[dict[int, str], dict[str, dict[str, int]], dict[str, str]]:
+    def _catalog(self, metas: dict[str, TableMeta]) -> tuple[dict[int, str], dict[str, dict[str, int]], dict[str, str],
+                                                             dict[str, dict[str, str | None]]]:
         """The captured tables' OIDs now (a RENAME keeps the OID: a later Relation under another name is one),
-        each one's columns' attnums and its storage (``schema.storage_identities``): two queries whatever the
-        tables."""
+        each one's columns' attnums, its storage (``schema.storage_identities``) and its columns' collations (as
+        ``schema`` names them: what orders a key): two queries whatever the tables."""
         if not metas:
-            return {}, {}, {}
+            return {}, {}, {}, {}
         rows = self.client.query(
-            "SELECT c.oid, n.nspname, c.relname, a.attname, a.attnum FROM unnest(%s::text[], %s::text[]) AS w(s, t) "
+            "SELECT c.oid, n.nspname, c.relname, a.attname, a.attnum, cn.nspname, co.collname "
+            "FROM unnest(%s::text[], %s::text[]) AS w(s, t) "
             "JOIN pg_namespace n ON n.nspname = w.s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t "
-            "AND c.relkind IN ('r', 'p') JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped",
+            "AND c.relkind IN ('r', 'p') JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+            "LEFT JOIN pg_collation co ON co.oid = a.attcollation LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace",
             tuple(map(list, zip(*(split_name(name) for name in metas)))))
         oids: dict[int, str] = {}
         attnums: dict[str, dict[str, int]] = {}
-        for oid, schema, table, column, attnum in rows:
+        collations: dict[str, dict[str, str | None]] = {}
+        for oid, schema, table, column, attnum, coll_schema, coll_name in rows:
             name = f"{schema}.{table}"
             oids[int(oid)] = name
             attnums.setdefault(name, {})[column] = int(attnum)
+            collations.setdefault(name, {})[column] = collation_name(coll_schema, coll_name)
         storage = {oids[oid]: files for oid, files in storage_identities(self.client, sorted(oids)).items()}
-        return oids, attnums, storage
+        return oids, attnums, storage, collations
 
     @staticmethod
     def recreated_columns(meta: TableMeta, attnums: Mapping[str, int]) -> list[str]:
