@@ -277,8 +277,10 @@ class ChangeCommitter:
         plan = replace(old, meta=live, chunks=chunks, planned_at=self.dialect.current_position(), rows=rows)
         log.info("schema change: the key of %s is now %s: planned again (%d chunks); reading them",
                  live.qualified, live.key_text, len(chunks))
-        self.state.replace_table_plan(plan)
+        # ``current`` first, so that a saved new plan always comes with a restarted ``current`` and a closed
+        # history: killed between the two, the next tail finds the old plan and plans the table again
         self.lake.restart_current(self.dialect.arrow_schema(live), live.key_columns, change.pos, plan.planned_at)
+        self.state.replace_table_plan(plan)
         self.state.record_schema_version(live, change.pos)
         self.reread(plan)
         reports = self.state.reports(live.qualified)

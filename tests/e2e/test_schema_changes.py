@@ -229,27 +229,31 @@ def test_a_new_primary_key_plans_the_table_again(mariadb, db, spark, tmp_path):
     assert_replay_equals_current(sink, table, ("b",))  # the old plan's history is closed at the new key
 
 
-def test_a_tail_killed_inside_a_replan_finishes_it(mariadb, db, spark, tmp_path, monkeypatch):
-    """Issue 25 class 8: a new primary key, the tail killed after the new plan was saved and before the
-    table's new offsets were: the next tail sees offsets of the old chunks, reads the new chunks again and
-    streams with new offsets (not old offsets paired with new chunks). The streaming query's path (the
-    start-up check is the same for the in-driver catch-up)."""
+@pytest.mark.parametrize("killed_in", ["replace_table_offsets", "replace_table_plan"])
+def test_a_tail_killed_inside_a_replan_finishes_it(mariadb, db, spark, tmp_path, monkeypatch, killed_in):
+    """Issue 25 class 8: a new primary key, the tail killed inside the re-plan: after the new plan was saved
+    and before the table's new offsets were (the next tail sees offsets of the old chunks, reads the new chunks
+    again and streams with new offsets, not old offsets paired with new chunks), or after ``current`` started
+    anew and before the new plan was saved (the next tail plans the table again). The streaming query's path
+    (the start-up check is the same for the in-driver catch-up)."""
     path = "stream"
     table, state, sink = start_capture(mariadb, db, spark, tmp_path)
     mariadb.sql(f"ALTER TABLE {table} DROP PRIMARY KEY, ADD PRIMARY KEY (b)",
                 f"UPDATE {table} SET a = 0 WHERE id % 4 = 0", f"DELETE FROM {table} WHERE id % 9 = 0")
 
-    def killed(self, table, offsets):  # the process dies here (an error: Spark's callback thread must return)
+    def killed(self, *args):  # the process dies here (an error: Spark's callback thread must return)
         raise RuntimeError("killed inside the re-plan")
 
     with monkeypatch.context() as patched:
-        patched.setattr(StateDir, "replace_table_offsets", killed)
+        patched.setattr(StateDir, killed_in, killed)
         with pytest.raises(Exception, match="killed inside the re-plan"):
             tail(state, sink, spark, path)
-    assert StateDir(state).table(table).meta.key_columns == ("b",)
+    assert StateDir(state).table(table).meta.key_columns == (("b",) if killed_in != "replace_table_plan" else ("id",))
     mariadb.sql(f"UPDATE {table} SET c = 2 WHERE id % 5 = 0", f"INSERT INTO {table} VALUES (9000, 1, 'new', 2)")
     tail(state, sink, spark, path)
+    assert StateDir(state).table(table).meta.key_columns == ("b",)
     assert_lake_equals_source(mariadb, state, sink, table)
+    assert_replay_equals_current(sink, table, ("b",))
     offsets = StateDir(state).offsets()[table]
     assert len(offsets.high_watermarks) == len(StateDir(state).table(table).chunks)
 
