@@ -32,7 +32,7 @@ lint-imports: install
 	$(BIN)/lint-imports --no-cache
 
 test: lint-imports
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=30
 
 test-fast: lint-imports
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
