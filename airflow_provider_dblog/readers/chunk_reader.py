@@ -49,7 +49,8 @@ def read_chunk(dialect: DataSourceDialect, meta: TableMeta, chunk: ChunkRange, s
     """The chunk's exact rows at its high watermark (DBLog's watermark window + normalize), read with the
     table's columns in force: the source's columns now, not the plan's (a re-read after a schema change
     the lake followed must not undo it); if they change while it reads (a failed SELECT, a DDL statement
-    inside the window), the chunk is read again with the columns the source has then."""
+    inside the window), the chunk is read again with the columns the source has then; so it is when its window
+    cannot place what happened in it (``ReadChunkAgain``: an XA transaction prepared before it committed in it)."""
     meta = live_columns(dialect, meta)
     attempt = 0
     while True:
@@ -63,7 +64,7 @@ def read_chunk(dialect: DataSourceDialect, meta: TableMeta, chunk: ChunkRange, s
                     raise DblogError(f"chunk {meta.qualified}/{chunk.id} was read {attempt} times and each window "
                                      f"said to read it again; the last: {exc}. {AGAIN_FIX}") from None
                 raise
-            live = dialect.describe_table(meta.qualified, meta.key_columns if meta.key_source == "chunk_key" else None)
+            live = live_columns(dialect, meta)  # a new key order meanwhile: the planned chunks no longer apply
             if live == meta and not again:
                 raise
             log.info("chunk %s/%d: %s; reading it with columns %s", meta.qualified, chunk.id, exc,

@@ -447,13 +447,23 @@ class StateDir:
 
     def resume_position(self, table: str, min_hw: SourcePosition,
                         recorded: dict[str, tuple[SourcePosition, float]] | None = None) -> SourcePosition:
-        """Where the tail's read of ``table`` starts (its floor): the position the tail recorded, or the
-        min HW before its first batch; moved to the end of a recorded catch-up check that covers it.
-        ``recorded``: ``tail_positions()``, when the caller has it already."""
+        """Where the tail's read of ``table`` starts (its floor): the position the tail recorded, or before its
+        first batch its first floor (``first_floor``); moved to the end of a recorded catch-up check that covers
+        it. ``recorded``: ``tail_positions()``, when the caller has it already."""
         recorded = self.tail_positions() if recorded is None else recorded
-        position = max(min_hw, recorded[table][0]) if table in recorded else min_hw
+        position = max(min_hw, recorded[table][0]) if table in recorded else self.first_floor(table, min_hw)
         checked = self.caught_up(table, position)
         return checked[0] if checked else position
+
+
+    def first_floor(self, table: str, min_hw: SourcePosition) -> SourcePosition:
+        """Where a table's first read starts: its plan's position, not its smallest chunk HW. The rows between
+        them are older than every chunk's HW (``should_emit`` drops them), but a transaction the source writes
+        before its outcome (a MySQL XA transaction, at its prepare) may be prepared there and committed after a
+        chunk's SELECT: only a read from the plan's position sees its rows (the plan waited for those prepared
+        before it: ``DataSourceDialect.check_prepared``)."""
+        planned_at = self.table(table).planned_at if table in self.tables() else None
+        return min(min_hw, planned_at.in_file_of(min_hw)) if planned_at is not None else min_hw
 
 
 def describe_server(identity: dict) -> str:

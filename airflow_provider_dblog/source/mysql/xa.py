@@ -146,7 +146,11 @@ def wait_for_prepared(client, seconds: float) -> None:
              "committed or rolled back", seconds, len(pending), ", ".join(sorted(pending)))
     deadline = time.time() + seconds
     while True:
-        pending &= prepared_xids(client) or set()
+        now = prepared_xids(client)
+        if now is None:
+            raise DblogError("the XA transactions prepared before the plan's position could not be listed again "
+                             "(XA RECOVER failed while the plan waited for them): plan again")
+        pending &= now
         if not pending:
             log.info("plan: the XA transactions prepared before it are decided")
             return

@@ -300,7 +300,7 @@ class SlotReader:
 
     def _unlogged_changes(self, metas: Mapping[str, TableMeta], attnums: Mapping[str, Mapping[str, int]],
                           storage: Mapping[str, str], created: set[str], start: SourcePosition,
-                          end: SourcePosition, collations: Mapping[str, Mapping[str, str | None]] = {}
+                          end: SourcePosition, collations: Mapping[str, Mapping[str, str | None]] | None = None
                           ) -> Iterator[SchemaChange]:
         """A schema change at ``end`` for each table whose rows may have changed without a change in the WAL
         since its meta was read, so that the committer reads it again: ``recreate``, a column dropped and added
@@ -323,8 +323,8 @@ class SlotReader:
                 moves = ", ".join(f"{c} (attnum {meta.column(c).ordinal} -> {attnums[name][c]})" for c in recreated)
                 yield SchemaChange(name, "recreate", f"(column {moves} of {name} dropped and added again: in the "
                                                      f"catalog; PostgreSQL's WAL carries no DDL)", start, end)
-            elif reordered := [(c, collation, collations[name][c]) for c, collation in meta.key_order
-                               if collations.get(name, {}).get(c, collation) != collation]:
+            elif reordered := [(c, collation, (collations or {})[name][c]) for c, collation in meta.key_order
+                               if (collations or {}).get(name, {}).get(c, collation) != collation]:
                 moves = ", ".join(f"{c} ({old or 'none'} -> {new or 'none'})" for c, old, new in reordered)
                 yield SchemaChange(name, "rewrite", f"(the collation of key column {moves} of {name} changed: the "
                                                     f"keys sort in another order, so the planned chunks no longer "
