@@ -260,6 +260,7 @@ def read_table_again(state: StateDir, sink: str, name: str, executor: Executor) 
     resnapshot(str(state.path), sink, name, executor=executor)
     reports = state.reports(name)
     hws = {c.id: SourcePosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks}
+    state.restart_table_stream(name, min(SourcePosition.from_dict(reports[c.id]["lw"]) for c in plan.chunks))
     state.replace_table_offsets(name, TableOffsets.from_chunks(name, plan.chunks, hws))
     log.info("tail: %s read again; it streams from %s", name, min(hws.values()))
 

@@ -203,6 +203,14 @@ class StateDir:
         self.files.write_json(self.PLAN, raw)
         self._plan = (self.files.identity(self.PLAN), raw)
 
+    def restart_table_stream(self, table: str, at: SourcePosition) -> None:
+        """The table's every chunk was read again from ``at`` on (its binlog was purged): its first read starts
+        there now (``first_floor``), not at the plan's position, whose binlog is gone."""
+        raw = self.files.read_json(self.PLAN)
+        raw["tables"][table]["planned_at"] = at.to_dict()
+        self.files.write_json(self.PLAN, raw)
+        self._plan = (self.files.identity(self.PLAN), raw)
+
     def replace_table_plan(self, plan: TablePlan) -> Batch:
         """The table planned again (its key changed): its new chunks in one new batch, its chunks gone from
         the other batches (their indexes stay), its old chunk reports deleted. Returns the new batch."""
