@@ -37,7 +37,8 @@ def catch_up_tables_in_driver(state: StateDir, sink: str, dialect: DataSourceDia
     if limit_bytes <= 0 or not tables:
         return None
     recorded = state.tail_positions()  # read once: per table it is a parse of every table's record
-    floors = {name: state.resume_position(name, offsets.min_hw, recorded) for name, offsets in tables.items()}
+    plans = state.tables()
+    floors = {name: state.resume_position(name, offsets.min_hw, recorded, plans) for name, offsets in tables.items()}
     start = min(floors.values())
     size = dialect.range_bytes(start, now)
     if size is None or size > limit_bytes or now <= start:

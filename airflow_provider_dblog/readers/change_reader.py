@@ -57,9 +57,9 @@ def needed_position(state: StateDir) -> SourcePosition | None:
     resumes (the tail's record, else its smallest chunk HW), or its plan's position while it has no offsets yet
     (its chunks' windows all start after it). What ``DataSourceDialect.release`` may let go before."""
     offsets = state.offsets() if state.has_offsets() else {}
-    recorded = state.tail_positions()
-    needs = [state.resume_position(name, offsets[name].min_hw, recorded) if name in offsets else plan.planned_at
-             for name, plan in state.tables().items()]
+    recorded, plans = state.tail_positions(), state.tables()
+    needs = [state.resume_position(name, offsets[name].min_hw, recorded, plans) if name in offsets else plan.planned_at
+             for name, plan in plans.items()]
     return min(needs) if needs else None
 
 

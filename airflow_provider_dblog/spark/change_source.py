@@ -181,9 +181,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for name in names:
             meta, min_hw = (plans.get(name) or self.state.table(name)).meta, offsets[name].min_hw
             if name not in self._first_floors:
-                self._first_floors[name] = self.state.resume_position(name, min_hw, recorded)
+                self._first_floors[name] = self.state.resume_position(name, min_hw, recorded, plans)
             # a new plan of the table moves its first floor on (``first_floor``: from its plan's position)
-            floors = [self.state.first_floor(name, min_hw), self._first_floors[name]] + (
+            floors = [self.state.first_floor(name, min_hw, plans), self._first_floors[name]] + (
                 [recorded[name][0]] if name in recorded else [])
             out[name] = TableStream(meta, offsets[name], max(floors))
         return out

@@ -84,8 +84,8 @@ def purge_horizon(state_dir: str, dialect, tables: Sequence[str] | None = None, 
     """Per table, how close the server is to purging the binlog file its tail resumes in (``core/retention.py``;
     the margins default to a share of the server's limits)."""
     state = StateDir(state_dir, checkpoint)
-    offsets, recorded = state.offsets(), state.tail_positions()
-    needed = {name: state.resume_position(name, offsets[name].min_hw, recorded)
+    offsets, recorded, plans = state.offsets(), state.tail_positions(), state.tables()
+    needed = {name: state.resume_position(name, offsets[name].min_hw, recorded, plans)
               for name in (tables or sorted(offsets)) if name in offsets}
     retention = dialect.binlog_retention(list(needed.values()))
     return purge_risks(needed, retention, retention.checked_at, warn_seconds, warn_bytes)

@@ -209,7 +209,8 @@ def reread_purged(state: StateDir, sink: str, dialect, names: list[str], offsets
     read again, and its offsets move to the new high watermarks; ``fail``: one line naming them, before
     anything is read. True when a table was read again. The server purges oldest first, so one check of
     the oldest floor clears them all in the common case."""
-    floors = {name: state.resume_position(name, offsets[name].min_hw, recorded) for name in names}
+    plans = state.tables()
+    floors = {name: state.resume_position(name, offsets[name].min_hw, recorded, plans) for name in names}
     try:
         dialect.ensure_available(min(floors.values()))
         return False
@@ -317,7 +318,8 @@ def skip_catch_ups(state: StateDir, dialect, min_hws: dict[str, SourcePosition],
     the binlog proves for all of them (``DataSourceDialect.scan_each``). For each, ``[floor, now)`` is
     recorded as checked (``state.caught_up``: the next read of the table starts at ``now``, so an idle
     table pins no old binlog file)."""
-    floors = {t: state.resume_position(t, min_hw, recorded) for t, min_hw in min_hws.items()}
+    plans = state.tables()
+    floors = {t: state.resume_position(t, min_hw, recorded, plans) for t, min_hw in min_hws.items()}
     floors = {t: floor for t, floor in floors.items() if floor <= now}
     scans = dialect.scan_each({t: floor for t, floor in floors.items() if floor < now}, now) if floors else {}
     skipped = []

@@ -454,24 +454,28 @@ class StateDir:
         return None
 
     def resume_position(self, table: str, min_hw: SourcePosition,
-                        recorded: dict[str, tuple[SourcePosition, float]] | None = None) -> SourcePosition:
+                        recorded: dict[str, tuple[SourcePosition, float]] | None = None,
+                        plans: dict[str, TablePlan] | None = None) -> SourcePosition:
         """Where the tail's read of ``table`` starts (its floor): the position the tail recorded, or before its
         first batch its first floor (``first_floor``); moved to the end of a recorded catch-up check that covers
-        it. ``recorded``: ``tail_positions()``, when the caller has it already."""
+        it. ``recorded``: ``tail_positions()``, ``plans``: ``tables()``, when the caller has them already."""
         recorded = self.tail_positions() if recorded is None else recorded
-        position = max(min_hw, recorded[table][0]) if table in recorded else self.first_floor(table, min_hw)
+        position = (max(min_hw, recorded[table][0]) if table in recorded
+                    else self.first_floor(table, min_hw, plans))
         checked = self.caught_up(table, position)
         return checked[0] if checked else position
 
 
-    def first_floor(self, table: str, min_hw: SourcePosition) -> SourcePosition:
+    def first_floor(self, table: str, min_hw: SourcePosition,
+                    plans: dict[str, TablePlan] | None = None) -> SourcePosition:
         """Where a table's first read starts: its plan's position, not its smallest chunk HW. The rows between
         them are older than every chunk's HW (``should_emit`` drops them), but a transaction the source writes
         before its outcome (a MySQL XA transaction, at its prepare) may be prepared there and committed after a
         chunk's SELECT: only a read from the plan's position sees its rows (the plan waited for those prepared
-        before it: ``DataSourceDialect.check_prepared``)."""
-        planned_at = self.table(table).planned_at if table in self.tables() else None
-        return min(min_hw, planned_at.in_file_of(min_hw)) if planned_at is not None else min_hw
+        before it: ``DataSourceDialect.check_prepared``). ``plans``: ``tables()``, when the caller has it already
+        (on object storage each look at the plan is a request)."""
+        plan = (self.tables() if plans is None else plans).get(table)
+        return min(min_hw, plan.planned_at.in_file_of(min_hw)) if plan is not None else min_hw
 
 
 def describe_server(identity: dict) -> str:

@@ -159,19 +159,15 @@ def _transactions_running_besides(client: PostgresClient, pid: int) -> str:
     """The transactions with an id other than backend ``pid``'s, as far as this user may see them: prepared
     ones by their gid, the others by pid, state and start ("" when they cannot be listed)."""
     try:
-        rows = _running_transactions(client, pid)
+        rows = client.query(
+            "SELECT format('prepared transaction %%L (since %%s, database %%s)', gid, "
+            "to_char(prepared AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS UTC'), database) FROM pg_prepared_xacts "
+            "UNION ALL SELECT format('pid %%s (%%s, %%s, since %%s)', pid, usename, coalesce(state, '?'), "
+            "coalesce(to_char(xact_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS UTC'), '?')) "
+            "FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> %s", (pid,))
     except psycopg2.Error:
         return ""
     return ", ".join(r[0] for r in rows[:10]) + (f" and {len(rows) - 10} more" if len(rows) > 10 else "")
-
-
-def _running_transactions(client: PostgresClient, pid: int) -> list[tuple]:
-    return client.query(
-        "SELECT format('prepared transaction %%L (since %%s, database %%s)', gid, "
-        "to_char(prepared AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS UTC'), database) FROM pg_prepared_xacts "
-        "UNION ALL SELECT format('pid %%s (%%s, %%s, since %%s)', pid, usename, coalesce(state, '?'), "
-        "coalesce(to_char(xact_start AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS UTC'), '?')) "
-        "FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> %s", (pid,))
 
 
 def _table_sql(table: str) -> str:

@@ -323,8 +323,8 @@ class SlotReader:
                 moves = ", ".join(f"{c} (attnum {meta.column(c).ordinal} -> {attnums[name][c]})" for c in recreated)
                 yield SchemaChange(name, "recreate", f"(column {moves} of {name} dropped and added again: in the "
                                                      f"catalog; PostgreSQL's WAL carries no DDL)", start, end)
-            elif reordered := [(c, collation, (collations or {})[name][c]) for c, collation in meta.key_order
-                               if (collations or {}).get(name, {}).get(c, collation) != collation]:
+            elif reordered := [(c, collation, now) for c, collation in meta.key_order
+                               if (now := (collations or {}).get(name, {}).get(c, collation)) != collation]:
                 moves = ", ".join(f"{c} ({old or 'none'} -> {new or 'none'})" for c, old, new in reordered)
                 yield SchemaChange(name, "rewrite", f"(the collation of key column {moves} of {name} changed: the "
                                                     f"keys sort in another order, so the planned chunks no longer "
