@@ -6,6 +6,7 @@ Every command exits non-zero with a one-line reason on any error.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import os
@@ -508,5 +509,37 @@ def main(argv: list[str] | None = None, spark_submit: bool = False) -> int:
     return 0
 
 
+def console() -> None:
+    """The ``dblog`` command: ``main()``, then the exit without the native libraries' teardown.
+
+    Arrow's and delta-rs's thread pools can still be running when the interpreter finalizes; a pool's
+    ``std::thread`` destroyed at that moment aborts the process ("terminate called without an active
+    exception", SIGABRT) after the command has done its work and printed its result (apache/arrow#34314,
+    seen once in our CI on a ``dblog verify``). The handler registered here runs after every exit
+    handler registered while the command ran (atexit runs them last in, first out: temporary
+    directories, Spark's, pyarrow's S3 finalizer) and then leaves with the command's code."""
+    outcome: dict[str, int] = {}
+    atexit.register(_leave, outcome)
+    try:
+        outcome["code"] = main()
+    except SystemExit as exc:  # argparse's usage errors and --help
+        if isinstance(exc.code, int) or exc.code is None:
+            outcome["code"] = exc.code or 0
+        raise
+    sys.exit(outcome["code"])
+
+
+def _leave(outcome: dict[str, int]) -> None:
+    if "code" not in outcome:  # an unexpected way out: the interpreter's own exit reports it
+        return
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing left to say to it
+            pass
+    os._exit(outcome["code"])
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
