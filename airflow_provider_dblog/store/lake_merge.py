@@ -36,10 +36,17 @@ def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
     ordered = rows.sort_by([(k, "ascending") for k in keys] + [("_pos", "descending")])
     if ordered.num_rows == 1:
         return ordered
-    same = None  # row i has the key of row i - 1 (keys are never null)
+    same = None  # row i has the key of row i - 1 (two nulls are the same key: a key column older rows lack)
     for k in keys:
         col = ordered[k]
         eq = pc.equal(col.slice(1), col.slice(0, len(col) - 1))
+        if col.null_count:
+            eq = pc.fill_null(eq, pc.and_(col.slice(1).is_null(), col.slice(0, len(col) - 1).is_null()))
         same = eq if same is None else pc.and_(same, eq)
     first = pa.concat_arrays([pa.array([True]), pc.invert(same).combine_chunks()])
     return ordered.filter(first)
+
+
+def distinct_versions(rows: pa.Table, keys: set[str]) -> pa.Table:
+    """One row per (key, ``_pos``): the same row version found twice (live by two keys) is kept once."""
+    return latest_per_key(rows, [*sorted(keys), "_pos"])

@@ -42,7 +42,7 @@ from airflow_provider_dblog.store.files import Files
 from airflow_provider_dblog.store.lake import (
     changelog_schema, changelog_uri, current_schema, current_uri, position_rows,
 )
-from airflow_provider_dblog.store.lake_merge import latest_per_key, merge_changes
+from airflow_provider_dblog.store.lake_merge import distinct_versions, latest_per_key, merge_changes
 from airflow_provider_dblog.store.lake_schema import (
     changed_columns, column_names, conform, delta_schema, merge_schemas, plain, row_bytes, same_column_set, same_columns,
     source_columns,
@@ -306,22 +306,26 @@ class LakeTables:
         self.current()
 
     def _live_keys_closed(self, keys: tuple[str, ...], closing: SourcePosition) -> pa.Table | None:
-        """A delete row at ``closing.as_closed()`` for each key, by ``keys``, that replaying the changelog
-        before it leaves live; None when none is."""
+        """A delete row at ``closing.as_closed()`` for each row that replaying the changelog before it leaves
+        live, by the key the history was written under (``self.keys``) or by the new ``keys``: a consumer
+        replaying by either ends with nothing of the old plan. None when no row is live. A new key column
+        that no history row has (added by the statement that made it the key) closes by the old key only."""
         changelog = self.changelog()
         names = delta_schema(changelog).names
-        if any(k not in names for k in keys):
-            return None  # a key column the changelog never had: no row of it is live under that key
         have = [n for n in self.source.names if n in names]
+        by = [k for k in dict.fromkeys((self.keys, keys)) if all(c in have for c in k)]
+        if not by:
+            return None
         history = changelog.to_pyarrow_dataset().to_table(
             columns=[*have, "_pos", "_op"], filter=pc.field("_pos") < closing.as_closed().encode())
-        latest = latest_per_key(history, keys)
-        live = latest.filter(pc.not_equal(latest["_op"], "d")).select(have)
+        live = [latest.filter(pc.not_equal(latest["_op"], "d"))
+                for latest in (latest_per_key(history, k) for k in by)]
+        live = live[0] if len(live) == 1 else distinct_versions(pa.concat_tables(live), {c for k in by for c in k})
         if not live.num_rows:
             return None
-        log.info("lake: %s planned again at %s: %d keys get a delete row in the changelog before its new chunks",
+        log.info("lake: %s planned again at %s: %d rows get a delete row in the changelog before its new chunks",
                  self.table, closing, live.num_rows)
-        return position_rows(conform(live, self.source), self.source, "d", closing.as_closed().encode(),
+        return position_rows(conform(live.select(have), self.source), self.source, "d", closing.as_closed().encode(),
                              pa.nulls(live.num_rows, pa.int32()), before=True)
 
     def mark_current(self, end: SourcePosition) -> None:
