@@ -762,3 +762,78 @@ def test_a_new_key_on_a_column_added_by_the_same_statement_closes_the_history(ma
     code, result = _verify_rows(state, sink, f"{db}.t")
     assert code == 0 and result["equal"] and result["source_rows"] == 182, result
     assert assert_replay_equals_current(sink, f"{db}.t", ("n",)) == 182
+
+
+def test_a_latest_start_waits_for_xa_transactions_prepared_before_it(mariadb, db, tmp_path):
+    """``--startup latest`` reads no snapshot: an XA transaction prepared before the start position and
+    committed after it has its rows before the start, and the stream saw only its commit. Before: its rows
+    were never in the lake (exit 0). Now the start is taken while no XA transaction prepared before it is
+    undecided: the plan waits for it (its commit then comes before the start), and refuses in one line after
+    DBLOG_XA_WAIT_SECONDS, writing nothing."""
+    import threading
+    from pathlib import Path
+
+    t = f"{db}.t"
+    mariadb.sql(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT)", f"INSERT INTO {t} SELECT seq, seq FROM seq_1_to_20",
+                db=db)
+    mariadb.sql(f"XA START '{db}q'", f"UPDATE {t} SET v = -1 WHERE id = 1", f"INSERT INTO {t} VALUES (900, 900)",
+                f"XA END '{db}q'", f"XA PREPARE '{db}q'")
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    plan = ("plan", "--source", mariadb.uri(), "--table", t, "--state", state, "--startup", "latest")
+    committed = {}
+
+    def commit():
+        mariadb.sql(f"XA COMMIT '{db}q'")
+        committed["at"] = tuple(mariadb.sql("SHOW MASTER STATUS")[0][:2])
+
+    try:
+        code, _, err = dblog(*plan, env={"DBLOG_XA_WAIT_SECONDS": "1"})
+        assert code != 0
+        line = one_error_line(err)
+        assert f"{db}q" in line and "XA COMMIT or XA ROLLBACK" in line, line
+        assert not Path(state).exists() or not any(Path(state).iterdir())
+        timer = threading.Timer(2.0, commit)
+        timer.start()
+        code, out, err = dblog(*plan, env={"DBLOG_XA_WAIT_SECONDS": "60"})
+        timer.join()
+    finally:
+        if f"{db}q" in {str(r[-1], "utf-8", "replace") if isinstance(r[-1], bytes) else r[-1]
+                        for r in mariadb.sql("XA RECOVER")}:
+            mariadb.sql(f"XA ROLLBACK '{db}q'")
+    assert code == 0, err[-3000:]
+    file, offset = json.loads(out)["tables"][t]["start_at"].rsplit(":", 1)
+    assert (file, int(offset)) >= (committed["at"][0], int(committed["at"][1])), (out, committed)
+    mariadb.sql(f"UPDATE {t} SET v = 7 WHERE id IN (1, 2)")
+    code, _, err = dblog("report", "--state", state)
+    assert code == 0, err[-3000:]
+    code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+    assert code == 0, err[-3000:]
+    from deltalake import DeltaTable
+    lake = {r["id"]: r["v"] for r in DeltaTable(f"{sink}/{t}/current").to_pyarrow_table().to_pylist()}
+    assert lake == {1: 7, 2: 7}, lake
+
+
+def test_an_xa_transaction_prepared_after_a_latest_start_does_not_hold_it(mariadb, db):
+    """The other side of the latest start's check: a transaction prepared at or after the start (the binlog
+    shows its prepare there, in the form XA RECOVER's row converts to) is the stream's to read, and the start
+    is kept at once."""
+    from airflow_provider_dblog.core.config import SourceConfig
+    from airflow_provider_dblog.core.startup import StartupMode
+    from airflow_provider_dblog.source.mysql import xa
+    from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
+
+    t = f"{db}.t"
+    mariadb.sql(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT)", f"INSERT INTO {t} VALUES (1, 1)", db=db)
+    dialect = MySqlDialect(SourceConfig.parse(mariadb.uri()))
+    try:
+        start = dialect.startup_position(StartupMode.parse("latest"))
+        mariadb.sql("XA START 'ab\\'c', 'q1', 7", f"UPDATE {t} SET v = 2", "XA END 'ab\\'c', 'q1', 7",
+                    "XA PREPARE 'ab\\'c', 'q1', 7")
+        try:
+            listed = xa._recovered(dialect.client)
+            assert set(listed) == {"x'61622763',x'7131',7"} and set(listed) <= xa.prepared_since(dialect.client, start)
+            assert xa.start_clear_of_prepared(dialect.client, lambda: start, 0) == start
+        finally:
+            mariadb.sql("XA ROLLBACK 'ab\\'c', 'q1', 7")
+    finally:
+        dialect.close()

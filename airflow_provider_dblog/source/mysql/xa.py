@@ -123,16 +123,84 @@ def wait_seconds() -> float:
     return float(os.environ.get("DBLOG_XA_WAIT_SECONDS", WAIT_SECONDS))
 
 
-def prepared_xids(client) -> set[str] | None:
-    """The XA transactions prepared on the server now (``XA RECOVER``), None when this user may not list them."""
+def _recover(client) -> list | None:
+    """``XA RECOVER``'s rows (format, gtrid length, bqual length, data), None when this user may not list them."""
     try:
-        rows = client.query("XA RECOVER")
+        return client.query("XA RECOVER")
     except pymysql.MySQLError as exc:
         log.warning("cannot list prepared XA transactions (XA RECOVER: %s): one prepared before the plan and "
                     "committed after its snapshot would be missed (dblog verify finds it); grant XA_RECOVER_ADMIN "
                     "(MySQL 8) to check", exc.args[-1])
         return None
-    return {(data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)) for *_, data in rows}
+
+
+def _shown(data) -> str:
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+
+
+def prepared_xids(client) -> set[str] | None:
+    """The XA transactions prepared on the server now, as XA RECOVER shows them (None: not listable)."""
+    rows = _recover(client)
+    return None if rows is None else {_shown(row[3]) for row in rows}
+
+
+def binlog_xid(format_id: int, gtrid_length: int, bqual_length: int, data) -> str:
+    """An ``XA RECOVER`` row's xid as the binlog writes it (``X'gtrid',X'bqual',format``, ``xa_statement``)."""
+    raw = data if isinstance(data, bytes) else str(data).encode()
+    gtrid, bqual = raw[:gtrid_length], raw[gtrid_length:gtrid_length + bqual_length]
+    return f"X'{gtrid.hex()}',X'{bqual.hex()}',{int(format_id)}"
+
+
+def _recovered(client) -> dict[str, str] | None:
+    """binlog xid (lower case) -> the xid as XA RECOVER shows it, of the transactions prepared now (None: not
+    listable)."""
+    rows = _recover(client)
+    return None if rows is None else {binlog_xid(*row[:3], row[3]).lower(): _shown(row[3]) for row in rows}
+
+
+def prepared_since(client, start: SourcePosition) -> set[str]:
+    """The xids (binlog form, lower case) of the XA transactions prepared in the binlog from ``start`` on."""
+    from airflow_provider_dblog.source.mysql.binlog import binlog_sizes, listed_events
+
+    found = set()
+    for event in listed_events(client, start, list(binlog_sizes(client))):
+        verb = xa_statement(event.info) if event.info[:2].upper() == "XA" else None
+        if verb is not None and verb[0] in ("END", "PREPARE"):
+            found.add(verb[1].lower())
+    return found
+
+
+def start_clear_of_prepared(client, take_position, seconds: float) -> SourcePosition:
+    """A start for a stream without a snapshot (``--startup latest``) that no XA transaction straddles: one
+    prepared before it and committed after it has its rows before the start, and the stream would read only
+    its commit. Taken between two ``XA RECOVER`` s; every transaction either lists must have its prepare at or
+    after the start in the binlog, else the start is taken again once they are decided (their commits then
+    come before it). After ``seconds``, one line (``TryAgainLater``)."""
+    deadline, said = time.time() + seconds, False
+    while True:
+        before = _recovered(client)
+        position = take_position()
+        if before is None:
+            return position
+        after = _recovered(client) or {}
+        listed = {**before, **after}
+        straddling = set(listed) - prepared_since(client, position) if listed else set()
+        if not straddling:
+            if said:
+                log.info("plan: the XA transactions prepared before the start are decided")
+            return position
+        names = ", ".join(sorted(listed[x] for x in straddling))
+        if time.time() >= deadline:
+            raise TryAgainLater(
+                f"{len(straddling)} XA transaction(s) prepared before the stream's start are still undecided after "
+                f"{seconds:.0f} s ({names}): the server wrote their rows to the binlog at XA PREPARE, before the "
+                f"start, and a stream without a snapshot would read only their commits; XA COMMIT or XA ROLLBACK "
+                f"them (XA RECOVER lists them) and plan again, or wait longer (DBLOG_XA_WAIT_SECONDS)")
+        if not said:
+            log.info("plan: waiting up to %.0f s for %d XA transaction(s) prepared before the stream's start (%s) "
+                     "to be committed or rolled back", seconds, len(straddling), names)
+            said = True
+        time.sleep(0.2)
 
 
 def wait_for_prepared(client, seconds: float) -> None:
