@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -13,20 +14,28 @@ from airflow_provider_dblog.core.positions import SourcePosition
 
 def merge_changes(data: pa.Table, changes: pa.Table, keys: Sequence[str],
                   hws: dict[int, SourcePosition | None]) -> pa.Table:
-    """``current``'s rows ``data`` with ``changes`` (one per key, ``latest_per_key``) applied as the tail's
-    MERGE does: per key the greatest ``_pos`` wins, deletes drop the key, and a key ``data`` lacks is
-    inserted only after its chunk's HW (``hws``: chunk -> HW; before it, the chunk's read has it)."""
+    """``current``'s rows ``data`` (one per key) with ``changes`` (one per key, ``latest_per_key``) applied as the
+    tail's MERGE does: a change replaces its key's row when its ``_pos`` is greater (a delete drops the key), and
+    a key ``data`` lacks is inserted only after its chunk's HW (``hws``: chunk -> HW; before it, the chunk's read
+    has it). Sorted by key. One hash join of the keys, no sort by position (half the time of a sort of both)."""
     if changes.num_rows == 0:
         return data
-    probe = changes.select(list(keys)).append_column("_i", pa.array(range(changes.num_rows), pa.int64()))
-    present = data.select(list(keys)).append_column("_in", pa.nulls(data.num_rows, pa.bool_()).fill_null(True))
-    joined = probe.join(present, list(keys), join_type="left outer")
-    matched = pc.fill_null(pc.take(joined["_in"], pc.sort_indices(joined["_i"])), False)
-    chunk_hw = pa.array([(hws[c].as_snapshot().encode() if hws.get(c) else "") for c in changes["_chunk"].to_pylist()],
-                        pa.string())
-    keep = pc.or_(matched, pc.greater(changes["_pos"], chunk_hw))
-    merged = latest_per_key(pa.concat_tables([data, changes.filter(keep).select(data.column_names)]), keys)
-    return merged.filter(pc.not_equal(merged["_op"], "d"))
+    keys = list(keys)
+    probe = changes.select(keys).append_column("_i", pa.array(np.arange(changes.num_rows, dtype=np.int64)))
+    present = (data.select(keys).append_column("_held", data["_pos"])
+               .append_column("_j", pa.array(np.arange(data.num_rows, dtype=np.int64))))
+    joined = probe.join(present, keys, join_type="left outer").sort_by("_i")  # one row per change: keys are unique
+    chunks = pc.unique(changes["_chunk"])
+    chunk_hws = pa.array([(hws[c].as_snapshot().encode() if hws.get(c) else "") for c in chunks.to_pylist()],
+                         pa.string())
+    held = joined["_held"]
+    matched = pc.is_valid(held)
+    floor = pc.if_else(matched, held, chunk_hws.take(pc.index_in(changes["_chunk"], value_set=chunks)))
+    applies = pc.greater(changes["_pos"], floor)
+    replaced = pc.filter(joined["_j"], pc.and_(matched, applies)).combine_chunks()
+    kept = data.filter(pc.invert(pc.is_in(present["_j"], value_set=replaced)))
+    added = changes.filter(pc.and_(applies, pc.not_equal(changes["_op"], "d"))).select(data.column_names)
+    return pa.concat_tables([kept, added]).sort_by([(k, "ascending") for k in keys])
 
 
 def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
