@@ -24,6 +24,36 @@ def _tail(state, sink, *options, env=None):
     return dblog("tail", "--state", state, "--sink", sink, "--available-now", *options, env=env)
 
 
+def _tail_by(request, state, sink, path):
+    """The tail of ``path``: in the driver, ``dblog tail`` in a subprocess; on Spark (``--driver-catch-up-mb 0``),
+    the same steps and streaming query in this process on the tests' shared session (a local Spark's start per
+    call took most of these tests' time), answering as the CLI does: exit code, log and one error line."""
+    if not path:
+        return lambda: _tail(state, sink)
+    spark = request.getfixturevalue("spark")
+
+    def tail():
+        import io
+        import logging
+
+        from airflow_provider_dblog.core.errors import DblogError
+        from airflow_provider_dblog.steps.tail import run_tail
+
+        said, logger = io.StringIO(), logging.getLogger("dblog")
+        handler, level = logging.StreamHandler(said), logger.level
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        try:
+            run_tail(state, sink, available_now=True, executor=LocalExecutor("dblog-test", spark=spark))
+            return 0, "", said.getvalue()
+        except DblogError as exc:
+            return 2, "", f"{said.getvalue()}dblog: error: {exc}\n"
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+    return tail
+
+
 def _verify_rows(state, sink, table):
     code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", table, "--rows")
     return code, (json.loads(out) if code == 0 else err)
@@ -230,14 +260,14 @@ def test_schema_changes_followed_in_place_are_in_the_changelog(mariadb, db, tmp_
 
 
 @pytest.mark.parametrize("path", [(), ("--driver-catch-up-mb", "0")], ids=["in-driver", "spark"])
-def test_binlog_checksum_changed_at_run_time_is_read_file_by_file(mariadb, db, tmp_path, path):
+def test_binlog_checksum_changed_at_run_time_is_read_file_by_file(mariadb, db, tmp_path, path, request):
     """``SET GLOBAL binlog_checksum`` between writes: one range holds files with and without CRC32s. Each is
     read with its own setting, whichever the server logs when the tail runs (before: an UPDATE in the range
     was lost and the tail exited 0 on the Spark path; the in-driver path stopped with the server's error)."""
     state, sink = _capture(mariadb, db, tmp_path)
     original = mariadb.sql("SELECT @@global.binlog_checksum")[0][0]
     files_before = len(mariadb.sql("SHOW BINARY LOGS"))
-    tail = lambda: _tail(state, sink, *path)  # noqa: E731
+    tail = _tail_by(request, state, sink, path)
     try:
         mariadb.sql("SET GLOBAL binlog_checksum = 'CRC32'")
         mariadb.sql(f"UPDATE {db}.t SET v = -1 WHERE id = 1")
@@ -275,13 +305,13 @@ def test_binlog_checksum_changed_at_run_time_is_read_file_by_file(mariadb, db, t
 
 
 @pytest.mark.parametrize("path", [(), ("--driver-catch-up-mb", "0")], ids=["in-driver", "spark"])
-def test_xa_transactions_count_from_their_commit_and_a_rollback_leaves_no_trace(mariadb, db, tmp_path, path):
+def test_xa_transactions_count_from_their_commit_and_a_rollback_leaves_no_trace(mariadb, db, tmp_path, path, request):
     """The server writes an XA transaction's rows at XA PREPARE, before its outcome. Before: the rows of one
     rolled back after its prepare stayed in the lake (tail exit 0, verify: 1 extra, 1 different). Now they wait
     for XA COMMIT (and count from its position) or go at XA ROLLBACK; one still undecided where the read ends
     stops the tail in one line with nothing of the read written, and the next tail after its commit takes it."""
     state, sink = _capture(mariadb, db, tmp_path)
-    tail = lambda: _tail(state, sink, *path)  # noqa: E731
+    tail = _tail_by(request, state, sink, path)
     t = f"{db}.t"
     mariadb.sql(f"XA START '{db}r'", f"UPDATE {t} SET v = -1 WHERE id = 1", f"INSERT INTO {t} VALUES (900, 900, 'x')",
                 f"DELETE FROM {t} WHERE id = 2", f"XA END '{db}r'", f"XA PREPARE '{db}r'")
@@ -326,7 +356,7 @@ def test_xa_transactions_count_from_their_commit_and_a_rollback_leaves_no_trace(
 
 
 @pytest.mark.parametrize("path", [(), ("--driver-catch-up-mb", "0")], ids=["in-driver", "spark"])
-def test_rows_a_foreign_key_cascade_changes_are_read_again(mariadb, db, tmp_path, path):
+def test_rows_a_foreign_key_cascade_changes_are_read_again(mariadb, db, tmp_path, path, request):
     """InnoDB does not log the child rows an ON DELETE/UPDATE CASCADE or SET NULL changes (MySQL bug #32506):
     before, the lake kept them (tail exit 0; verify: 4 extra, 4 different). A parent's DELETE, or an UPDATE of
     the key a cascade references, now makes the committer read the captured child tables again, through
@@ -341,7 +371,7 @@ def test_rows_a_foreign_key_cascade_changes_are_read_again(mariadb, db, tmp_path
     code, _, err = dblog("run", "--source", mariadb.uri(), "--tables", f"{db}.c,{db}.g", "--state", state,
                          "--sink", sink, "--chunk-size", "8")
     assert code == 0, err[-3000:]
-    tail = lambda: _tail(state, sink, *path)  # noqa: E731
+    tail = _tail_by(request, state, sink, path)
 
     mariadb.sql("UPDATE p SET note = 'other columns' WHERE id = 3", "UPDATE c SET v = -1 WHERE id = 3",
                 "UPDATE c SET v = -1 WHERE id BETWEEN 11 AND 14", db=db)  # c: captured, and g's parent
@@ -714,7 +744,7 @@ def test_a_new_collation_of_the_key_plans_the_table_again(mariadb, db, tmp_path)
 
 @pytest.mark.parametrize("path", [(), ("--driver-catch-up-mb", "0")], ids=["in-driver", "spark"])
 def test_an_xa_transaction_prepared_between_the_plan_and_the_snapshot_is_read_by_the_first_tail(mariadb, db, tmp_path,
-                                                                                                 path):
+                                                                                                 path, request):
     """``dblog plan`` and ``dblog snapshot`` are separate steps (Airflow tasks): an XA transaction prepared in
     between is not waited for by the plan, the snapshot's SELECTs do not see it, and its commit after the
     snapshot falls in no chunk window. Before: the first tail started at the smallest chunk HW, after its
@@ -736,7 +766,7 @@ def test_an_xa_transaction_prepared_between_the_plan_and_the_snapshot_is_read_by
         assert code == 0, err[-3000:]
     finally:
         mariadb.sql(f"XA COMMIT '{db}s'")
-    code, _, err = _tail(state, sink, *path)
+    code, _, err = _tail_by(request, state, sink, path)()
     assert code == 0, err[-3000:]
     code, result = _verify_rows(state, sink, t)
     assert code == 0 and result["equal"], result
