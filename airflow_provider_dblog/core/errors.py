@@ -26,6 +26,11 @@ class UnsupportedTables(DblogError):
         return DblogError, (str(self),)
 
 
+class UnknownTable(DblogError):
+    """The source has no table of that name (never had, or dropped or renamed away): a tail takes it for gone
+    and keeps the lake's rows; any other refusal of a table it follows stops it."""
+
+
 class TryAgainLater(DblogError):
     """A passing condition at the source stopped the step (an XA transaction still prepared): the same step
     later may succeed, so a running capture retries it instead of giving up on the table."""

@@ -78,6 +78,10 @@ class TableChangeReader:
         self._boundary_sort_keys = None
 
     def chunks_of(self, keys: Sequence[tuple]) -> list[int]:
+        if not self.meta.key_unique and any(None in k for k in keys):  # a --chunk-key column set to NULL
+            raise DblogError(f"a change of {self.meta.qualified} has NULL in its --chunk-key "
+                             f"{','.join(self.meta.key_columns)}: the lake cannot tell such rows apart; take the table "
+                             f"out of the capture (--exclude), or give it a primary key and capture it again")
         if not self.offsets.boundaries:  # one chunk: every key is in it
             return [0] * len(keys)
         if self._boundary_sort_keys is None:

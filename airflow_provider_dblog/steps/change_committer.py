@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.batches import BatchGroup
-from airflow_provider_dblog.core.errors import REPLANNED, DblogError
+from airflow_provider_dblog.core.errors import REPLANNED, DblogError, UnknownTable
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import CATALOG_KINDS, SchemaChange
@@ -255,7 +255,7 @@ class ChangeCommitter:
         try:
             live = self.dialect.describe_table(plan.qualified, plan.key_columns if plan.key_source == "chunk_key"
                                                else None)
-        except DblogError as exc:
+        except UnknownTable as exc:  # any other refusal (no key left, a nullable --chunk-key) stops the tail
             log.warning("schema change: %s: %s; the lake keeps its rows and stops following it until it "
                         "exists again", change.describe(), exc)
             return None

@@ -73,9 +73,11 @@ def test_wrong_password_is_named_but_not_echoed(misconfigured, tmp_path):
 def test_unknown_table_and_no_primary_key(mariadb, db, tmp_path):
     code, _, err = plan(mariadb.uri(), f"{db}.missing", tmp_path)
     assert code != 0 and f"unknown table {db}.missing" in one_error_line(err)
-    mariadb.sql(f"CREATE TABLE {db}.nopk (a INT, b INT)", f"INSERT INTO {db}.nopk VALUES (1, 2), (3, 4)")
+    mariadb.sql(f"CREATE TABLE {db}.nopk (a INT NOT NULL, b INT)", f"INSERT INTO {db}.nopk VALUES (1, 2), (3, 4)")
     code, _, err = plan(mariadb.uri(), f"{db}.nopk", tmp_path)
     assert code != 0 and "--chunk-key" in one_error_line(err)
+    code, _, err = plan(mariadb.uri(), f"{db}.nopk", tmp_path, "--chunk-key", "b")
+    assert code != 0 and f"--chunk-key b of {db}.nopk may be NULL" in one_error_line(err)
     code, out, err = plan(mariadb.uri(), f"{db}.nopk", tmp_path, "--chunk-key", "a")
     assert code == 0, err
     assert json.loads(out)["tables"][f"{db}.nopk"]["key"] == ["a"]
@@ -104,7 +106,7 @@ def test_failed_plan_keeps_the_existing_plan(mariadb, db, tmp_path):
 
 def test_patterns_plan_a_database_and_bad_patterns_fail_in_one_line(mariadb, db, tmp_path):
     mariadb.sql(*(f"CREATE TABLE {db}.{name} (id INT PRIMARY KEY, v VARCHAR(10))" for name in ("a", "b", "tmp_c")),
-                f"CREATE TABLE {db}.nokey1 (ts INT, v INT)", f"CREATE TABLE {db}.nokey2 (ts INT, v INT)",
+                f"CREATE TABLE {db}.nokey1 (ts INT NOT NULL, v INT)", f"CREATE TABLE {db}.nokey2 (ts INT NOT NULL, v INT NOT NULL)",
                 f"INSERT INTO {db}.a VALUES (1, 'x'), (2, 'y')")
     state = tmp_path / "state"
     code, _, err = dblog("plan", "--source", mariadb.uri(), "--tables", f"{db}.*", "--exclude", f"{db}.tmp_*",

@@ -101,13 +101,16 @@ def test_case_insensitive_boundaries_follow_the_collation(mariadb, db):
 
 
 def test_table_without_primary_key_needs_a_chunk_key(mariadb, db):
-    _load(mariadb, db, "nopk", "a INT, b VARCHAR(10), KEY (a)", ["SELECT seq % 50, seq FROM seq_1_to_1000"])
+    _load(mariadb, db, "nopk", "a INT NOT NULL, b VARCHAR(10) NOT NULL, KEY (a)", ["SELECT seq % 50, seq FROM seq_1_to_1000"])
     dialect = MySqlDialect(SourceConfig.parse(mariadb.uri()))
     with pytest.raises(DblogError, match="no primary key.*--chunk-key"):
         dialect.describe_table(f"{db}.nopk")
     meta = dialect.describe_table(f"{db}.nopk", ["a"])
     assert meta.key_source == "chunk_key"
-    chunks = dialect.split_chunks(meta, 100)  # duplicates of one value never straddle a boundary
+    with pytest.raises(DblogError, match=f"--chunk-key a of {db}.nopk does not identify rows: 20 rows have"):
+        dialect.split_chunks(meta, 100)  # the lake keeps one row per key: 20 rows would be one
+    meta = dialect.describe_table(f"{db}.nopk", ["a", "b"])
+    chunks = dialect.split_chunks(meta, 100)
     _assert_exact_cover(dialect, meta, chunks)
     assert len(chunks) > 3
     with pytest.raises(DblogError, match="--chunk-key nope is not a column"):

@@ -136,6 +136,8 @@ def create_source(pg, db) -> None:
         "CREATE SCHEMA misc",
         "CREATE TABLE misc.no_key (a int, b text)",
         "INSERT INTO misc.no_key VALUES (1, 'x')",
+        "CREATE TABLE misc.shared_key (a int NOT NULL, b text)",
+        "INSERT INTO misc.shared_key VALUES (1, 'x'), (1, 'y'), (2, NULL)",
         "CREATE TABLE misc.forever (id int PRIMARY KEY, at timestamptz)",
         "INSERT INTO misc.forever VALUES (1, now()), (2, 'infinity')",
         db=db,
@@ -341,6 +343,12 @@ def test_bad_tables_are_refused_in_one_line(source, tmp_path):
     code, out, err = dblog("plan", "--source", uri(pg, db), "--table", "misc.missing", "--state", str(state),
                            "--startup", "snapshot-only")
     assert code != 0 and "unknown table misc.missing" in one_error_line(err)
+    for key, said in (("a", "--chunk-key a of misc.shared_key does not identify rows: 2 rows have (1)"),
+                      ("b", "--chunk-key b of misc.shared_key may be NULL")):
+        code, out, err = dblog("plan", "--source", uri(pg, db), "--table", "misc.shared_key", "--chunk-key",
+                               f"misc.shared_key={key}", "--state", str(state), "--startup", "snapshot-only")
+        assert code != 0 and said in one_error_line(err), err[-2000:]
+    assert not state.exists()
     assert PASSWORD not in out + err
     # a value the lake has no twin for: the chunk's read stops in one line naming it (in-process: through the CLI
     # the driver's failed chunk is read again on Spark, which fails the same way, for 10 s more)

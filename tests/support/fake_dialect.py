@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from airflow_provider_dblog.core.chunks import ChunkRange, chunks_from_boundaries
 from airflow_provider_dblog.core.config import SourceConfig
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, UnknownTable
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.retention import BinlogFile, BinlogRetention
@@ -143,7 +143,7 @@ class InMemoryDialect:
 
     def describe_table(self, table: str, chunk_key=None) -> TableMeta:
         if table not in self.server.metas:
-            raise DblogError(f"unknown table {table} on {self.server.name}")
+            raise UnknownTable(f"unknown table {table} on {self.server.name}")
         meta = self.server.metas[table]
         if chunk_key:
             return TableMeta(meta.database, meta.name, meta.columns, tuple(chunk_key), "chunk_key")

@@ -5,9 +5,10 @@ from typing import Sequence
 
 import pymysql
 
-from airflow_provider_dblog.core.errors import DblogError, UnsupportedTables
+from airflow_provider_dblog.core.errors import DblogError, UnknownTable, UnsupportedTables
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
+from airflow_provider_dblog.source.row_identity import refuse_nullable
 
 # What check_source() requires of the server (docker-compose.yaml is tested against this).
 REQUIRED_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
@@ -114,7 +115,7 @@ def describe_table(client: MySqlClient, table: str, chunk_key: Sequence[str] | N
         "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
         (database, name))
     if not rows:
-        raise DblogError(f"unknown table {table} on {client.config.address}: check the name "
+        raise UnknownTable(f"unknown table {table} on {client.config.address}: check the name "
                          f"(DB.TABLE, case-sensitive on Linux) and that {client.config.user} may SELECT it")
     columns = tuple(Column(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6], r[7], r[8]) for r in rows)
     if system_versioned(client, [table]):
@@ -139,6 +140,7 @@ def describe_table(client: MySqlClient, table: str, chunk_key: Sequence[str] | N
         if unknown:
             raise DblogError(f"--chunk-key {','.join(unknown)} is not a column of {table}: "
                              f"choose from {', '.join(c.name for c in columns)}")
+        refuse_nullable(table, [c.name for c in columns if c.name in chunk_key and c.nullable])
         unique = any([c for c, _ in cols] == list(chunk_key) for cols in indexes.values())
         return TableMeta(database, name, columns, tuple(chunk_key), "unique" if unique else "chunk_key")
     if "PRIMARY" in indexes:

@@ -7,6 +7,7 @@ from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.sql import compare, table_sql
 from airflow_provider_dblog.source.mysql.types import quote_ident
+from airflow_provider_dblog.source.row_identity import check_chunk_key
 
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 
@@ -22,6 +23,8 @@ def split_chunks(client: MySqlClient, meta: TableMeta, chunk_size: int,
         raise DblogError("--chunk-size must be a positive number of rows")
     keys = ", ".join(quote_ident(c) for c in meta.key_columns)
     table = table_sql(meta)
+    if not meta.key_unique:
+        check_chunk_key(client.query, meta.qualified, table, meta.key_columns, quote_ident)
     if _has_int_lead(meta) and meta.key_unique:
         lead = quote_ident(meta.key_columns[0])
         lo, hi = client.query(f"SELECT MIN({lead}), MAX({lead}) FROM {table}")[0]

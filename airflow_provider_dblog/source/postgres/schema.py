@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, UnknownTable
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.postgres.connection import PostgresClient
 from airflow_provider_dblog.source.postgres.sql import quote_ident
 from airflow_provider_dblog.source.postgres.values import numeric_precision_scale
+from airflow_provider_dblog.source.row_identity import refuse_nullable
 
 log = logging.getLogger("dblog")
 MIN_VERSION = 100000  # pg_current_wal_lsn(), pgoutput, publications: PostgreSQL 10
@@ -64,7 +65,7 @@ def relation_oid(client: PostgresClient, table: str) -> int:
         "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
         (schema, name))
     if not rows:
-        raise DblogError(f"unknown table {table} in {client.where}: check the name (SCHEMA.TABLE as the catalog "
+        raise UnknownTable(f"unknown table {table} in {client.where}: check the name (SCHEMA.TABLE as the catalog "
                          f"spells it: unquoted names are lower case) and that {client.config.user} may read it")
     oid, kind, readable = rows[0]
     if kind not in ("r", "p"):
@@ -188,10 +189,7 @@ def describe_table(client: PostgresClient, table: str, chunk_key: Sequence[str] 
         if unknown:
             raise DblogError(f"--chunk-key {','.join(unknown)} is not a column of {table}: "
                              f"choose from {', '.join(c.name for c in columns)}")
-        nullable = [c for c in chunk_key if by_name[c].nullable]
-        if nullable:
-            raise DblogError(f"--chunk-key {','.join(nullable)} of {table} may be NULL: a row whose key is NULL would "
-                             f"fall in no chunk; choose NOT NULL columns (or add NOT NULL)")
+        refuse_nullable(table, [c for c in chunk_key if by_name[c].nullable])
         unique = any(cols == list(chunk_key) for _, _, cols, _ in keys)
         return TableMeta(schema, name, columns, tuple(chunk_key), "unique" if unique else "chunk_key", storage)
     for _, primary, cols, not_null in keys:

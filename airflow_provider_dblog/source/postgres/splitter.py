@@ -18,6 +18,7 @@ from airflow_provider_dblog.source.postgres.connection import PostgresClient
 from airflow_provider_dblog.source.postgres.schema import relation_oid
 from airflow_provider_dblog.source.postgres.sql import compare, order_by_key, quote_ident, table_sql
 from airflow_provider_dblog.source.postgres.values import INT2, INT4, INT8, converter
+from airflow_provider_dblog.source.row_identity import check_chunk_key
 
 INTEGER_OIDS = {INT2, INT4, INT8}
 EXACT_COUNT_BELOW = 1_000_000  # the statistics' estimate below this: an exact count is cheap and stats lag
@@ -38,6 +39,8 @@ def split_chunks(client: PostgresClient, meta: TableMeta, chunk_size: int,
     if chunk_size <= 0:
         raise DblogError("--chunk-size must be a positive number of rows")
     table = table_sql(meta)
+    if not meta.key_unique:
+        check_chunk_key(lambda sql: client.query(sql, ()), meta.qualified, table, meta.key_columns, quote_ident)
     lead_column = meta.column(meta.key_columns[0])
     if lead_column.type_oid in INTEGER_OIDS and meta.key_unique:
         lead = quote_ident(lead_column.name)
