@@ -17,25 +17,27 @@ def merge_changes(data: pa.Table, changes: pa.Table, keys: Sequence[str],
     """``current``'s rows ``data`` (one per key) with ``changes`` (one per key, ``latest_per_key``) applied as the
     tail's MERGE does: a change replaces its key's row when its ``_pos`` is greater (a delete drops the key), and
     a key ``data`` lacks is inserted only after its chunk's HW (``hws``: chunk -> HW; before it, the chunk's read
-    has it). Sorted by key. One hash join of the keys, no sort by position (half the time of a sort of both)."""
+    has it). In no particular order: the rows ``data`` keeps, then the changes'. One hash join of the keys, built
+    on the changes and probed with ``data``'s keys (no sort of ``data`` by key and position)."""
     if changes.num_rows == 0:
         return data
     keys = list(keys)
-    probe = changes.select(keys).append_column("_i", pa.array(np.arange(changes.num_rows, dtype=np.int64)))
-    present = (data.select(keys).append_column("_held", data["_pos"])
-               .append_column("_j", pa.array(np.arange(data.num_rows, dtype=np.int64))))
-    joined = probe.join(present, keys, join_type="left outer").sort_by("_i")  # one row per change: keys are unique
+    rows = pa.array(np.arange(data.num_rows, dtype=np.int64))
+    held = data.select(keys).append_column("_held", data["_pos"]).append_column("_j", rows)
+    wanted = changes.select(keys).append_column("_i", pa.array(np.arange(changes.num_rows, dtype=np.int64)))
+    found = held.join(wanted, keys, join_type="inner")  # a row per change whose key ``data`` holds
+    at = pc.index_in(pa.array(np.arange(changes.num_rows, dtype=np.int64)), value_set=found["_i"].combine_chunks())
+    held_pos = found["_held"].combine_chunks().take(at)  # per change: its key's ``_pos`` in ``data``, or null
     chunks = pc.unique(changes["_chunk"])
     chunk_hws = pa.array([(hws[c].as_snapshot().encode() if hws.get(c) else "") for c in chunks.to_pylist()],
                          pa.string())
-    held = joined["_held"]
-    matched = pc.is_valid(held)
-    floor = pc.if_else(matched, held, chunk_hws.take(pc.index_in(changes["_chunk"], value_set=chunks)))
+    matched = pc.is_valid(held_pos)
+    floor = pc.if_else(matched, held_pos, chunk_hws.take(pc.index_in(changes["_chunk"], value_set=chunks)))
     applies = pc.greater(changes["_pos"], floor)
-    replaced = pc.filter(joined["_j"], pc.and_(matched, applies)).combine_chunks()
-    kept = data.filter(pc.invert(pc.is_in(present["_j"], value_set=replaced)))
+    replaced = pc.filter(found["_j"].combine_chunks().take(at), pc.and_(matched, applies))
+    kept = data.filter(pc.invert(pc.is_in(rows, value_set=replaced)))
     added = changes.filter(pc.and_(applies, pc.not_equal(changes["_op"], "d"))).select(data.column_names)
-    return pa.concat_tables([kept, added]).sort_by([(k, "ascending") for k in keys])
+    return pa.concat_tables([kept, added])
 
 
 def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:

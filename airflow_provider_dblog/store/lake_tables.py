@@ -278,7 +278,7 @@ class LakeTables:
             return data
         hws = {c: _version_position(app_version(current, chunk_app(c)))
                for c in pc.unique(changes["_chunk"]).to_pylist()}
-        return merge_changes(data, changes, self.keys, hws)
+        return merge_changes(data, changes, self.keys, hws).sort_by([(k, "ascending") for k in self.keys])
 
     def restart_current(self, source: pa.Schema, key_columns: Sequence[str], at: SourcePosition,
                         planned_at: SourcePosition | None = None) -> None:
