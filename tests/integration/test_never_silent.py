@@ -849,7 +849,7 @@ def test_an_xa_transaction_prepared_after_a_latest_start_does_not_hold_it(mariad
     is kept at once."""
     from airflow_provider_dblog.core.config import SourceConfig
     from airflow_provider_dblog.core.startup import StartupMode
-    from airflow_provider_dblog.source.mysql import xa
+    from airflow_provider_dblog.source.mysql import startup, xa
     from airflow_provider_dblog.source.mysql.dialect import MySqlDialect
 
     t = f"{db}.t"
@@ -860,9 +860,9 @@ def test_an_xa_transaction_prepared_after_a_latest_start_does_not_hold_it(mariad
         mariadb.sql("XA START 'ab\\'c', 'q1', 7", f"UPDATE {t} SET v = 2", "XA END 'ab\\'c', 'q1', 7",
                     "XA PREPARE 'ab\\'c', 'q1', 7")
         try:
-            listed = xa._recovered(dialect.client)
-            assert set(listed) == {"x'61622763',x'7131',7"} and set(listed) <= xa.prepared_since(dialect.client, start)
-            assert xa.start_clear_of_prepared(dialect.client, lambda: start, 0) == start
+            listed = xa.recovered(dialect.client)
+            assert set(listed) == {"x'61622763',x'7131',7"} and set(listed) <= startup.prepared_since(dialect.client, start)
+            assert startup.start_clear_of_prepared(dialect.client, lambda: start, 0) == start
         finally:
             mariadb.sql("XA ROLLBACK 'ab\\'c', 'q1', 7")
     finally:

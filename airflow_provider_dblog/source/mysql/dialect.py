@@ -165,7 +165,7 @@ class MySqlDialect:
     def startup_position(self, mode: StartupMode) -> SourcePosition:
         take = lambda: startup.startup_position(self.client, self.stream.server_id_range, mode)  # noqa: E731
         if mode.kind == "latest":  # a start no XA transaction straddles (a past start is the user's to choose)
-            return xa.start_clear_of_prepared(self.client, take, xa.wait_seconds())
+            return startup.start_clear_of_prepared(self.client, take, xa.wait_seconds())
         return take()
 
     def read_changes(self, start: SourcePosition, end: SourcePosition | None,

@@ -3,18 +3,23 @@
 still has, checked here with a one-line error otherwise (purged, past the end, mid-transaction, future)."""
 from __future__ import annotations
 
+import logging
 import re
+import time
 from itertools import islice
 
 import pymysql
 from pymysqlreplication.event import FormatDescriptionEvent, GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
 
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, TryAgainLater
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.startup import StartupMode
 from airflow_provider_dblog.source.mysql.binlog import binlog_sizes, current_position, listed_events
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.replication import binlog_events
+from airflow_provider_dblog.source.mysql import xa
+
+log = logging.getLogger("dblog")
 
 # events inside a transaction: a position at one of them would start reading mid-transaction, which
 # loses the transaction's rows (their table map is behind it)
@@ -174,3 +179,46 @@ def timestamp_position(client: MySqlClient, server_ids: tuple[int, int], timesta
     finally:
         events.close()
     return now
+
+
+def prepared_since(client: MySqlClient, start: SourcePosition) -> set[str]:
+    """The xids (binlog form, lower case) of the XA transactions prepared in the binlog from ``start`` on."""
+    found = set()
+    for event in listed_events(client, start, list(binlog_sizes(client))):
+        verb = xa.xa_statement(event.info) if event.info[:2].upper() == "XA" else None
+        if verb is not None and verb[0] in ("END", "PREPARE"):
+            found.add(verb[1].lower())
+    return found
+
+
+def start_clear_of_prepared(client: MySqlClient, take_position, seconds: float) -> SourcePosition:
+    """A start for a stream without a snapshot (``--startup latest``) that no XA transaction straddles: one
+    prepared before it and committed after it has its rows before the start, and the stream would read only
+    its commit. Taken between two ``XA RECOVER`` s; every transaction either lists must have its prepare at or
+    after the start in the binlog, else the start is taken again once they are decided (their commits then
+    come before it). After ``seconds``, one line (``TryAgainLater``)."""
+    deadline, said = time.time() + seconds, False
+    while True:
+        before = xa.recovered(client)
+        position = take_position()
+        if before is None:
+            return position
+        after = xa.recovered(client) or {}
+        listed = {**before, **after}
+        straddling = set(listed) - prepared_since(client, position) if listed else set()
+        if not straddling:
+            if said:
+                log.info("plan: the XA transactions prepared before the start are decided")
+            return position
+        names = ", ".join(sorted(listed[x] for x in straddling))
+        if time.time() >= deadline:
+            raise TryAgainLater(
+                f"{len(straddling)} XA transaction(s) prepared before the stream's start are still undecided after "
+                f"{seconds:.0f} s ({names}): the server wrote their rows to the binlog at XA PREPARE, before the "
+                f"start, and a stream without a snapshot would read only their commits; XA COMMIT or XA ROLLBACK "
+                f"them (XA RECOVER lists them) and plan again, or wait longer (DBLOG_XA_WAIT_SECONDS)")
+        if not said:
+            log.info("plan: waiting up to %.0f s for %d XA transaction(s) prepared before the stream's start (%s) "
+                     "to be committed or rolled back", seconds, len(straddling), names)
+            said = True
+        time.sleep(0.2)

@@ -151,56 +151,11 @@ def binlog_xid(format_id: int, gtrid_length: int, bqual_length: int, data) -> st
     return f"X'{gtrid.hex()}',X'{bqual.hex()}',{int(format_id)}"
 
 
-def _recovered(client) -> dict[str, str] | None:
+def recovered(client) -> dict[str, str] | None:
     """binlog xid (lower case) -> the xid as XA RECOVER shows it, of the transactions prepared now (None: not
     listable)."""
     rows = _recover(client)
     return None if rows is None else {binlog_xid(*row[:3], row[3]).lower(): _shown(row[3]) for row in rows}
-
-
-def prepared_since(client, start: SourcePosition) -> set[str]:
-    """The xids (binlog form, lower case) of the XA transactions prepared in the binlog from ``start`` on."""
-    from airflow_provider_dblog.source.mysql.binlog import binlog_sizes, listed_events
-
-    found = set()
-    for event in listed_events(client, start, list(binlog_sizes(client))):
-        verb = xa_statement(event.info) if event.info[:2].upper() == "XA" else None
-        if verb is not None and verb[0] in ("END", "PREPARE"):
-            found.add(verb[1].lower())
-    return found
-
-
-def start_clear_of_prepared(client, take_position, seconds: float) -> SourcePosition:
-    """A start for a stream without a snapshot (``--startup latest``) that no XA transaction straddles: one
-    prepared before it and committed after it has its rows before the start, and the stream would read only
-    its commit. Taken between two ``XA RECOVER`` s; every transaction either lists must have its prepare at or
-    after the start in the binlog, else the start is taken again once they are decided (their commits then
-    come before it). After ``seconds``, one line (``TryAgainLater``)."""
-    deadline, said = time.time() + seconds, False
-    while True:
-        before = _recovered(client)
-        position = take_position()
-        if before is None:
-            return position
-        after = _recovered(client) or {}
-        listed = {**before, **after}
-        straddling = set(listed) - prepared_since(client, position) if listed else set()
-        if not straddling:
-            if said:
-                log.info("plan: the XA transactions prepared before the start are decided")
-            return position
-        names = ", ".join(sorted(listed[x] for x in straddling))
-        if time.time() >= deadline:
-            raise TryAgainLater(
-                f"{len(straddling)} XA transaction(s) prepared before the stream's start are still undecided after "
-                f"{seconds:.0f} s ({names}): the server wrote their rows to the binlog at XA PREPARE, before the "
-                f"start, and a stream without a snapshot would read only their commits; XA COMMIT or XA ROLLBACK "
-                f"them (XA RECOVER lists them) and plan again, or wait longer (DBLOG_XA_WAIT_SECONDS)")
-        if not said:
-            log.info("plan: waiting up to %.0f s for %d XA transaction(s) prepared before the stream's start (%s) "
-                     "to be committed or rolled back", seconds, len(straddling), names)
-            said = True
-        time.sleep(0.2)
 
 
 def wait_for_prepared(client, seconds: float) -> None:
