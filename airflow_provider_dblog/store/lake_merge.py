@@ -24,9 +24,9 @@ def merge_changes(data: pa.Table, changes: pa.Table, keys: Sequence[str],
     keys = list(keys)
     rows = pa.array(np.arange(data.num_rows, dtype=np.int64))
     held = data.select(keys).append_column("_held", data["_pos"]).append_column("_j", rows)
-    wanted = changes.select(keys).append_column("_i", pa.array(np.arange(changes.num_rows, dtype=np.int64)))
-    found = held.join(wanted, keys, join_type="inner")  # a row per change whose key ``data`` holds
-    at = pc.index_in(pa.array(np.arange(changes.num_rows, dtype=np.int64)), value_set=found["_i"].combine_chunks())
+    each = pa.array(np.arange(changes.num_rows, dtype=np.int64))
+    found = held.join(changes.select(keys).append_column("_i", each), keys, join_type="inner")  # a row per change
+    at = pc.index_in(each, value_set=found["_i"].combine_chunks())  # whose key ``data`` holds, as found's row
     held_pos = found["_held"].combine_chunks().take(at)  # per change: its key's ``_pos`` in ``data``, or null
     chunks = pc.unique(changes["_chunk"])
     chunk_hws = pa.array([(hws[c].as_snapshot().encode() if hws.get(c) else "") for c in chunks.to_pylist()],
