@@ -918,3 +918,40 @@ def test_a_key_dropped_from_a_captured_table_stops_the_tail_in_one_line(mariadb,
     line = one_error_line(err)
     assert code != 0 and f"{db}.t" in line and "no primary key" in line, err[-3000:]
     assert _lake_position(state, f"{db}.t") == position
+
+
+GLOBAL_SQL_MODES = ["NO_BACKSLASH_ESCAPES", "PAD_CHAR_TO_FULL_LENGTH", "EMPTY_STRING_IS_NULL", "ANSI_QUOTES",
+                    "PIPES_AS_CONCAT", "ORACLE"]
+
+
+@pytest.mark.parametrize("mode", GLOBAL_SQL_MODES)
+def test_a_global_sql_mode_changes_neither_the_lake_nor_verify(mariadb, db, tmp_path, mode):
+    """A DBA sets the server's ``sql_mode`` at run time: every new session (the snapshot's, the checksums')
+    parses and prints by it. Keys with a backslash and a quote sit on chunk boundaries, and a CHAR column
+    holds values shorter than its width."""
+    import pymysql
+
+    from tests.support.lakecheck import compare_rows
+
+    mariadb.sql(f"CREATE TABLE {db}.m (k VARCHAR(20) PRIMARY KEY, c CHAR(8), e VARCHAR(8), n INT)",
+                f"INSERT INTO {db}.m SELECT CONCAT(CHAR(65 + seq % 5), CHAR(92), seq, CHAR(39)), "
+                f"CONCAT('c', seq), IF(seq % 3 = 0, '', 'e'), seq FROM seq_1_to_120", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    try:
+        mariadb.sql(f"SET GLOBAL sql_mode = '{mode}'")
+        code, _, err = dblog("run", "--source", mariadb.uri(), "--table", f"{db}.m", "--state", state,
+                             "--sink", sink, "--chunk-size", "16")
+        assert code == 0, err[-3000:]
+        mariadb.sql("SET SESSION sql_mode = ''", f"UPDATE {db}.m SET c = 'u', e = '' WHERE n % 4 = 0",
+                    f"INSERT INTO {db}.m VALUES (CONCAT('Z', CHAR(92), CHAR(39)), 'new', '', 1000)",
+                    f"DELETE FROM {db}.m WHERE n % 7 = 0")
+        code, _, err = _tail(state, sink)
+        assert code == 0, err[-3000:]
+        code, result = _verify_rows(state, sink, f"{db}.m")
+        assert code == 0 and result["equal"], result
+    finally:
+        mariadb.sql("SET GLOBAL sql_mode = DEFAULT")
+    from deltalake import DeltaTable
+
+    lake = DeltaTable(f"{sink}/{db}.m/current").to_pyarrow_table()
+    assert compare_rows(lake, mariadb.port, f"{db}.m", key=("k",)) == []

@@ -30,6 +30,13 @@ class SharedTlsConnection(pymysql.connections.Connection):
         return self._default_tls[0]
 
 
+# What every session dblog opens reads and parses by, whatever the server's defaults (a DBA may change them at
+# run time): UTC for TIMESTAMP, and no sql_mode. PAD_CHAR_TO_FULL_LENGTH pads CHAR values the binlog logs
+# unpadded (the lake mixed both, verify then differed); NO_BACKSLASH_ESCAPES reads the backslash-escaped literals
+# of key bounds as other strings or other SQL; ANSI_QUOTES and ORACLE change the parser.
+SESSION_SQL = "SET time_zone = '+00:00', sql_mode = ''"
+
+
 def binlog_status_sql(version: str) -> str:
     """MySQL 8.2 renamed SHOW MASTER STATUS (removed in 8.4); MariaDB keeps it."""
     if "mariadb" in version.lower():
@@ -56,7 +63,7 @@ class MySqlClient:
             return SharedTlsConnection(
                 host=self.config.host, port=self.config.port, user=self.config.user,
                 password=self.config.password, database=database, autocommit=True, charset="utf8mb4",
-                init_command="SET time_zone = '+00:00'", connect_timeout=10,
+                init_command=SESSION_SQL, connect_timeout=10,
             )
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else 0
