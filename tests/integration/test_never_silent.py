@@ -920,37 +920,53 @@ def test_a_key_dropped_from_a_captured_table_stops_the_tail_in_one_line(mariadb,
     assert _lake_position(state, f"{db}.t") == position
 
 
-GLOBAL_SQL_MODES = ["NO_BACKSLASH_ESCAPES", "PAD_CHAR_TO_FULL_LENGTH", "EMPTY_STRING_IS_NULL", "ANSI_QUOTES",
-                    "PIPES_AS_CONCAT", "ORACLE"]
+GLOBAL_SETTINGS = [
+    *[(f"sql_mode = '{mode}'", "sql_mode = DEFAULT") for mode in (
+        "NO_BACKSLASH_ESCAPES", "PAD_CHAR_TO_FULL_LENGTH", "EMPTY_STRING_IS_NULL", "ANSI_QUOTES", "PIPES_AS_CONCAT",
+        "ORACLE")],
+    ("TRANSACTION ISOLATION LEVEL READ UNCOMMITTED", "TRANSACTION ISOLATION LEVEL REPEATABLE READ"),
+    ("TRANSACTION ISOLATION LEVEL READ COMMITTED", "TRANSACTION ISOLATION LEVEL REPEATABLE READ"),
+    ("time_zone = '-07:00'", "time_zone = DEFAULT"),
+]
 
 
-@pytest.mark.parametrize("mode", GLOBAL_SQL_MODES)
-def test_a_global_sql_mode_changes_neither_the_lake_nor_verify(mariadb, db, tmp_path, mode):
-    """A DBA sets the server's ``sql_mode`` at run time: every new session (the snapshot's, the checksums')
-    parses and prints by it. Keys with a backslash and a quote sit on chunk boundaries, and a CHAR column
-    holds values shorter than its width."""
+@pytest.mark.parametrize("setting, default", GLOBAL_SETTINGS, ids=[s for s, _ in GLOBAL_SETTINGS])
+def test_a_global_setting_changes_neither_the_lake_nor_verify(mariadb, db, tmp_path, setting, default):
+    """A DBA changes the server's defaults at run time: every new session (the snapshot's, the checksums') reads,
+    prints and parses by them. Keys with a backslash and a quote sit on chunk boundaries, a CHAR column holds
+    values shorter than its width, a TIMESTAMP is an instant, and a transaction left open while the capture
+    reads (rolled back after it) inserts and changes rows no one ever committed. Before: NO_BACKSLASH_ESCAPES
+    broke the key bounds' SQL, PAD_CHAR_TO_FULL_LENGTH left padded values in the lake (verify: 27 different),
+    READ UNCOMMITTED read the open transaction's rows into the lake."""
     import pymysql
 
     from tests.support.lakecheck import compare_rows
 
-    mariadb.sql(f"CREATE TABLE {db}.m (k VARCHAR(20) PRIMARY KEY, c CHAR(8), e VARCHAR(8), n INT)",
-                f"INSERT INTO {db}.m SELECT CONCAT(CHAR(65 + seq % 5), CHAR(92), seq, CHAR(39)), "
-                f"CONCAT('c', seq), IF(seq % 3 = 0, '', 'e'), seq FROM seq_1_to_120", db=db)
+    mariadb.sql(f"CREATE TABLE {db}.m (k VARCHAR(20) PRIMARY KEY, c CHAR(8), e VARCHAR(8), n INT, ts TIMESTAMP(3) "
+                f"NULL)",
+                f"INSERT INTO {db}.m SELECT CONCAT(CHAR(65 + seq % 5), CHAR(92), seq, CHAR(39)), CONCAT('c', seq), "
+                f"IF(seq % 3 = 0, '', 'e'), seq, FROM_UNIXTIME(1700000000 + seq * 3600.5) FROM seq_1_to_120", db=db)
     state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    uncommitted = pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root", autocommit=False)
     try:
-        mariadb.sql(f"SET GLOBAL sql_mode = '{mode}'")
+        mariadb.sql(f"SET GLOBAL {setting}")
+        with uncommitted.cursor() as cur:
+            cur.execute(f"INSERT INTO {db}.m VALUES ('B', 'never', 'x', -1, NULL), ('D~', 'never', 'x', -2, NULL)")
+            cur.execute(f"UPDATE {db}.m SET n = -n, c = 'dirty' WHERE n % 5 = 0")
         code, _, err = dblog("run", "--source", mariadb.uri(), "--table", f"{db}.m", "--state", state,
                              "--sink", sink, "--chunk-size", "16")
         assert code == 0, err[-3000:]
+        uncommitted.rollback()
         mariadb.sql("SET SESSION sql_mode = ''", f"UPDATE {db}.m SET c = 'u', e = '' WHERE n % 4 = 0",
-                    f"INSERT INTO {db}.m VALUES (CONCAT('Z', CHAR(92), CHAR(39)), 'new', '', 1000)",
+                    f"INSERT INTO {db}.m VALUES (CONCAT('Z', CHAR(92), CHAR(39)), 'new', '', 1000, NOW())",
                     f"DELETE FROM {db}.m WHERE n % 7 = 0")
         code, _, err = _tail(state, sink)
         assert code == 0, err[-3000:]
         code, result = _verify_rows(state, sink, f"{db}.m")
         assert code == 0 and result["equal"], result
     finally:
-        mariadb.sql("SET GLOBAL sql_mode = DEFAULT")
+        uncommitted.close()
+        mariadb.sql(f"SET GLOBAL {default}")
     from deltalake import DeltaTable
 
     lake = DeltaTable(f"{sink}/{db}.m/current").to_pyarrow_table()

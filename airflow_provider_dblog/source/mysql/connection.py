@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from typing import Sequence
 
 import pymysql
@@ -10,6 +11,13 @@ import pymysql
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import SourcePosition
+from airflow_provider_dblog.source.reconnect import ConnectionLost, again_when_lost
+
+# The server closed the connection under us: gone away, lost during a query, killed (KILL, pt-kill), closed for
+# inactivity (wait_timeout; MySQL 8.0.24+ says so). A new connection is the answer, not a failed tail.
+CONNECTION_LOST = {2006, 2013, 2055, 1927, 4031}
+# A connection idle this long is pinged before a transaction starts on it (a kill while idle shows only then).
+IDLE_PING_SECONDS = 1.0
 
 
 class SharedTlsConnection(pymysql.connections.Connection):
@@ -31,10 +39,12 @@ class SharedTlsConnection(pymysql.connections.Connection):
 
 
 # What every session dblog opens reads and parses by, whatever the server's defaults (a DBA may change them at
-# run time): UTC for TIMESTAMP, and no sql_mode. PAD_CHAR_TO_FULL_LENGTH pads CHAR values the binlog logs
-# unpadded (the lake mixed both, verify then differed); NO_BACKSLASH_ESCAPES reads the backslash-escaped literals
-# of key bounds as other strings or other SQL; ANSI_QUOTES and ORACLE change the parser.
-SESSION_SQL = "SET time_zone = '+00:00', sql_mode = ''"
+# run time): UTC for TIMESTAMP, no sql_mode, REPEATABLE READ. PAD_CHAR_TO_FULL_LENGTH pads CHAR values the binlog
+# logs unpadded (the lake mixed both, verify then differed); NO_BACKSLASH_ESCAPES reads the backslash-escaped
+# literals of key bounds as other strings or other SQL; ANSI_QUOTES and ORACLE change the parser; READ UNCOMMITTED
+# reads rows no transaction committed (they stayed in the lake), and a consistent snapshot is one only under
+# REPEATABLE READ. Two statements: the isolation level has no variable both MySQL and MariaDB 10.x know.
+SESSION_STATEMENTS = ("SET time_zone = '+00:00', sql_mode = ''", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 
 
 def binlog_status_sql(version: str) -> str:
@@ -52,6 +62,7 @@ class MySqlClient:
         self.config = config
         self.epoch = epoch  # the capture's how-many-th server this is (``core.positions``: after failovers)
         self._conn: pymysql.connections.Connection | None = None
+        self._used = 0.0
         self._version: str | None = None
 
     def position(self, file: str, offset: int, row: int = 0) -> SourcePosition:
@@ -60,11 +71,15 @@ class MySqlClient:
 
     def connect(self, database: str | None = None) -> pymysql.connections.Connection:
         try:
-            return SharedTlsConnection(
+            conn = SharedTlsConnection(
                 host=self.config.host, port=self.config.port, user=self.config.user,
                 password=self.config.password, database=database, autocommit=True, charset="utf8mb4",
-                init_command=SESSION_SQL, connect_timeout=10,
+                connect_timeout=10,
             )
+            with conn.cursor() as cur:
+                for statement in SESSION_STATEMENTS:
+                    cur.execute(statement)
+            return conn
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else 0
             if code == 1045:
@@ -75,22 +90,42 @@ class MySqlClient:
 
     @property
     def conn(self) -> pymysql.connections.Connection:
+        """The open control connection; one that idled is pinged first, and opened again if the server closed it
+        meanwhile (``wait_timeout``, a DBA's KILL), so a transaction never starts on a dead connection."""
+        if self._conn is not None and self._conn.open and time.monotonic() - self._used > IDLE_PING_SECONDS:
+            try:
+                self._conn.ping(reconnect=False)
+            except pymysql.MySQLError:
+                self.close()
         if self._conn is None or not self._conn.open:
             self._conn = self.connect()
+        self._used = time.monotonic()
         return self._conn
 
     def close(self) -> None:
         if self._conn is not None and self._conn.open:
-            self._conn.close()
+            try:
+                self._conn.close()
+            except pymysql.MySQLError:
+                pass  # the server closed it first
         self._conn = None
 
     def __getstate__(self) -> dict:  # shipped to Spark executors: no live connection
         return {**self.__dict__, "_conn": None}
 
     def query(self, sql: str, args: Sequence | None = None) -> list[tuple]:
-        with self.conn.cursor() as cur:
-            cur.execute(sql, args)
-            return list(cur.fetchall())
+        """One autocommit statement (every caller's is a read or an idempotent write), run again on a new connection
+        when the server closed the one it was sent on (``source.reconnect``)."""
+        def once() -> list[tuple]:
+            try:
+                with self.conn.cursor() as cur:
+                    cur.execute(sql, args)
+                    return list(cur.fetchall())
+            except pymysql.OperationalError as exc:
+                if exc.args and exc.args[0] in CONNECTION_LOST:
+                    raise ConnectionLost(str(exc.args[-1])) from None
+                raise
+        return again_when_lost(once, self.close, self.config.address)
 
     def scalar(self, sql: str, args: Sequence | None = None):
         rows = self.query(sql, args)

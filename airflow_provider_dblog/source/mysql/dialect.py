@@ -21,7 +21,7 @@ from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.mysql import binlog, checksum, retention, schema, splitter, startup, watermarks, xa
 from airflow_provider_dblog.source.mysql.collation import KeyOrder
-from airflow_provider_dblog.source.mysql.connection import SESSION_SQL, MySqlClient
+from airflow_provider_dblog.source.mysql.connection import SESSION_STATEMENTS, MySqlClient
 from airflow_provider_dblog.source.mysql.ddl import alter_actions
 from airflow_provider_dblog.source.mysql.sql import at_most, range_condition, snapshot_sql, table_sql
 from airflow_provider_dblog.source.mysql.types import arrow_schema, cast_snapshot_column, quote_ident
@@ -109,7 +109,7 @@ class MySqlDialect:
         uri = f"mysql://{auth}@{cfg.host}:{cfg.port}/{quote(meta.database, safe='')}"
         target = arrow_schema(meta)
         try:
-            raw = cx.read_sql(uri, snapshot_sql(meta, chunk), return_type="arrow", pre_execution_query=SESSION_SQL)
+            raw = cx.read_sql(uri, snapshot_sql(meta, chunk), return_type="arrow", pre_execution_query=list(SESSION_STATEMENTS))
         except Exception as exc:  # connectorx raises bare RuntimeErrors; never echo the URI
             message = str(exc).replace(cfg.password, "***") if cfg.password else str(exc)
             raise DblogError(f"reading chunk {chunk.id} of {meta.qualified} failed: {message.splitlines()[0]}") from None

@@ -12,6 +12,7 @@ import psycopg2
 from airflow_provider_dblog.core.config import PASSWORD_ENV, SourceConfig
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.source.postgres.pgoutput import parse_lsn
+from airflow_provider_dblog.source.reconnect import ConnectionLost, again_when_lost
 from airflow_provider_dblog.source.postgres.values import libpq_options
 
 APPLICATION_NAME = "dblog"
@@ -93,9 +94,23 @@ class PostgresClient:
         return {**self.__dict__, "_conn": None, "_snapshot": None, "in_snapshot": False}
 
     def query(self, sql: str, args: Sequence | dict | None = None) -> list[tuple]:
-        with self.conn.cursor() as cur:
-            cur.execute(sql, args)
-            return list(cur.fetchall()) if cur.description else []
+        """One autocommit statement, run again on a new connection when the server closed the one it was sent on
+        (``source.reconnect``). Every caller's statement is a read or may run twice (an advance, an emitted
+        watermark whose reader takes the first)."""
+        def once() -> list[tuple]:
+            conn = self.conn
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(sql, args)
+                    return list(cur.fetchall()) if cur.description else []
+            except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
+                if conn.closed:  # the connection failed, not the statement
+                    raise ConnectionLost(first_line(exc, self.config.password)) from None
+                raise
+        return again_when_lost(once, self._forget_control, self.where)
+
+    def _forget_control(self) -> None:
+        self._conn = None
 
     def scalar(self, sql: str, args: Sequence | dict | None = None):
         rows = self.query(sql, args)

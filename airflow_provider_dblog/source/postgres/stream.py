@@ -52,6 +52,7 @@ from airflow_provider_dblog.source.postgres.slot import (
     BUSY_RETRY_SECONDS, carries_key, identity_misses_key, publication_problem,
 )
 from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
+from airflow_provider_dblog.source.reconnect import LOST_CONNECTION_RETRIES, ConnectionLost
 
 log = logging.getLogger("dblog")
 FETCH_ROWS = 5000  # messages per round trip of the server-side cursor
@@ -138,7 +139,36 @@ class SlotReader:
 
     # ---- the rows of the slot ----
     def _messages(self, end: int) -> Iterator[bytes]:
-        """The payloads of every message of the slot up to ``end``, from a peek (nothing consumed)."""
+        """The payloads of every message of the slot up to ``end``, from a peek (nothing consumed). A connection the
+        server closed mid-read (``pg_terminate_backend``, a restart) is opened again and peeked again, the messages
+        already given skipped: a peek from the same slot position gives the same messages, and the first one (a
+        Begin, naming its transaction and commit) proves the position did not move meanwhile."""
+        given, first, lost = 0, None, 0
+        while True:
+            try:
+                for index, payload in enumerate(self._peek(end)):
+                    if index == 0:
+                        if first is None:
+                            first = payload
+                        elif payload != first:
+                            raise DblogError(f"replication slot {self.slot} on {self.client.where} moved while its "
+                                             f"read was connected again: run the tail again")
+                    if index < given:
+                        continue
+                    given += 1
+                    yield payload
+                return
+            except ConnectionLost as exc:
+                lost += 1
+                if lost > LOST_CONNECTION_RETRIES:
+                    raise DblogError(f"reading the changes of replication slot {self.slot} on {self.client.where} "
+                                     f"failed: the server closed the connection {lost} times ({exc})") from None
+                log.warning("reading replication slot %s: the server closed the connection (%s): connecting again, "
+                            "%d messages read are skipped", self.slot, exc, given)
+                time.sleep(min(0.2 * lost, 2.0))
+
+    def _peek(self, end: int) -> Iterator[bytes]:
+        """One peek of the slot up to ``end`` on its own connection (``ConnectionLost``: the server closed it)."""
         conn = self.client.connect(autocommit=False)
         deadline = time.monotonic() + BUSY_RETRY_SECONDS
         try:
@@ -154,6 +184,8 @@ class SlotReader:
                     return
                 except psycopg2.Error as exc:
                     message = first_line(exc, self.client.config.password)
+                    if conn.closed:
+                        raise ConnectionLost(message) from None
                     conn.rollback()
                     if "is active for pid" in message.lower() and time.monotonic() < deadline:
                         time.sleep(0.5)
@@ -167,7 +199,8 @@ class SlotReader:
                                                              if "is active for pid" in message.lower() else "")
                                      ) from None
         finally:
-            conn.close()
+            if not conn.closed:
+                conn.close()
 
     def transactions(self, lo: int, hi: int, table: str) -> list[tuple[int, int]]:
         """``(final_lsn, xid)`` of each transaction with ``lo <= final_lsn < hi`` that changes ``table``, in
