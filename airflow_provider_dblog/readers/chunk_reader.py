@@ -102,7 +102,7 @@ def run_chunk(sink: str, plan: TablePlan, chunk_id: int, dialect: DataSourceDial
     read = read_chunk(dialect, plan.meta, chunk, plan.strategy)
     schema = dialect.arrow_schema(read.meta)
     hw_encoded = read.hw.as_snapshot().encode()
-    lake = LakeTables(sink, table, schema, plan.meta.key_columns)
+    lake = LakeTables(sink, table, schema, plan.meta.key_columns, capture=plan.capture)
     applied = lake.commit_chunk(chunk_id, read.hw, snapshot_rows(read.rows, hw_encoded, chunk_id,
                                                                   int(time.time() * 1000), schema),
                                 keep_columns=plan.keep_columns)

@@ -389,7 +389,7 @@ def table_committers(state: StateDir, sink: str, schema_changes: str, memory_byt
         if not plans:
             plans.append(state.tables())
         plan = state.table_of(plans[0], name)  # a table planned after the first read: read again
-        lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
+        lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns, capture=plan.capture)
         lake.memory_bytes = memory_bytes
         reread = None if executor is None else reread_by(executor, state, sink, dialect)
         return ChangeCommitter(state, lake, dialect, schema_changes, reread, sink=sink, plan=plan)

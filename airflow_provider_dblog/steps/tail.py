@@ -194,7 +194,7 @@ def create_unread_tables(state: StateDir, sink: str, dialect, names: list[str]) 
 
     def create(name: str) -> None:
         plan = state.table_of(plans, name)
-        lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
+        lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns, capture=plan.capture)
         lake.changelog(), lake.current()
 
     for_each_table(create, [name for name in names if not state.table_of(plans, name).startup.snapshots],
@@ -245,7 +245,7 @@ def finish_replans(state: StateDir, sink: str, dialect, names: list[str], offset
             continue
         log.warning("tail: %s was planned again (key %s) but its offsets are the old plan's: a re-plan was "
                     "interrupted; reading its %d new chunks", name, ", ".join(plan.meta.key_columns), len(ordered))
-        LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns).restart_current(
+        LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns, capture=plan.capture).restart_current(
             dialect.arrow_schema(plan.meta), plan.meta.key_columns, plan.planned_at)
         read_table_again(state, sink, name, executor)
         done = True
@@ -276,7 +276,7 @@ def bring_current_up_to_date(state: StateDir, sink: str, dialect, names: list[st
 
     def check(name: str) -> None:
         plan = state.table_of(plans, name)
-        lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns)
+        lake = LakeTables(sink, name, dialect.arrow_schema(plan.meta), plan.meta.key_columns, capture=plan.capture)
         lake.memory_bytes = memory_bytes
         behind = lake.current_behind()
         if behind is None or unfollowed_schema_changes(state, lake, behind[1]):

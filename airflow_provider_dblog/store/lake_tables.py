@@ -59,6 +59,7 @@ MAX_ATTEMPTS = 30
 MEMORY_BYTES = 256 * 1024 * 1024  # changes applied to ``current`` in one MERGE; more go chunk by chunk
 SCAN_BATCH_ROWS = 65_536
 REWRITE_THREADS = 2  # files of ``current`` rewritten at once by an update
+CAPTURE_MARK = "dblog capture "  # a lake table's description: the capture (``StateDir.capture``) that writes it
 WHOLE_READ_ROWS = 16_384  # a file of ``current`` this small is read whole once by an update, not key columns first
 # a log checkpoint every 10 commits (delta-rs writes it after the commit): opening, updating and committing to a
 # table replays the log entries since the last checkpoint, 0.25 ms each here, so at Delta's default of 100 a
@@ -106,6 +107,12 @@ def _retrying(what: str, attempt_fn):
             time.sleep(min(0.05 * attempt, 1.0))
 
 
+def capture_of(table) -> str | None:
+    """The capture that created a lake table (its description), None for one created before captures had ids."""
+    text = table.metadata().description or ""
+    return text[len(CAPTURE_MARK):] if text.startswith(CAPTURE_MARK) else None
+
+
 class LakeTables:
     """``changelog`` and ``current`` of one captured table."""
 
@@ -115,8 +122,10 @@ class LakeTables:
     rewritten = (0, 0)  # files rewritten and rows written by the last key-range update (benchmarks, tests)
 
     def __init__(self, sink: str, table: str, source: pa.Schema, key_columns: Sequence[str],
-                 storage_options: dict | None = None):
-        self.table, self.keys = table, tuple(key_columns)
+                 storage_options: dict | None = None, capture: str | None = None):
+        """``capture``: the id of the capture writing (``StateDir.capture``): the tables it creates carry it, and a
+        table another capture created is refused (None: neither; a state planned before captures had ids)."""
+        self.table, self.keys, self.capture = table, tuple(key_columns), capture
         self.changelog_uri, self.current_uri = changelog_uri(sink, table), current_uri(sink, table)
         self.options = storage_options
         self._appended = None  # (changelog position before, after, its version, rows) of the last tail append
@@ -142,14 +151,25 @@ class LakeTables:
 
         for _ in range(3):
             try:
-                return DeltaTable(uri, storage_options=self.options)
+                return self._owned(uri, DeltaTable(uri, storage_options=self.options))
             except TableNotFoundError:
                 try:
                     return DeltaTable.create(uri, schema, mode="ignore", partition_by=partition_by,
-                                             storage_options=self.options, configuration=TABLE_PROPERTIES)
+                                             storage_options=self.options, configuration=TABLE_PROPERTIES,
+                                             description=None if self.capture is None else CAPTURE_MARK + self.capture)
                 except Exception:  # noqa: BLE001 - another writer created it at the same moment: open it
                     continue
-        return DeltaTable(uri, storage_options=self.options)
+        return self._owned(uri, DeltaTable(uri, storage_options=self.options))
+
+    def _owned(self, uri: str, table):
+        """``table``, unless another capture created it: two captures (two states, e.g. two servers with the same
+        database and table names) writing one lake table would mix their rows, and neither could tell."""
+        owner = capture_of(table)
+        if self.capture is None or owner is None or owner == self.capture:
+            return table
+        raise DblogError(f"{unquote(uri)} belongs to another capture ({owner}, not this state's {self.capture}): two "
+                         f"captures would mix their rows in it; give this one another --sink, or delete the table's "
+                         f"current and changelog to capture it anew")
 
     def changelog(self):
         return self._open(self.changelog_uri, self.changelog_schema, None)

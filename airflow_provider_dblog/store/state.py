@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -52,6 +53,7 @@ class TablePlan:
     startup: StartupMode = StartupMode()
     start_at: SourcePosition | None = None  # where the stream starts when the startup mode reads no snapshot
     keep_columns: bool = False  # a re-read under --schema-changes freeze: the lake keeps its columns (not stored)
+    capture: str | None = None  # the capture's id (``StateDir.capture``; stored once in plan.json, not per table)
 
     def chunk(self, chunk_id: int) -> ChunkRange:
         return self.chunks[chunk_id]
@@ -74,7 +76,8 @@ class TablePlan:
         return cls(TableMeta.from_dict(data["meta"]), tuple(ChunkRange.from_dict(c) for c in data["chunks"]),
                    data["strategy"], SourcePosition.from_dict(data["planned_at"]), data.get("planned_gtid"),
                    int(data.get("rows") or 0), StartupMode.from_dict(data.get("startup")),
-                   SourcePosition.from_dict(data["start_at"]) if data.get("start_at") else None)
+                   SourcePosition.from_dict(data["start_at"]) if data.get("start_at") else None,
+                   capture=data.get("capture"))
 
 
 def tail_checkpoints(local_state: Path | None, checkpoints: str | os.PathLike | None = None) -> Path | None:
@@ -131,11 +134,16 @@ class StateDir:
     def options(self) -> dict:
         return self.load_raw().get("options", {})
 
+    def capture(self) -> str | None:
+        """This capture's id, made by its first plan: the lake tables it creates carry it, and it writes no table
+        another capture made (``LakeTables``). None: planned before captures had ids."""
+        return self.load_raw().get("capture")
+
     def tables(self) -> dict[str, TablePlan]:
         raw = self.load_raw()
         if self._tables is not None and self._tables[0] is raw:
             return self._tables[1]
-        tables = {name: TablePlan.from_dict(t) for name, t in raw["tables"].items()}
+        tables = {name: TablePlan.from_dict({**t, "capture": raw.get("capture")}) for name, t in raw["tables"].items()}
         self._tables = (raw, tables)
         return tables
 
@@ -182,6 +190,7 @@ class StateDir:
         if [b.index for b in batches] != list(range(len(raw["batches"]), len(raw["batches"]) + len(batches))):
             raise ValueError("new batches must be numbered after the plan's batches")
         raw["version"] = 2
+        raw.setdefault("capture", uuid.uuid4().hex)
         raw["source"] = source.public_uri
         raw.setdefault("options", {}).update(options)
         for plan in plans:

@@ -971,3 +971,39 @@ def test_a_global_setting_changes_neither_the_lake_nor_verify(mariadb, db, tmp_p
 
     lake = DeltaTable(f"{sink}/{db}.m/current").to_pyarrow_table()
     assert compare_rows(lake, mariadb.port, f"{db}.m", key=("k",)) == []
+
+
+def test_a_second_capture_into_the_same_lake_is_refused_in_one_line(mariadb, db, tmp_path):
+    """Two captures (two states) of two servers holding the same database and table names, one ``--sink``: before,
+    the second's snapshot replaced the first's rows and both tails went on with exit 0 (verify: 4 missing, 30
+    different). Now each lake table carries the capture that created it, and the second is refused in one line
+    before it writes anything; the first goes on."""
+    from deltalake import DeltaTable
+
+    from tests.support.lakecheck import compare_rows
+    from tests.support.local_mariadb import LocalMariaDB
+
+    other = LocalMariaDB(tmp_path / "other", server_id=9).start()
+    try:
+        for server in (mariadb, other):
+            server.sql(f"CREATE DATABASE IF NOT EXISTS {db}")
+            server.sql(f"CREATE TABLE {db}.u (id INT PRIMARY KEY, v INT)",
+                       f"INSERT INTO {db}.u SELECT seq, seq FROM seq_1_to_60", db=db)
+        other.sql(f"UPDATE {db}.u SET v = 5000 + id WHERE id > 30", f"DELETE FROM {db}.u WHERE id < 5")
+        sink, first, second = str(tmp_path / "lake"), str(tmp_path / "first"), str(tmp_path / "second")
+        run = ("run", "--table", f"{db}.u", "--sink", sink, "--chunk-size", "20", "--state")
+        code, _, err = dblog(*run, first, "--source", mariadb.uri())
+        assert code == 0, err[-2000:]
+        versions = {kind: DeltaTable(f"{sink}/{db}.u/{kind}").version() for kind in ("current", "changelog")}
+        code, _, err = dblog(*run, second, "--source", other.uri())
+        line = one_error_line(err)
+        assert code != 0 and f"{db}.u/current belongs to another capture" in line and "another --sink" in line, err
+        assert {kind: DeltaTable(f"{sink}/{db}.u/{kind}").version() for kind in versions} == versions
+        mariadb.sql(f"UPDATE {db}.u SET v = 1000 WHERE id > 50")
+        code, _, err = _tail(first, sink)
+        assert code == 0, err[-2000:]
+        assert compare_rows(DeltaTable(f"{sink}/{db}.u/current").to_pyarrow_table(), mariadb.port, f"{db}.u") == []
+        code, _, err = _tail(second, sink)  # its snapshot never finished: nothing to tail from
+        assert code != 0 and "no offset map" in one_error_line(err)
+    finally:
+        other.stop()
