@@ -20,7 +20,7 @@ from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.retention import BinlogRetention
 from airflow_provider_dblog.core.schema_events import ColumnAction, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.startup import StartupMode
-from airflow_provider_dblog.core.tables import TableMeta
+from airflow_provider_dblog.core.tables import Column, TableMeta
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,10 @@ class DataSourceDialect(Protocol):
     def column_actions(self, change: SchemaChange) -> list[ColumnAction]:
         """What an ALTER ``change`` does to the rows, clause by clause, as far as its statement says;
         ``[ColumnAction(\"other\")]`` when it cannot tell (the table's chunks are then read again)."""
+
+    def keeps_values(self, before: Column, after: Column) -> bool:
+        """Whether a column's type change from ``before`` to ``after`` (a ``modify`` action) kept every value as it
+        was; False: the table is read again."""
 
     def chunks_matching(self, meta: TableMeta, chunks: Sequence[ChunkRange], condition: str,
                         lo: Key | None, hi: Key | None) -> list[int]:

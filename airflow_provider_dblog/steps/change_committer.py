@@ -73,6 +73,7 @@ class ChangeCommitter:
         self.reread = reread or reread_here(state, sink, dialect)
         self._ignored: set[tuple] = set()
         self.replanned = False  # the table was planned again (a new key): its stream must start again
+        self._before, self._groups = self.plan.meta, []  # the columns in force and the statements being followed
 
     def check_plan(self) -> None:
         """Before a micro-batch: a stream reading with the plan the table had before it was planned again
@@ -175,6 +176,7 @@ class ChangeCommitter:
         for change in changes:
             log.info("schema change: %s (%s)", change.describe(), self.behaviour)
         groups = statement_groups(changes, parts)
+        self._before, self._groups = self.state.meta_in_force(self.lake.table), groups  # for ``_kept``
         in_place = self._in_place_steps(groups) if self.behaviour == "evolve" and end is not None else None
         if in_place is not None:
             steps, live = in_place
@@ -197,7 +199,7 @@ class ChangeCommitter:
         before, steps = self.lake.source, []
         for group, columns in groups:
             after = columns or self.dialect.arrow_schema(live)
-            known = in_place_changes(before, after, group, self.dialect.column_actions)
+            known = in_place_changes(before, after, group, self.dialect.column_actions, self._kept(live))
             if known is None:
                 return None
             steps.append((group[0].start, group[-1].pos, after, *known))
@@ -225,7 +227,8 @@ class ChangeCommitter:
             live = self.plan.meta
         else:
             source = self.dialect.arrow_schema(live)
-            in_place = in_place_changes(self.lake.source, columns or source, group, self.dialect.column_actions)
+            in_place = in_place_changes(self.lake.source, columns or source, group, self.dialect.column_actions,
+                                        self._kept(live))
             if in_place is not None:
                 self.lake.evolve(columns or source, last.pos, *in_place)
                 self.state.record_schema_version(live, last.pos)
@@ -239,6 +242,26 @@ class ChangeCommitter:
         self.reread(replace(self.plan, meta=live, keep_columns=self.behaviour == "freeze"))
         self._adopt_identity(fresh)
         return True
+
+    def _kept(self, live: TableMeta) -> Callable[[str, str], bool]:
+        """``in_place_changes``'s ``kept``: a column's type in force before the changes being followed
+        (``_before``) against its type now (``live``), by the dialect's rule; a column modified by more than one
+        of the statements is read again (what it held in between is not known)."""
+        times: dict[str, int] = {}
+        for group, _ in self._groups:
+            for change in group:
+                for action in (self.dialect.column_actions(change) if change.kind == "alter" else []):
+                    if action.kind == "modify":
+                        times[action.name.lower()] = times.get(action.name.lower(), 0) + 1
+        before = {c.name.lower(): c for c in self._before.columns}
+        now = {c.name.lower(): c for c in live.columns}
+
+        def kept(old: str, new: str) -> bool:
+            if times.get(new.lower(), 0) + (times.get(old.lower(), 0) if old.lower() != new.lower() else 0) > 1:
+                return False
+            was, is_now = before.get(old.lower()), now.get(new.lower())
+            return was is not None and is_now is not None and self.dialect.keeps_values(was, is_now)
+        return kept
 
     def _adopt_identity(self, live: TableMeta) -> None:
         """The plan takes ``live``'s column ordinals and storage once the lake holds the rows as ``live`` has
@@ -322,12 +345,16 @@ def statement_groups(changes: Sequence[SchemaChange], parts: Sequence[pa.Table |
 
 
 def in_place_changes(before: pa.Schema, after: pa.Schema, changes: Sequence[SchemaChange],
-                     column_actions: Callable[[SchemaChange], list]) -> tuple[dict[str, str], dict[str, pa.Scalar]] | None:
+                     column_actions: Callable[[SchemaChange], list],
+                     kept: Callable[[str, str], bool] = lambda old, new: False
+                     ) -> tuple[dict[str, str], dict[str, pa.Scalar]] | None:
     """(renamed: new name -> old name, defaults of added columns) when ALTER TABLE ``changes`` turn the lake's
     columns ``before`` into the source's ``after`` in a way the statements fully explain (``column_actions``:
-    the dialect's reading of a statement); None when the rows must be read again."""
+    the dialect's reading of a statement; ``kept(lake column, source column)``: whether a column a statement
+    modified kept every value, as the source's declared types say); None when the rows must be read again."""
     origin = {f.name.lower(): f.name for f in before}  # column now (lower case) -> the lake's column, or None
     defaults: dict[str, object] = {}
+    modified: set[str] = set()  # the lake's columns a MODIFY / CHANGE changed the type of
     for change in changes:
         if change.kind != "alter":
             return None
@@ -346,6 +373,8 @@ def in_place_changes(before: pa.Schema, after: pa.Schema, changes: Sequence[Sche
                     defaults[new] = defaults.pop(name)
             elif action.kind != "modify" or name not in origin:
                 return None
+            elif origin[name] is not None:
+                modified.add(origin[name])
     if sorted(origin) != sorted(f.name.lower() for f in after):
         return None
     renamed, values = {}, {}
@@ -362,6 +391,8 @@ def in_place_changes(before: pa.Schema, after: pa.Schema, changes: Sequence[Sche
         old_type = before.field(old).type
         if old_type != field.type and not (widens(old_type, field.type) and not (
                 pa.types.is_string(field.type) and not pa.types.is_string(old_type))):
+            return None
+        if old in modified and not kept(old, field.name):  # e.g. VARCHAR(40) to VARCHAR(5): one lake type
             return None
         if old != field.name:
             renamed[field.name] = old

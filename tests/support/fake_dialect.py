@@ -270,6 +270,9 @@ class InMemoryDialect:
         """The in-memory source has no DDL: whatever changed is read again."""
         return [ColumnAction("other")]
 
+    def keeps_values(self, before, after) -> bool:
+        return before == after
+
     def quote_identifier(self, name: str) -> str:
         return f"`{name}`"
 

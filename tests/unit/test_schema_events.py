@@ -7,6 +7,7 @@ import pytest
 
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
+from airflow_provider_dblog.core.tables import Column
 from airflow_provider_dblog.source.mysql.ddl import alter_actions, ddl_tables
 from airflow_provider_dblog.steps.change_committer import in_place_changes, statement_groups
 from airflow_provider_dblog.store.lake_schema import conform, merge_schemas, widens
@@ -81,8 +82,10 @@ def test_in_place_changes_follow_what_the_statements_explain():
                        pa.field("e", pa.int32())])
     changes = [_change("ALTER TABLE t ADD COLUMN d VARCHAR(5) DEFAULT 'x', DROP b", 100),
                _change("ALTER TABLE t RENAME COLUMN a TO a2, MODIFY a2 BIGINT, ADD e INT", 200)]
-    renamed, defaults = in_place_changes(BEFORE, after, changes, MYSQL_ACTIONS)
+    renamed, defaults = in_place_changes(BEFORE, after, changes, MYSQL_ACTIONS, lambda old, new: (old, new) == ("a", "a2"))
     assert renamed == {"a2": "a"} and defaults == {"d": pa.scalar("x")}
+    # the source's declared types say the MODIFY cut values (the lake's type alone cannot: VARCHAR(40) to (5))
+    assert in_place_changes(BEFORE, after, changes, MYSQL_ACTIONS, lambda old, new: False) is None
 
 
 @pytest.mark.parametrize("statement, after", [
@@ -118,3 +121,42 @@ def test_lake_columns_widen_and_conform():
     assert merged.names == ["id", "a", "b"]
     rows = conform(pa.table({"id": pa.array([1], pa.int32()), "x": ["gone"]}), merged)
     assert rows.to_pylist() == [{"id": 1, "a": None, "b": None}]
+
+
+def _col(column_type: str, charset: str | None = None, char_length: int | None = None) -> Column:
+    data_type = column_type.split("(")[0].split(" ")[0]
+    numbers = [int(n) for n in column_type[column_type.find("(") + 1:column_type.find(")")].split(",")] \
+        if "(" in column_type and data_type == "decimal" else [None, None]
+    return Column("c", data_type, column_type, True, charset, None, numbers[0], numbers[1], char_length)
+
+
+@pytest.mark.parametrize("before, after, kept", [
+    (_col("varchar(40)", "utf8mb4", 40), _col("varchar(200)", "utf8mb4", 200), True),
+    (_col("varchar(40)", "utf8mb4", 40), _col("varchar(5)", "utf8mb4", 5), False),
+    (_col("varchar(40)", "utf8mb4", 40), _col("varchar(40)", "latin1", 40), False),
+    (_col("varchar(40)", "latin1", 40), _col("varchar(40)", "utf8mb4", 40), True),
+    (_col("varchar(40)", "utf8mb4", 40), _col("text", "utf8mb4", 65535), True),
+    (_col("text", "utf8mb4", 65535), _col("tinytext", "utf8mb4", 255), False),
+    (_col("varchar(10)", "utf8mb4", 10), _col("char(10)", "utf8mb4", 10), False),  # trailing spaces
+    (_col("enum('a','b','c')", "utf8mb4"), _col("enum('a','b','c','d')", "utf8mb4"), True),
+    (_col("enum('a','b','c')", "utf8mb4"), _col("enum('a','b')", "utf8mb4"), False),
+    (_col("int(11)"), _col("bigint(20)"), True),
+    (_col("smallint(6)"), _col("tinyint(3) unsigned"), False),
+    (_col("tinyint(3) unsigned"), _col("smallint(6)"), True),
+    (_col("int(11)"), _col("int(10) unsigned"), False),
+    (_col("decimal(10,2)"), _col("decimal(14,2)"), True),
+    (_col("decimal(10,2)"), _col("decimal(10,1)"), False),
+    (_col("decimal(10,2)"), _col("decimal(10,2) unsigned"), False),
+    (_col("datetime(6)"), _col("datetime"), False),
+    (_col("datetime"), _col("datetime(6)"), True),
+    (_col("float"), _col("double"), True),
+    (_col("double"), _col("float"), False),
+    (_col("varbinary(10)"), _col("blob"), True),
+    (_col("varbinary(10)"), _col("binary(10)"), False),  # pads with zero bytes
+    (_col("blob"), _col("tinyblob"), False),
+    (_col("int(11)"), _col("varchar(20)", "utf8mb4", 20), False),  # another family: read again
+])
+def test_a_modify_keeps_values_only_when_the_new_type_holds_every_old_value(before, after, kept):
+    from airflow_provider_dblog.source.mysql.types import keeps_values
+
+    assert keeps_values(before, after) is kept

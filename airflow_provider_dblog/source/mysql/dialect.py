@@ -17,14 +17,14 @@ from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.retention import BinlogRetention
 from airflow_provider_dblog.core.schema_events import ColumnAction, SchemaChange
 from airflow_provider_dblog.core.startup import StartupMode
-from airflow_provider_dblog.core.tables import TableMeta
+from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.mysql import binlog, checksum, retention, schema, splitter, startup, watermarks, xa
 from airflow_provider_dblog.source.mysql.collation import KeyOrder
 from airflow_provider_dblog.source.mysql.connection import SESSION_STATEMENTS, MySqlClient
 from airflow_provider_dblog.source.mysql.ddl import alter_actions
 from airflow_provider_dblog.source.mysql.sql import at_most, range_condition, snapshot_sql, table_sql
-from airflow_provider_dblog.source.mysql.types import arrow_schema, cast_snapshot_column, quote_ident
+from airflow_provider_dblog.source.mysql.types import arrow_schema, cast_snapshot_column, keeps_values, quote_ident
 
 DEFAULT_SERVER_IDS = (1_000_000, 2_000_000_000)
 
@@ -205,6 +205,9 @@ class MySqlDialect:
 
     def column_actions(self, change: SchemaChange) -> list[ColumnAction]:
         return alter_actions(change.statement)
+
+    def keeps_values(self, before: Column, after: Column) -> bool:
+        return keeps_values(before, after)
 
     def chunks_matching(self, meta: TableMeta, chunks: Sequence[ChunkRange], condition: str,
                         lo: Key | None, hi: Key | None) -> list[int]:

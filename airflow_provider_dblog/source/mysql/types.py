@@ -181,3 +181,71 @@ def _enum_values(col: Column) -> list[str]:
             current += ch
         i += 1
     return values
+
+
+# ---- ALTER TABLE ... MODIFY: which type changes keep every value ----
+_INT_RANGES = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}
+_TEXT_BYTES = {"tinytext": 255, "text": 65535, "mediumtext": 16777215, "longtext": 4294967295}
+_BLOB_BYTES = {"tinyblob": 255, "blob": 65535, "mediumblob": 16777215, "longblob": 4294967295}
+_CHAR_BYTES = {"ascii": 1, "latin1": 1, "binary": 1, "utf8": 3, "utf8mb3": 3, "utf8mb4": 4, "ucs2": 2, "utf16": 4,
+               "utf32": 4}
+# a conversion that maps every character of the first set to the same character of the second
+_LOSSLESS_CHARSETS = {("ascii", "latin1"), ("ascii", "utf8mb3"), ("ascii", "utf8"), ("ascii", "utf8mb4"),
+                      ("latin1", "utf8mb3"), ("latin1", "utf8"), ("latin1", "utf8mb4"), ("utf8mb3", "utf8mb4"),
+                      ("utf8", "utf8mb4"), ("utf8mb3", "utf8"), ("utf8", "utf8mb3")}
+
+
+def _int_range(col: Column) -> tuple[int, int]:
+    bits = _INT_RANGES[col.data_type]
+    return (0, 2 ** bits - 1) if col.unsigned else (-2 ** (bits - 1), 2 ** (bits - 1) - 1)
+
+
+def _chars(col: Column, guaranteed: bool) -> int:
+    """How many characters a text column holds: at most (``guaranteed`` False) or at least (True)."""
+    if col.data_type in ("char", "varchar"):
+        return col.char_length or 0
+    width = 1 if not guaranteed else _CHAR_BYTES.get((col.charset or "").lower(), 4)
+    return _TEXT_BYTES[col.data_type] // width
+
+
+def keeps_values(before: Column, after: Column) -> bool:
+    """Whether ``ALTER TABLE … MODIFY`` from ``before``'s declared type to ``after``'s keeps every value as it was
+    (the change can then be followed in place; otherwise the table is read again). Before, a narrowing that keeps
+    the lake's type (VARCHAR(40) to VARCHAR(5), utf8mb4 to latin1, an ENUM losing a label, DATETIME(6) to DATETIME,
+    SMALLINT to TINYINT UNSIGNED) was followed in place and the lake kept values the source had cut."""
+    a, b = before.data_type, after.data_type
+    if before.column_type == after.column_type and (before.charset or "") == (after.charset or ""):
+        return True
+    if a in _INT_RANGES and b in _INT_RANGES:
+        (lo, hi), (new_lo, new_hi) = _int_range(before), _int_range(after)
+        return new_lo <= lo and hi <= new_hi
+    if before.unsigned != after.unsigned and after.unsigned:  # negative values become 0
+        return False
+    if a == b == "decimal":
+        return ((after.scale or 0) >= (before.scale or 0)
+                and (after.precision or 0) - (after.scale or 0) >= (before.precision or 0) - (before.scale or 0))
+    if (a, b) in (("float", "double"),) and "(" not in before.column_type and "(" not in after.column_type:
+        return True
+    if a in ("datetime", "timestamp", "time") and a == b:
+        return _type_argument(after) >= _type_argument(before)  # fractional digits
+    if a == b == "bit":
+        return _type_argument(after) >= _type_argument(before)
+    if a in ("enum", "set") and a == b:
+        return (before.charset or "") == (after.charset or "") and set(_enum_values(before)) <= set(
+            _enum_values(after))
+    text = ("char", "varchar", *_TEXT_BYTES)
+    if a in text and b in text:
+        same = (before.charset or "").lower() == (after.charset or "").lower()
+        lossless = same or ((before.charset or "").lower(), (after.charset or "").lower()) in _LOSSLESS_CHARSETS
+        if not lossless or (b == "char" and a != "char"):  # CHAR drops the trailing spaces VARCHAR and TEXT keep
+            return False
+        if b in _TEXT_BYTES and a in ("char", "varchar"):  # characters of the old, bytes of the new
+            return _chars(before, False) * _CHAR_BYTES.get((after.charset or "").lower(), 4) <= _TEXT_BYTES[b]
+        return _chars(after, True) >= _chars(before, False)
+    binary = ("binary", "varbinary", *_BLOB_BYTES)
+    if a in binary and b in binary:
+        if "binary" in (a, b):  # BINARY(n) pads with zero bytes to its new width
+            return False
+        size = lambda col: _BLOB_BYTES.get(col.data_type) or col.char_length or _type_argument(col)  # noqa: E731
+        return size(after) >= size(before)
+    return False

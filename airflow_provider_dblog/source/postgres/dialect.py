@@ -24,7 +24,7 @@ from airflow_provider_dblog.core.positions import SourcePosition, lsn_position, 
 from airflow_provider_dblog.core.retention import BinlogRetention
 from airflow_provider_dblog.core.schema_events import ColumnAction, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.startup import StartupMode
-from airflow_provider_dblog.core.tables import TableMeta
+from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.postgres import checksum, reader, retention, schema, slot, splitter, watermarks
 from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
@@ -269,6 +269,10 @@ class PostgresDialect:
         what a change did to the rows already there is read again, never guessed."""
         return [ColumnAction("other")]
 
+
+    def keeps_values(self, before: Column, after: Column) -> bool:
+        """Never asked: every PostgreSQL schema change is read again (``column_actions``)."""
+        return False
     def chunks_matching(self, meta: TableMeta, chunks: Sequence[ChunkRange], condition: str,
                         lo: Key | None, hi: Key | None) -> list[int]:
         table = table_sql(meta)
