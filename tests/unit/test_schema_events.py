@@ -155,6 +155,7 @@ def _col(column_type: str, charset: str | None = None, char_length: int | None =
     (_col("varbinary(10)"), _col("binary(10)"), False),  # pads with zero bytes
     (_col("blob"), _col("tinyblob"), False),
     (_col("int(11)"), _col("varchar(20)", "utf8mb4", 20), False),  # another family: read again
+    (_col("int(11)"), Column("c", "int", "int(11)", False), False),  # NOT NULL: NULL becomes 0
 ])
 def test_a_modify_keeps_values_only_when_the_new_type_holds_every_old_value(before, after, kept):
     from airflow_provider_dblog.source.mysql.types import keeps_values

@@ -212,8 +212,11 @@ def keeps_values(before: Column, after: Column) -> bool:
     """Whether ``ALTER TABLE … MODIFY`` from ``before``'s declared type to ``after``'s keeps every value as it was
     (the change can then be followed in place; otherwise the table is read again). Before, a narrowing that keeps
     the lake's type (VARCHAR(40) to VARCHAR(5), utf8mb4 to latin1, an ENUM losing a label, DATETIME(6) to DATETIME,
-    SMALLINT to TINYINT UNSIGNED) was followed in place and the lake kept values the source had cut."""
+    SMALLINT to TINYINT UNSIGNED, NULL to NOT NULL) was followed in place and the lake kept values the source had
+    cut."""
     a, b = before.data_type, after.data_type
+    if before.nullable and not after.nullable:  # outside strict mode NULL becomes 0, '' or a zero date
+        return False
     if before.column_type == after.column_type and (before.charset or "") == (after.charset or ""):
         return True
     if a in _INT_RANGES and b in _INT_RANGES:
