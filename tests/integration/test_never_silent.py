@@ -1016,6 +1016,7 @@ def test_a_second_capture_into_the_same_lake_is_refused_in_one_line(mariadb, db,
     ("MODIFY dt DATETIME", False),  # rounds the microseconds
     ("MODIFY s TINYINT UNSIGNED", False),  # clamps to 0..255
     ("MODIFY s SMALLINT NOT NULL", False),  # NULL becomes 0 (outside strict mode)
+    ("CHANGE t t2 VARCHAR(5) CHARACTER SET utf8mb4", False),  # a rename that also cuts (before: taken for a rename)
     ("MODIFY t VARCHAR(200) CHARACTER SET utf8mb4, MODIFY e ENUM('a','b','c','d'), MODIFY s INT, "
      "MODIFY dt DATETIME(6) NULL", True),  # every value kept: followed in place, no read
 ])

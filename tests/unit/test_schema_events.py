@@ -64,7 +64,8 @@ def test_alter_actions_know_what_changes_rows():
         "ALGORITHM=INSTANT")]
     assert kinds == [("add", "d", "", "it's, ok"), ("add", "e", "", "-7"), ("add", "f", "", None),
                      ("add", "g", "", ...), ("add", "h", "", ...), ("drop", "b", "", None),
-                     ("rename", "c", "c2", None), ("rename", "x", "y", None), ("modify", "z", "", None),
+                     ("rename", "c", "c2", None), ("rename", "x", "y", None), ("modify", "y", "", None),
+                     ("modify", "z", "", None),
                      ("keep", "", "", None), ("keep", "", "", None)]
     assert [a.kind for a in alter_actions("ALTER TABLE t ADD PRIMARY KEY (a)")] == ["other"]
 

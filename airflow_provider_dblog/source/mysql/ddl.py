@@ -198,9 +198,11 @@ def alter_actions(statement: str) -> list[ColumnAction]:
         elif kind == "rename":
             to = re.match(rf"^TO\s+({_NAME})\s*$", rest.strip(), re.I)
             actions.append(ColumnAction("rename", name, _unquote(to.group(1))) if to else ColumnAction("other", clause))
-        elif kind == "change":
+        elif kind == "change":  # CHANGE a b TYPE: a rename when the names differ, and a new type either way
             new, _ = _column_name(rest)
-            actions.append(ColumnAction("rename", name, new) if new != name else ColumnAction("modify", name))
+            if new != name:
+                actions.append(ColumnAction("rename", name, new))
+            actions.append(ColumnAction("modify", new))
         else:
             actions.append(ColumnAction("modify", name))
     return actions
