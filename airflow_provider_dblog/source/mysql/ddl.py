@@ -133,6 +133,35 @@ _COMPUTED = re.compile(r"\bGENERATED\b|\bAS\s*\(|\bAUTO_INCREMENT\b|\bSERIAL\b|\
 _NULLABLE = re.compile(r"(?<!NOT)\s+NULL\b", re.I)
 
 
+# column types whose DEFAULT the server may store as another value than the literal reads: YEAR (69 is 2069), BIT
+# (5 is b'101'), BINARY (zero-padded), TIMESTAMP (read in the DDL session's time zone)
+_DEFAULT_REINTERPRETED = {"year", "bit", "binary", "timestamp"}
+_TEMPORAL = {"date", "datetime", "time"}
+
+
+def _default_value(definition: str, default: re.Match):
+    """The value an ADD COLUMN's DEFAULT literal gives the rows already there, or ``...`` when only the server can
+    say: a string with a backslash (an escape, or not, by the DDL session's sql_mode) or followed by another (MySQL
+    joins adjacent literals), a fraction of a second (rounded to the column's precision), trailing spaces in a CHAR
+    (cut when read), a number for a date or time, and the types of ``_DEFAULT_REINTERPRETED``. Before, these were
+    taken as written and every old row differed from the source."""
+    literal = default.group(1)
+    if literal.upper() == "NULL":
+        return None
+    word = re.match(r"\s*(\w+)", definition)
+    type_word = word.group(1).lower() if word else ""
+    if type_word in _DEFAULT_REINTERPRETED:
+        return ...
+    if not literal.startswith("'"):  # a number
+        return ... if type_word in _TEMPORAL else literal
+    text = literal[1:-1].replace("''", "'")
+    if "\\" in literal or definition[default.end():].lstrip().startswith("'"):
+        return ...
+    if (type_word in _TEMPORAL and "." in text) or (type_word == "char" and text != text.rstrip(" ")):
+        return ...
+    return text
+
+
 def _clauses(body: str) -> list[str]:
     """Top-level comma-separated clauses (commas inside parentheses or quotes belong to their clause)."""
     out, depth, quote, current = [], 0, "", ""
@@ -187,9 +216,7 @@ def alter_actions(statement: str) -> list[ColumnAction]:
                 # itself: the value of the rows already there is the server's to say (a re-read)
                 value = ...
             elif default is not None:
-                literal = default.group(1)
-                value = None if literal.upper() == "NULL" else (
-                    literal[1:-1].replace("''", "'") if literal.startswith("'") else literal)
+                value = _default_value(rest, default)
             else:
                 value = ... if re.search(r"\bNOT\s+NULL\b|\bDEFAULT\b", rest, re.I) else None
             actions.append(ColumnAction("add", name, default=value))
