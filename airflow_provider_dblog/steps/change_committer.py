@@ -220,6 +220,7 @@ class ChangeCommitter:
             return False
         if last.kind == "create":  # a new table under the name: the source streams it from now on
             self.dialect.prepare_stream([live])
+            fresh = live = self._live_meta(last) or live  # with the stream's part of its identity (a publication)
         if live.key_order != self.plan.meta.key_order:  # a new key, or a new order of it (collation)
             self._replan(live, last)
             return True

@@ -88,6 +88,8 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
             server = dialect.server_identity()
             metas = describe_tables(dialect, todo, chunk_keys)
             made = dialect.prepare_stream(list(metas.values())) if mode.tails else {}
+            if made:  # a stream made for the tables (a PostgreSQL publication) is part of their identity now
+                metas = {t: m.with_identity_of(dialect.describe_table(t, chunk_keys.get(t))) for t, m in metas.items()}
             try:
                 start_at = None if mode.snapshots else dialect.startup_position(mode)
                 plans = [plan_one(dialect, meta, chunk_size, watermark, mode, start_at, number, len(metas))

@@ -133,7 +133,7 @@ class PostgresDialect:
         return schema.list_tables(self.client)
 
     def describe_table(self, table: str, chunk_key: Sequence[str] | None = None) -> TableMeta:
-        return schema.describe_table(self.client, table, chunk_key)
+        return schema.describe_table(self.client, table, chunk_key, self.publication)
 
     def split_chunks(self, meta: TableMeta, chunk_size: int) -> list[ChunkRange]:
         return splitter.split_chunks(self.client, meta, chunk_size)

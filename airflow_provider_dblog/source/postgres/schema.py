@@ -154,11 +154,15 @@ def _unique_keys(client: PostgresClient, oid: int) -> list[tuple[str, bool, list
     return [(r[0], bool(r[1]), list(r[2]), bool(r[3])) for r in rows]
 
 
-def storage_identities(client: PostgresClient, oids: Sequence[int]) -> dict[int, str]:
+def storage_identities(client: PostgresClient, oids: Sequence[int], publication: str | None = None) -> dict[int, str]:
     """Per table OID, ``OID|`` and its files: ``oid:relfilenode`` of the table and of every table under it
     (partitions, children); a table dropped and created again has another OID. A rewrite gives a table new
     files (ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER, TRUNCATE), and attaching or
-    detaching a partition changes the list: row changes the WAL does not carry as changes of the table."""
+    detaching a partition changes the list: row changes the WAL does not carry as changes of the table.
+    With ``publication``, a table it names also gets ``|pub=X.Y``: the ``xmin`` of the publication's row and of the
+    table's membership row. ALTER PUBLICATION is not in the WAL, and a table dropped from the publication and added
+    back, or ``publish`` narrowed and widened again, between two reads leaves no other trace: the changes of that
+    while are not in the stream. Each such statement writes a new catalog row, so its ``xmin`` changes."""
     if not oids:
         return {}
     rows = client.query(
@@ -167,7 +171,24 @@ def storage_identities(client: PostgresClient, oids: Sequence[int]) -> dict[int,
         "SELECT t.root, string_agg(c.oid::text || ':' || c.relfilenode::text, ',' ORDER BY c.oid) "
         "FROM tree t JOIN pg_class c ON c.oid = t.relid WHERE c.relkind = 'r' GROUP BY t.root", (list(oids),))
     found = {int(oid): text for oid, text in rows}
-    return {int(oid): f"{int(oid)}|{found.get(int(oid), '')}" for oid in oids}
+    members = {} if publication is None else {int(oid): f"{pub}.{rel}" for oid, pub, rel in client.query(
+        "SELECT pr.prrelid, p.xmin::text, pr.xmin::text FROM pg_publication p JOIN pg_publication_rel pr "
+        "ON pr.prpubid = p.oid WHERE p.pubname = %s AND pr.prrelid = ANY(%s::oid[])", (publication, list(oids)))}
+    return {int(oid): f"{int(oid)}|{found.get(int(oid), '')}"
+                      + (f"{PUBLISHED}{members[int(oid)]}" if int(oid) in members else "") for oid in oids}
+
+
+PUBLISHED = "|pub="  # the publication's part of a ``storage_identities`` value
+
+
+def storage_files(storage: str | None) -> str | None:
+    """A ``storage_identities`` value without its publication part: the table and its files."""
+    return None if storage is None else storage.split(PUBLISHED, 1)[0]
+
+
+def storage_publication(storage: str | None) -> str | None:
+    """The publication part of a ``storage_identities`` value (None: not recorded, or not a member then)."""
+    return storage.split(PUBLISHED, 1)[1] if storage and PUBLISHED in storage else None
 
 
 def storage_oid(storage: str | None) -> int | None:
@@ -175,11 +196,13 @@ def storage_oid(storage: str | None) -> int | None:
     return int(storage.split("|", 1)[0]) if storage and "|" in storage else None
 
 
-def describe_table(client: PostgresClient, table: str, chunk_key: Sequence[str] | None = None) -> TableMeta:
+def describe_table(client: PostgresClient, table: str, chunk_key: Sequence[str] | None = None,
+                   publication: str | None = None) -> TableMeta:
+    """The table's columns, key and storage (with ``publication``'s part when the capture has one)."""
     schema, name = split_name(table)
     oid = relation_oid(client, table)
     columns = _columns(client, oid)
-    storage = storage_identities(client, [oid])[oid]
+    storage = storage_identities(client, [oid], publication)[oid]
     if not columns:
         raise DblogError(f"{table} has no columns: nothing to capture")
     by_name = {c.name: c for c in columns}

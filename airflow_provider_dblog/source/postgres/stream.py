@@ -46,7 +46,7 @@ from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, deco
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import (
-    collation_name, resolve_types, split_name, storage_identities, storage_oid,
+    collation_name, resolve_types, split_name, storage_files, storage_identities, storage_oid, storage_publication,
 )
 from airflow_provider_dblog.source.postgres.slot import (
     BUSY_RETRY_SECONDS, carries_key, identity_misses_key, publication_problem,
@@ -362,11 +362,16 @@ class SlotReader:
                 yield SchemaChange(name, "rewrite", f"(the collation of key column {moves} of {name} changed: the "
                                                     f"keys sort in another order, so the planned chunks no longer "
                                                     f"apply; PostgreSQL's WAL carries no DDL)", start, end)
-            elif meta.storage is not None and storage.get(name, meta.storage) != meta.storage:
+            elif meta.storage is not None and storage_files(storage.get(name, meta.storage)) != storage_files(meta.storage):
                 yield SchemaChange(name, "rewrite", f"({name} has new files ({storage[name][:200]}): rewritten by "
                                                     f"ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER "
                                                     f"or TRUNCATE, or a partition attached or detached; the WAL holds "
                                                     f"no row changes for it)", start, end)
+            elif (was := storage_publication(meta.storage)) and was != storage_publication(storage.get(name)):
+                yield SchemaChange(name, "rewrite", f"(publication {self.publication} was altered for {name} since it "
+                                                    f"was read (ALTER PUBLICATION: the table dropped from it and added "
+                                                    f"back, or what it publishes narrowed and widened again); changes "
+                                                    f"of that while may be missing from the stream)", start, end)
 
     def _unreadable(self, meta: TableMeta, problem: str, boundary: SourcePosition, pos: SourcePosition
                     ) -> SchemaChange:
@@ -438,7 +443,8 @@ class SlotReader:
             oids[int(oid)] = name
             attnums.setdefault(name, {})[column] = int(attnum)
             collations.setdefault(name, {})[column] = collation_name(coll_schema, coll_name)
-        storage = {oids[oid]: files for oid, files in storage_identities(self.client, sorted(oids)).items()}
+        storage = {oids[oid]: files for oid, files in storage_identities(self.client, sorted(oids),
+                                                                          self.publication).items()}
         return oids, attnums, storage, collations
 
     @staticmethod
