@@ -65,6 +65,16 @@ def _roll_back_if_prepared(mariadb, xid: str) -> None:
         mariadb.sql(f"XA ROLLBACK '{xid}'")
 
 
+def _followed_then_equal(state, sink, table, in_place: bool) -> None:
+    """A tail after a schema change: followed in place (no chunk read again) or by a re-read, as ``in_place`` says;
+    the lake then equals the source row by row."""
+    code, _, err = _tail(state, sink)
+    assert code == 0, err[-3000:]
+    assert ("chunks of" in err and "again" in err) is not in_place, err[-3000:]
+    code, result = _verify_rows(state, sink, table)
+    assert code == 0 and result["equal"], result
+
+
 def _lake_position(state, table):
     recorded = StateDir(state).tail_positions().get(table)
     return recorded[0] if recorded else None
@@ -1033,11 +1043,7 @@ def test_a_modify_that_changes_values_under_the_same_lake_type_reads_the_table_a
                 f"FROM seq_1_to_60", db=db)
     state, sink = captured(mariadb.uri(), f"{db}.u", tmp_path, 20)
     mariadb.sql("SET SESSION sql_mode = ''", f"ALTER TABLE {db}.u {alter}", f"UPDATE {db}.u SET s = 1 WHERE id = 1")
-    code, _, err = _tail(state, sink)
-    assert code == 0, err[-3000:]
-    assert ("chunks of" in err and "again" in err) is not in_place, err[-3000:]
-    code, result = _verify_rows(state, sink, f"{db}.u")
-    assert code == 0 and result["equal"], result
+    _followed_then_equal(state, sink, f"{db}.u", in_place)
 
 
 @pytest.mark.parametrize("alter, in_place", [
@@ -1059,8 +1065,4 @@ def test_an_added_columns_default_the_server_reads_otherwise_is_read_from_the_so
                 f"seq_1_to_30", db=db)
     state, sink = captured(mariadb.uri(), f"{db}.u", tmp_path, 10)
     mariadb.sql("SET SESSION time_zone = '+05:00'", f"ALTER TABLE {db}.u {alter}", f"UPDATE {db}.u SET v = 0 WHERE id = 1")
-    code, _, err = _tail(state, sink)
-    assert code == 0, err[-3000:]
-    assert ("chunks of" in err and "again" in err) is not in_place, err[-3000:]
-    code, result = _verify_rows(state, sink, f"{db}.u")
-    assert code == 0 and result["equal"], result
+    _followed_then_equal(state, sink, f"{db}.u", in_place)
