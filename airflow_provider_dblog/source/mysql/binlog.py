@@ -32,7 +32,9 @@ from airflow_provider_dblog.source.mysql.block_decoder import MIN_EVENTS, RowsEv
 from airflow_provider_dblog.source.mysql.rows import (
     ByColumns, RowDecoder, RowImages, body_of, decode_rows, full_image, has_column_names,
 )
-from airflow_provider_dblog.source.mysql.schema import SERVER_CONFIG_FIX, system_versioned, versioned_refusal
+from airflow_provider_dblog.source.mysql.schema import (
+    SERVER_CONFIG_FIX, compressed_refusal, compressed_tables, system_versioned, versioned_refusal,
+)
 from airflow_provider_dblog.source.mysql.types import arrow_schema, binlog_converter
 
 log = logging.getLogger("dblog")
@@ -333,6 +335,9 @@ class BinlogStream:
             versioned = system_versioned(self.client, list(metas))
             if versioned:
                 raise DblogError(versioned_refusal(versioned))
+            compressed = compressed_tables(self.client, list(metas))
+            if compressed:
+                raise DblogError(compressed_refusal(compressed))
         watched = {} if window or not metas else self.cascades.watched(metas)  # parents of cascading keys
         cascaded: set[str] = set()  # captured tables a parent's change cascaded into (not logged)
         counted = set(metas) | set(extra_tables)  # rows events shared out by their count (the same in every share)
@@ -504,6 +509,15 @@ class BinlogStream:
                 ensure_available(self.client, start)
             raise DblogError(f"reading the binlog of {self.client.config.address} from {start} failed: "
                              f"{exc.args[-1]}") from None
+        except (IndexError, KeyError, ValueError, NotImplementedError) as exc:  # the library: a type it does not know
+            compressed = compressed_tables(self.client, list(metas))  # (a column made COMPRESSED in this read)
+            if compressed:
+                raise DblogError(compressed_refusal(compressed)) from None
+            raise DblogError(f"decoding the binlog of {self.client.config.address} from {start} failed "
+                             f"({type(exc).__name__}: {exc}): a table map of a type the replication library does not "
+                             f"know (a MariaDB COMPRESSED column, even one made plain since) stops the tail there; "
+                             f"take the table out of the capture or capture it again (rerun with -v for details)"
+                             ) from exc
         finally:
             events.close()
 
