@@ -278,6 +278,35 @@ def test_a_publication_changed_and_changed_back_between_two_reads_reads_the_tabl
     assert code == 0 and REREAD not in err, err[-3000:]  # read once: the identity now holds the new rows
     assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])
     verify_equal(state, sink)
+    assert dblog("drop", "--state", state)[0] == 0  # its slot: the tests' cluster has a few
+
+
+def test_an_enum_label_renamed_reads_the_tables_using_it_again(postgres, pg_db, tmp_path):
+    """``ALTER TYPE mood RENAME VALUE 'ok' TO 'fine'`` changes the text of every row holding the label, in enum,
+    enum array and domain columns, with no change in the WAL. Before: the tail exited 0 and the lake kept 'ok'
+    (verify: different in m and ms). Now each table's identity holds its enum columns' labels: a renamed one reads the
+    table again; a label added (``ADD VALUE``) changes no row and reads nothing again."""
+    pg, db = postgres, pg_db
+    state, sink = run(pg, db, tmp_path, "public.e,public.plain",
+                      "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')", "CREATE DOMAIN dmood AS mood",
+                      "CREATE TABLE public.e (id int PRIMARY KEY, m mood, ms mood[], d dmood)",
+                      "INSERT INTO public.e SELECT g, (ARRAY['sad','ok','happy'])[1 + g % 3]::mood, "
+                      "ARRAY['ok'::mood, 'sad'], 'ok' FROM generate_series(1, 30) g",
+                      "CREATE TABLE public.plain (id int PRIMARY KEY, x int)", "INSERT INTO public.plain VALUES (1, 1)")
+    pg.sql("ALTER TYPE mood ADD VALUE 'meh'", "UPDATE public.e SET m = 'meh' WHERE id = 1", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0 and REREAD not in err, err[-3000:]
+    pg.sql("ALTER TYPE mood RENAME VALUE 'ok' TO 'fine'", "UPDATE public.plain SET x = 2", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0 and "an enum label of a column of public.e was renamed" in err and REREAD in err, err[-3000:]
+    assert "public.plain was renamed" not in err
+    lake = {r["id"]: (r["m"], r["ms"], r["d"]) for r in
+            DeltaTable(f"{sink}/public.e/current").to_pyarrow_table(columns=["id", "m", "ms", "d"]).to_pylist()}
+    assert lake[4] == ("fine", "{fine,sad}", "fine") and lake[1][0] == "meh", lake
+    code, out, err = tail(state, sink)
+    assert code == 0 and REREAD not in err, err[-3000:]
+    verify_equal(state, sink)
+    assert dblog("drop", "--state", state)[0] == 0  # its slot: the tests' cluster has a few
 
 
 def test_a_replica_identity_without_the_key_stops_the_tail_until_fixed_and_reread(postgres, pg_db, tmp_path):

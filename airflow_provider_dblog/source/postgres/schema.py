@@ -160,7 +160,8 @@ def storage_identities(client: PostgresClient, oids: Sequence[int], publication:
     files (ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER, TRUNCATE), and attaching or
     detaching a partition changes the list: row changes the WAL does not carry as changes of the table.
     With ``publication``, a table it names also gets ``|pub=X.Y``: the ``xmin`` of the publication's row and of the
-    table's membership row. ALTER PUBLICATION is not in the WAL, and a table dropped from the publication and added
+    table's membership row. A table with enum columns (arrays and domains of enums too) gets ``|enum=`` its labels
+    (``renamed_labels``). ALTER PUBLICATION is not in the WAL, and a table dropped from the publication and added
     back, or ``publish`` narrowed and widened again, between two reads leaves no other trace: the changes of that
     while are not in the stream. Each such statement writes a new catalog row, so its ``xmin`` changes."""
     if not oids:
@@ -174,21 +175,43 @@ def storage_identities(client: PostgresClient, oids: Sequence[int], publication:
     members = {} if publication is None else {int(oid): f"{pub}.{rel}" for oid, pub, rel in client.query(
         "SELECT pr.prrelid, p.xmin::text, pr.xmin::text FROM pg_publication p JOIN pg_publication_rel pr "
         "ON pr.prpubid = p.oid WHERE p.pubname = %s AND pr.prrelid = ANY(%s::oid[])", (publication, list(oids)))}
+    labels = dict(client.query(
+        "SELECT a.attrelid, string_agg(DISTINCT e.oid::text || ':' || md5(e.enumlabel), ',') "
+        "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+        "LEFT JOIN pg_type elem ON elem.oid = t.typelem AND t.typelem <> 0 "
+        "LEFT JOIN pg_type base ON base.oid = COALESCE(elem.typbasetype, t.typbasetype) "
+        "JOIN pg_enum e ON e.enumtypid IN (t.oid, elem.oid, base.oid, base.typelem) "
+        "WHERE a.attrelid = ANY(%s::oid[]) AND a.attnum > 0 AND NOT a.attisdropped GROUP BY a.attrelid",
+        (list(oids),)))
     return {int(oid): f"{int(oid)}|{found.get(int(oid), '')}"
-                      + (f"{PUBLISHED}{members[int(oid)]}" if int(oid) in members else "") for oid in oids}
+                      + (f"|{PUBLISHED}{members[int(oid)]}" if int(oid) in members else "")
+                      + (f"|{ENUM_LABELS}{labels[int(oid)]}" if int(oid) in labels else "") for oid in oids}
 
 
-PUBLISHED = "|pub="  # the publication's part of a ``storage_identities`` value
+PUBLISHED, ENUM_LABELS = "pub=", "enum="  # the named parts of a ``storage_identities`` value
+
+
+def _named_part(storage: str | None, name: str) -> str | None:
+    parts = (storage or "").split("|")[2:]
+    return next((part[len(name):] for part in parts if part.startswith(name)), None)
 
 
 def storage_files(storage: str | None) -> str | None:
-    """A ``storage_identities`` value without its publication part: the table and its files."""
-    return None if storage is None else storage.split(PUBLISHED, 1)[0]
+    """A ``storage_identities`` value without its named parts: the table and its files."""
+    return None if storage is None else "|".join(storage.split("|")[:2])
 
 
 def storage_publication(storage: str | None) -> str | None:
     """The publication part of a ``storage_identities`` value (None: not recorded, or not a member then)."""
-    return storage.split(PUBLISHED, 1)[1] if storage and PUBLISHED in storage else None
+    return _named_part(storage, PUBLISHED)
+
+
+def renamed_labels(was: str | None, now: str | None) -> bool:
+    """Whether an enum label the table's columns had (``storage_identities``' enum part when it was read) has
+    another name now (``ALTER TYPE … RENAME VALUE``: every row holding it shows the new name, with no change in the
+    WAL). A label added since (``ADD VALUE``) changes no row."""
+    old, new = _named_part(was, ENUM_LABELS), _named_part(now, ENUM_LABELS)
+    return bool(old) and not set(old.split(",")) <= set((new or "").split(","))
 
 
 def storage_oid(storage: str | None) -> int | None:
