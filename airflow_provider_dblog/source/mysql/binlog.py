@@ -335,9 +335,9 @@ class BinlogStream:
             versioned = system_versioned(self.client, list(metas))
             if versioned:
                 raise DblogError(versioned_refusal(versioned))
-            compressed = compressed_tables(self.client, list(metas))
-            if compressed:
-                raise DblogError(compressed_refusal(compressed))
+            packed = compressed_tables(self.client, list(metas))  # (``compressed`` is the events' module)
+            if packed:
+                raise DblogError(compressed_refusal(packed))
         watched = {} if window or not metas else self.cascades.watched(metas)  # parents of cascading keys
         cascaded: set[str] = set()  # captured tables a parent's change cascaded into (not logged)
         counted = set(metas) | set(extra_tables)  # rows events shared out by their count (the same in every share)
@@ -510,9 +510,9 @@ class BinlogStream:
             raise DblogError(f"reading the binlog of {self.client.config.address} from {start} failed: "
                              f"{exc.args[-1]}") from None
         except (IndexError, KeyError, ValueError, NotImplementedError) as exc:  # the library: a type it does not know
-            compressed = compressed_tables(self.client, list(metas))  # (a column made COMPRESSED in this read)
-            if compressed:
-                raise DblogError(compressed_refusal(compressed)) from None
+            packed = compressed_tables(self.client, list(metas))  # (a column made COMPRESSED in this read)
+            if packed:
+                raise DblogError(compressed_refusal(packed)) from None
             raise DblogError(f"decoding the binlog of {self.client.config.address} from {start} failed "
                              f"({type(exc).__name__}: {exc}): a table map of a type the replication library does not "
                              f"know (a MariaDB COMPRESSED column, even one made plain since) stops the tail there; "
