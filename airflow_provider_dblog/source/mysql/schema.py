@@ -175,11 +175,17 @@ def system_versioned(client: MySqlClient, tables: Sequence[str]) -> list[str]:
     """The ``tables`` that are system-versioned now (MariaDB ``WITH SYSTEM VERSIONING``): their binlog rows
     events mix the history rows the server keeps with the current ones (a DELETE is logged as an UPDATE that
     ends the row, an UPDATE writes the old row again as history), which dblog does not follow."""
+    return _mariadb_tables_where(client, tables, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+                                                 "WHERE TABLE_TYPE = 'SYSTEM VERSIONED'")
+
+
+def _mariadb_tables_where(client: MySqlClient, tables: Sequence[str], select: str) -> list[str]:
+    """The ``tables`` among the (schema, table) rows of ``select`` (its WHERE is narrowed to their schemas), as the
+    capture names them; MariaDB only."""
     if not client.is_mariadb or not tables:
         return []
     schemas = sorted({t.split(".", 1)[0] for t in tables})
-    rows = client.query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = "
-                        f"'SYSTEM VERSIONED' AND TABLE_SCHEMA IN ({', '.join(['%s'] * len(schemas))})", schemas)
+    rows = client.query(f"{select} AND TABLE_SCHEMA IN ({', '.join(['%s'] * len(schemas))})", schemas)
     wanted = {t.lower(): t for t in tables}
     return sorted(wanted[f"{db}.{name}".lower()] for db, name in rows if f"{db}.{name}".lower() in wanted)
 
@@ -187,13 +193,8 @@ def system_versioned(client: MySqlClient, tables: Sequence[str]) -> list[str]:
 def compressed_tables(client: MySqlClient, tables: Sequence[str]) -> list[str]:
     """The ``tables`` with a column MariaDB compresses now (``COMPRESSED``): python-mysql-replication (1.0.17)
     cannot read the table map of such a table (its column types 140/141), so no binlog image of it is decodable."""
-    if not client.is_mariadb or not tables:
-        return []
-    schemas = sorted({t.split(".", 1)[0] for t in tables})
-    rows = client.query("SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME FROM information_schema.COLUMNS WHERE COLUMN_TYPE "
-                        f"LIKE '%%compressed%%' AND TABLE_SCHEMA IN ({', '.join(['%s'] * len(schemas))})", schemas)
-    wanted = {t.lower(): t for t in tables}
-    return sorted(wanted[f"{db}.{name}".lower()] for db, name in rows if f"{db}.{name}".lower() in wanted)
+    return _mariadb_tables_where(client, tables, "SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME FROM "
+                                                 "information_schema.COLUMNS WHERE COLUMN_TYPE LIKE '%%compressed%%'")
 
 
 def compressed_refusal(tables: Sequence[str]) -> str:
