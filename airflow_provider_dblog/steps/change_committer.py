@@ -152,8 +152,8 @@ class ChangeCommitter:
             return []
         first = min(newer)
         at = SourcePosition(first.seq, max(first.offset - 1, 0), 0, first.file)
-        return [SchemaChange(self.lake.table, "alter", "(columns changed in the binlog's table map; no DDL "
-                                                       "statement seen)", at, at)]
+        return [SchemaChange(self.lake.table, "alter", "(columns changed in the change stream: a table map or "
+                                                       "Relation message; no DDL statement seen)", at, at)]
 
     def pending(self, end: SourcePosition) -> list[SchemaChange]:
         """Recorded schema changes before ``end`` the lake has not followed yet."""

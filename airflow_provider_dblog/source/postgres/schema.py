@@ -114,13 +114,25 @@ def collation_name(schema: str | None, name: str | None) -> str | None:
     return f"{quote_ident(schema)}.{quote_ident(name)}" if name else None
 
 
-def _columns(client: PostgresClient, oid: int) -> tuple[Column, ...]:
+def generated_columns(client: PostgresClient, oid: int) -> list[str]:
+    """The table's generated (``GENERATED ALWAYS AS (...) STORED``) columns, in order. PostgreSQL's logical
+    replication does not send them (before PostgreSQL 18's ``publish_generated_columns``), so a capture leaves
+    them out of the snapshot as well: a lake column the stream cannot keep would differ after the first change."""
+    if client.version_num < 120000:
+        return []
+    return [r[0] for r in client.query(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped "
+        "AND attgenerated <> '' ORDER BY attnum", (oid,))]
+
+
+def _columns(client: PostgresClient, oid: int, leave_out: Sequence[str] = ()) -> tuple[Column, ...]:
     rows = client.query(
         "SELECT a.attname, NOT a.attnotnull, a.atttypid, a.atttypmod, format_type(a.atttypid, a.atttypmod), "
         "t.typtype, cn.nspname, co.collname, a.attnum "
         "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
         "LEFT JOIN pg_collation co ON co.oid = a.attcollation LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace "
-        "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", (oid,))
+        "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attname <> ALL(%s) ORDER BY a.attnum",
+        (oid, list(leave_out)))
     domains = _base_types(client, {int(r[2]) for r in rows if r[5] == "d"})
     names = {int(o): n for o, n in client.query(
         "SELECT oid, format_type(oid, NULL) FROM pg_type WHERE oid = ANY(%s)",
@@ -224,12 +236,21 @@ def describe_table(client: PostgresClient, table: str, chunk_key: Sequence[str] 
     """The table's columns, key and storage (with ``publication``'s part when the capture has one)."""
     schema, name = split_name(table)
     oid = relation_oid(client, table)
-    columns = _columns(client, oid)
+    generated = generated_columns(client, oid)
+    columns = _columns(client, oid, generated)
     storage = storage_identities(client, [oid], publication)[oid]
     if not columns:
         raise DblogError(f"{table} has no columns: nothing to capture")
     by_name = {c.name: c for c in columns}
-    keys = _unique_keys(client, oid)
+    keys = [k for k in _unique_keys(client, oid) if not set(k[2]) & set(generated)]
+    if generated:
+        log.warning("%s: generated column%s %s not captured: PostgreSQL's logical replication does not send "
+                    "generated columns (compute them from the captured ones in a view over the lake)", table,
+                    "s" if len(generated) > 1 else "", ", ".join(generated) + (" are" if len(generated) > 1 else " is"))
+        if chunk_key and set(chunk_key) & set(generated):
+            raise DblogError(f"--chunk-key {','.join(chunk_key)}: {table}.{sorted(set(chunk_key) & set(generated))[0]} "
+                             f"is a generated column, which PostgreSQL's logical replication does not send: choose "
+                             f"from {', '.join(c.name for c in columns)}")
     if chunk_key:
         unknown = [c for c in chunk_key if c not in by_name]
         if unknown:
@@ -244,5 +265,9 @@ def describe_table(client: PostgresClient, table: str, chunk_key: Sequence[str] 
     for _, _, cols, not_null in keys:
         if not_null:
             return TableMeta(schema, name, columns, tuple(cols), "unique", storage)
+    if generated:
+        raise DblogError(f"table {table} has no primary key or NOT NULL unique key without a generated column "
+                         f"(PostgreSQL's logical replication does not send {', '.join(generated)}): add one, or pass "
+                         f"--chunk-key COL[,COL] (an indexed NOT NULL column to split on)")
     raise DblogError(f"table {table} has no primary key or NOT NULL unique key: add one, or pass "
                      f"--chunk-key COL[,COL] (an indexed NOT NULL column to split on)")
