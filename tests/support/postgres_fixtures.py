@@ -36,7 +36,11 @@ def postgres(tmp_path_factory):
 
 @pytest.fixture
 def pg_db(postgres):
-    """A fresh database per test (slots and publications are per database)."""
+    """A fresh database per test (slots and publications are per database). Its replication slots that no
+    process holds are dropped afterwards: the cluster has a few (``max_replication_slots``), and a slot left
+    behind would also keep WAL for the rest of the run."""
     name = f"t{os.getpid()}_{next(_names)}"
     postgres.sql(f"CREATE DATABASE {name}")
-    return name
+    yield name
+    postgres.sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                 f"WHERE database = '{name}' AND NOT active")

@@ -51,14 +51,15 @@ def value_sql(name: str, target: pa.DataType) -> str | None:
     if pa.types.is_boolean(target):
         return f"{q}::text"
     if pa.types.is_string(target):  # format() makes NULL an empty string: NULL must stay NULL (left out)
-        return f"CASE WHEN {q} IS NOT NULL THEN format('%%s', {q}) END"
+        return f"CASE WHEN num_nulls({q}) = 0 THEN format('%%s', {q}) END"  # not IS NULL: see checksum_sql
     return f"{q}::text"  # integers, decimals: their digits
 
 
 def checksum_sql(meta: TableMeta, schema: pa.Schema, chunk: ChunkRange) -> tuple[str, list]:
     values = [v for f in schema if (v := value_sql(f.name, f.type)) is not None]
-    flags = "concat(" + ", ".join(f"CASE WHEN {quote_ident(f.name)} IS NULL THEN '1' ELSE '0' END"
-                                  for f in schema) + ")"
+    # num_nulls, not IS NULL: a composite value is IS NULL when all its fields are null, and neither IS NULL
+    # nor IS NOT NULL when some are; the lake holds its text either way
+    flags = "concat(" + ", ".join(f"num_nulls({quote_ident(f.name)})::text" for f in schema) + ")"
     text = f"concat_ws(chr(31), {', '.join([*values, flags])})"
     floats = [quote_ident(f.name) for f in schema if pa.types.is_floating(f.type)]
     float_sums = "".join(f", SUM({f})::float8, SUM(abs({f}))::float8" for f in floats)

@@ -114,6 +114,17 @@ def collation_name(schema: str | None, name: str | None) -> str | None:
     return f"{quote_ident(schema)}.{quote_ident(name)}" if name else None
 
 
+def refuse_hidden_rows(client: PostgresClient, table: str, oid: int) -> None:
+    """One line if a row-level security policy applies to the capture's role on ``table``: its reads would see some
+    rows while the stream carries every row's changes. The readers run with ``row_security = off``
+    (``values.SESSION_SETTINGS``), so a policy enabled later fails the next read rather than hiding rows."""
+    if client.scalar("SELECT row_security_active(%s::oid)", (oid,)):
+        user = client.scalar("SELECT current_user")
+        raise DblogError(f"{table} has row-level security that applies to role {user}: a capture must read every "
+                         f"row (the stream carries every row's changes); ALTER ROLE {quote_ident(user)} BYPASSRLS, or "
+                         f"capture as the table's owner (without FORCE ROW LEVEL SECURITY) or a superuser")
+
+
 def generated_columns(client: PostgresClient, oid: int) -> list[str]:
     """The table's generated (``GENERATED ALWAYS AS (...) STORED``) columns, in order. PostgreSQL's logical
     replication does not send them (before PostgreSQL 18's ``publish_generated_columns``), so a capture leaves
@@ -167,40 +178,65 @@ def _unique_keys(client: PostgresClient, oid: int) -> list[tuple[str, bool, list
 
 
 def storage_identities(client: PostgresClient, oids: Sequence[int], publication: str | None = None) -> dict[int, str]:
-    """Per table OID, ``OID|`` and its files: ``oid:relfilenode`` of the table and of every table under it
-    (partitions, children); a table dropped and created again has another OID. A rewrite gives a table new
+    """Per table OID, ``OID|`` and its files: ``oid:relfilenode`` of the table and of every partition under it
+    (not of inheritance children: a plain table is read ``ONLY``, ``sql.table_sql``); a table dropped and created
+    again has another OID. A rewrite gives a table new
     files (ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER, TRUNCATE), and attaching or
     detaching a partition changes the list: row changes the WAL does not carry as changes of the table.
     With ``publication``, a table it names also gets ``|pub=X.Y``: the ``xmin`` of the publication's row and of the
-    table's membership row. A table with enum columns (arrays and domains of enums too) gets ``|enum=`` its labels
-    (``renamed_labels``). ALTER PUBLICATION is not in the WAL, and a table dropped from the publication and added
+    table's membership row. A table whose values are made of enums (arrays, domains, composites of them too) gets
+    ``|enum=`` their labels (``renamed_labels``), and of composite types ``|comp=`` a hash of their attributes
+    (``changed_composites``). ALTER PUBLICATION is not in the WAL, and a table dropped from the publication and added
     back, or ``publish`` narrowed and widened again, between two reads leaves no other trace: the changes of that
     while are not in the stream. Each such statement writes a new catalog row, so its ``xmin`` changes."""
     if not oids:
         return {}
     rows = client.query(
         "WITH RECURSIVE tree(root, relid) AS (SELECT o, o FROM unnest(%s::oid[]) AS o UNION ALL "
-        "SELECT t.root, i.inhrelid FROM tree t JOIN pg_inherits i ON i.inhparent = t.relid) "
+        "SELECT t.root, i.inhrelid FROM tree t JOIN pg_class p ON p.oid = t.relid AND p.relkind = 'p' "
+        "JOIN pg_inherits i ON i.inhparent = t.relid) "
         "SELECT t.root, string_agg(c.oid::text || ':' || c.relfilenode::text, ',' ORDER BY c.oid) "
         "FROM tree t JOIN pg_class c ON c.oid = t.relid WHERE c.relkind = 'r' GROUP BY t.root", (list(oids),))
     found = {int(oid): text for oid, text in rows}
     members = {} if publication is None else {int(oid): f"{pub}.{rel}" for oid, pub, rel in client.query(
         "SELECT pr.prrelid, p.xmin::text, pr.xmin::text FROM pg_publication p JOIN pg_publication_rel pr "
         "ON pr.prpubid = p.oid WHERE p.pubname = %s AND pr.prrelid = ANY(%s::oid[])", (publication, list(oids)))}
-    labels = dict(client.query(
-        "SELECT a.attrelid, string_agg(DISTINCT e.oid::text || ':' || md5(e.enumlabel), ',') "
-        "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
-        "LEFT JOIN pg_type elem ON elem.oid = t.typelem AND t.typelem <> 0 "
-        "LEFT JOIN pg_type base ON base.oid = COALESCE(elem.typbasetype, t.typbasetype) "
-        "JOIN pg_enum e ON e.enumtypid IN (t.oid, elem.oid, base.oid, base.typelem) "
-        "WHERE a.attrelid = ANY(%s::oid[]) AND a.attnum > 0 AND NOT a.attisdropped GROUP BY a.attrelid",
-        (list(oids),)))
+    labels, composites = _value_types(client, oids)
     return {int(oid): f"{int(oid)}|{found.get(int(oid), '')}"
                       + (f"|{PUBLISHED}{members[int(oid)]}" if int(oid) in members else "")
-                      + (f"|{ENUM_LABELS}{labels[int(oid)]}" if int(oid) in labels else "") for oid in oids}
+                      + (f"|{ENUM_LABELS}{labels[int(oid)]}" if int(oid) in labels else "")
+                      + (f"|{COMPOSITES}{composites[int(oid)]}" if int(oid) in composites else "") for oid in oids}
 
 
-PUBLISHED, ENUM_LABELS = "pub=", "enum="  # the named parts of a ``storage_identities`` value
+# the types a table's values are made of: its columns' types, and through arrays, domains, ranges and composite
+# types (nested too) the types they are made of
+_REACHED_TYPES = (
+    "WITH RECURSIVE reach(rel, typ) AS (SELECT a.attrelid, a.atttypid FROM pg_attribute a "
+    "WHERE a.attrelid = ANY(%s::oid[]) AND a.attnum > 0 AND NOT a.attisdropped UNION "
+    "SELECT r.rel, n.typ FROM reach r JOIN pg_type t ON t.oid = r.typ CROSS JOIN LATERAL ("
+    "SELECT t.typelem WHERE t.typcategory = 'A' AND t.typelem <> 0 "
+    "UNION ALL SELECT t.typbasetype WHERE t.typtype = 'd' "
+    "UNION ALL SELECT g.rngsubtype FROM pg_range g WHERE t.typtype = 'r' AND g.rngtypid = t.oid "
+    "UNION ALL SELECT ca.atttypid FROM pg_attribute ca WHERE t.typtype = 'c' AND ca.attrelid = t.typrelid "
+    "AND ca.attnum > 0 AND NOT ca.attisdropped) AS n(typ)) ")
+
+
+def _value_types(client: PostgresClient, oids: Sequence[int]) -> tuple[dict[int, str], dict[int, str]]:
+    """Per table OID, the labels of the enums its values are made of (each label's OID and hash: ``renamed_labels``)
+    and a hash of the attributes of the composite types they are made of (``changed_composites``)."""
+    labels = {int(rel): text for rel, text in client.query(
+        _REACHED_TYPES + "SELECT r.rel, string_agg(DISTINCT e.oid::text || ':' || md5(e.enumlabel), ',') "
+                         "FROM reach r JOIN pg_enum e ON e.enumtypid = r.typ GROUP BY r.rel", (list(oids),))}
+    composites = {int(rel): text for rel, text in client.query(
+        _REACHED_TYPES + "SELECT r.rel, md5(string_agg(t.oid::text || '=' || (SELECT string_agg(ca.attnum || ':' || "
+                         "ca.atttypid || ':' || ca.atttypmod || ':' || ca.attisdropped, ',' ORDER BY ca.attnum) "
+                         "FROM pg_attribute ca WHERE ca.attrelid = t.typrelid AND ca.attnum > 0), ';' ORDER BY t.oid)) "
+                         "FROM reach r JOIN pg_type t ON t.oid = r.typ AND t.typtype = 'c' GROUP BY r.rel",
+        (list(oids),))}
+    return labels, composites
+
+
+PUBLISHED, ENUM_LABELS, COMPOSITES = "pub=", "enum=", "comp="  # the named parts of a ``storage_identities`` value
 
 
 def _named_part(storage: str | None, name: str) -> str | None:
@@ -226,6 +262,14 @@ def renamed_labels(was: str | None, now: str | None) -> bool:
     return bool(old) and not set(old.split(",")) <= set((new or "").split(","))
 
 
+def changed_composites(was: str | None, now: str | None) -> bool:
+    """Whether a composite type the table's values are made of gained, lost or changed an attribute since ``was``
+    (``ALTER TYPE … ADD / DROP / ALTER ATTRIBUTE``, ``ALTER TABLE`` of a table whose row type a column holds): every
+    row holding one prints otherwise, with no change in the WAL. Unknown before (``was`` without the part): no."""
+    old = _named_part(was, COMPOSITES)
+    return old is not None and old != _named_part(now, COMPOSITES)
+
+
 def storage_oid(storage: str | None) -> int | None:
     """The table's OID in a ``storage_identities`` value (None: unknown, or the table was dropped)."""
     return int(storage.split("|", 1)[0]) if storage and "|" in storage else None
@@ -236,6 +280,7 @@ def describe_table(client: PostgresClient, table: str, chunk_key: Sequence[str] 
     """The table's columns, key and storage (with ``publication``'s part when the capture has one)."""
     schema, name = split_name(table)
     oid = relation_oid(client, table)
+    refuse_hidden_rows(client, table, oid)
     generated = generated_columns(client, oid)
     columns = _columns(client, oid, generated)
     storage = storage_identities(client, [oid], publication)[oid]

@@ -238,13 +238,14 @@ def _publication_problem(client: PostgresClient, publication: str, tables: Seque
 
 
 def ensure_publication(client: PostgresClient, publication: str, tables: Sequence[str]) -> bool:
-    """Create the publication for ``tables`` (changes of partitions published as their root), or add the ones it
-    lacks; True if this call created it. One line naming the statement a table owner can run instead."""
+    """Create the publication for ``tables`` (changes of partitions published as their root; ``ONLY`` each table:
+    an inheritance child published with its parent would need a replica identity for the application's UPDATEs and
+    DELETEs of it to succeed), or add the ones it lacks; True if this call created it. One line naming the statement a table owner can run instead."""
     have = published_tables(client, publication)
     missing = [t for t in tables if have is None or t not in have]
     if not missing:
         return False
-    listed = ", ".join(_table_sql(t) for t in missing)
+    listed = ", ".join("ONLY " + _table_sql(t) for t in missing)  # not a table's inheritance children
     if have is None:
         root = " WITH (publish_via_partition_root = true)" if client.version_num >= 130000 else ""
         statement = f"CREATE PUBLICATION {quote_ident(publication)} FOR TABLE {listed}{root}"

@@ -22,8 +22,21 @@ def quote_ident(name: str) -> str:
 
 
 def table_sql(meta: TableMeta) -> str:
-    """``"schema"."table"`` (``TableMeta.database`` holds the schema)."""
-    return f"{quote_ident(meta.database)}.{quote_ident(meta.name)}"
+    """The table as a FROM item: ``ONLY "schema"."table"`` (``TableMeta.database`` holds the schema) for a table
+    that holds its own rows, so that its inheritance children's rows, which pgoutput publishes as changes of the
+    children, are not read as its rows; ``"schema"."table"`` for a partitioned table (its partitions' rows,
+    published as its own)."""
+    name = f"{quote_ident(meta.database)}.{quote_ident(meta.name)}"
+    return f"ONLY {name}" if holds_own_rows(meta.storage) else name
+
+
+def holds_own_rows(storage: str | None) -> bool:
+    """Whether the table whose identity is ``storage`` (``schema.storage_identities``: ``OID|oid:file,...``) has
+    files of its own: a plain table (or a leaf partition), not a partitioned one. False when unknown."""
+    if not storage or "|" not in storage:
+        return False
+    oid, files = storage.split("|")[:2]
+    return any(item.split(":", 1)[0] == oid for item in files.split(",") if item)
 
 
 def key_text(value: Any) -> str:

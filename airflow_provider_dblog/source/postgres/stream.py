@@ -46,8 +46,8 @@ from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, deco
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import (
-    collation_name, renamed_labels, resolve_types, split_name, storage_files, storage_identities, storage_oid,
-    storage_publication,
+    changed_composites, collation_name, renamed_labels, resolve_types, split_name, storage_files, storage_identities,
+    storage_oid, storage_publication,
 )
 from airflow_provider_dblog.source.postgres.slot import (
     BUSY_RETRY_SECONDS, carries_key, identity_misses_key, publication_problem,
@@ -372,6 +372,10 @@ class SlotReader:
                 yield SchemaChange(name, "rewrite", f"(an enum label of a column of {name} was renamed (ALTER TYPE ... "
                                                     f"RENAME VALUE): its rows show the new label, with no change in "
                                                     f"the WAL)", start, end)
+            elif changed_composites(meta.storage, storage.get(name)):
+                yield SchemaChange(name, "rewrite", f"(a composite type the values of {name} hold gained, lost or "
+                                                    f"changed an attribute (ALTER TYPE ... ADD/DROP/ALTER ATTRIBUTE): "
+                                                    f"its rows print otherwise, with no change in the WAL)", start, end)
             elif (was := storage_publication(meta.storage)) and was != storage_publication(storage.get(name)):
                 yield SchemaChange(name, "rewrite", f"(publication {self.publication} was altered for {name} since it "
                                                     f"was read (ALTER PUBLICATION: the table dropped from it and added "

@@ -54,6 +54,9 @@ SESSION_SETTINGS = {
     "bytea_output": "hex",
     "extra_float_digits": "1",  # the shortest text that reads back to the same float (PostgreSQL 12+)
     "client_encoding": "UTF8",
+    # a row-level security policy that would hide rows from the role fails the read instead (as pg_dump does):
+    # the stream carries every row's changes, so a snapshot of some rows would mix into a lake of neither
+    "row_security": "off",
 }
 
 BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 18, 19, 20, 21, 23, 25, 26
