@@ -1097,3 +1097,33 @@ def test_compressed_columns_are_refused_in_one_line(mariadb, db, tmp_path):
     line = one_error_line(err)
     assert code != 0 and "a MariaDB COMPRESSED column, even one made plain since" in line, line
     assert _lake_position(state, f"{db}.u") == position
+
+
+def test_storage_engines_whose_rows_the_binlog_does_not_follow_are_refused_in_one_line(mariadb, db, tmp_path):
+    """A MERGE table shows the rows of other tables, whose changes the binlog logs under their names: captured,
+    its lake missed every change (exit 0; only verify found it). BLACKHOLE keeps no rows, FEDERATED, CONNECT and
+    SPIDER keep them elsewhere. The plan refuses such tables in one line (MyISAM and Aria tables are captured),
+    and a captured table moved to such an engine (``ALTER TABLE ... ENGINE=``) stops the tail in one line with the
+    lake as it was."""
+    mariadb.sql(f"CREATE TABLE {db}.a (id INT PRIMARY KEY, v INT) ENGINE=MyISAM",
+                f"CREATE TABLE {db}.b (id INT PRIMARY KEY, v INT) ENGINE=Aria",
+                f"CREATE TABLE {db}.m (id INT NOT NULL, v INT, UNIQUE KEY (id)) ENGINE=MERGE UNION=(a)",
+                f"INSERT INTO {db}.a VALUES (1, 1), (2, 2)", f"INSERT INTO {db}.b VALUES (3, 3)", db=db)
+    code, out, err = dblog("plan", "--source", mariadb.uri(), "--tables", f"{db}.*", "--state", str(tmp_path / "s"))
+    line = one_error_line(err)
+    assert code != 0 and f"1 table(s) use a storage engine whose rows the binlog does not follow: {db}.m (MRG_MyISAM)" \
+        in line and "--exclude" in line, err[-2000:]
+    state, sink = captured(mariadb.uri(), f"{db}.a,{db}.b", tmp_path, 50)
+    mariadb.sql(f"UPDATE {db}.a SET v = 10", f"INSERT INTO {db}.b VALUES (4, 4)", db=db)
+    code, _, err = _tail(state, sink)
+    assert code == 0, err[-3000:]
+    for table in ("a", "b"):
+        code, result = _verify_rows(state, sink, f"{db}.{table}")
+        assert code == 0 and result["equal"], result
+
+    mariadb.sql(f"ALTER TABLE {db}.a ENGINE=MRG_MyISAM", f"UPDATE {db}.b SET v = 30", db=db)  # a's rows are gone
+    before = _lake_position(state, f"{db}.b")
+    code, _, err = _tail(state, sink)
+    line = one_error_line(err)
+    assert code != 0 and f"{db}.a (MRG_MyISAM)" in line, err[-3000:]
+    assert _lake_position(state, f"{db}.b") == before  # nothing of the read was committed

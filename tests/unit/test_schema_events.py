@@ -32,6 +32,12 @@ def MYSQL_ACTIONS(change: SchemaChange) -> list:  # what MySqlDialect.column_act
     ("ALTER TABLE t CONVERT TABLE z TO PARTITION p9 VALUES LESS THAN (900)", ("rewrite", ["db.t", "db.z"])),
     ("ALTER TABLE t IMPORT TABLESPACE", ("rewrite", ["db.t"])),
     ("ALTER TABLE t IMPORT PARTITION p1 TABLESPACE", ("rewrite", ["db.t"])),
+    ("ALTER TABLE t ENGINE=BLACKHOLE", ("rewrite", ["db.t"])),  # its rows are gone: the re-read refuses the table
+    ("ALTER TABLE t ENGINE = 'MRG_MyISAM' UNION=(a, b)", ("rewrite", ["db.t"])),
+    ("alter table t engine federated connection='mysql://u@h/d/t'", ("rewrite", ["db.t"])),
+    ("ALTER TABLE t ENGINE=InnoDB", ("alter", ["db.t"])),  # the rows are copied: nothing to read again
+    ("ALTER TABLE t ENGINE=Aria", ("alter", ["db.t"])),
+    ("ALTER TABLE t ENGINE=MERGEABLE_NOT_AN_ENGINE", ("alter", ["db.t"])),
     ("ALTER TABLE t ADD PARTITION (PARTITION p9 VALUES LESS THAN (900))", ("alter", ["db.t"])),
     ("ALTER TABLE t_new RENAME TO t", ("rename", ["db.t_new", "db.t"])),
     ("ALTER TABLE s.a ADD c INT, RENAME AS `s`.b", ("rename", ["s.a", "s.b"])),

@@ -33,11 +33,17 @@ def _qualify(name: str, default_db: str) -> str:
     return f"{default_db}.{_unquote(parts[0])}"
 
 
+# storage engines whose rows the binlog does not follow: ``schema.engine_refusal`` says why
+REFUSED_ENGINES = ("BLACKHOLE", "MRG_MYISAM", "MERGE", "FEDERATED", "CONNECT", "SPIDER", "SPHINX", "OQGRAPH",
+                   "COLUMNSTORE", "CSV", "SEQUENCE")
+
 # ALTER TABLE clauses that remove, swap or replace a table's rows without a row event: the table (and the
 # other table they name) is read again, whatever the behaviour (``rewrite``)
 _ROWS_REPLACED = re.compile(r"\b(?:DROP|TRUNCATE|EXCHANGE|CONVERT)\s+PARTITION\b|\bCONVERT\s+TABLE\b|"
                             r"\bDROP\s+SYSTEM\s+VERSIONING\b|"  # the history rows applied while it was versioned
-                            r"\bIMPORT\s+(?:PARTITION\b.*?\b)?TABLESPACE\b", re.I | re.S)
+                            r"\bIMPORT\s+(?:PARTITION\b.*?\b)?TABLESPACE\b|"
+                            # an engine whose rows the binlog does not follow (the re-read's describe refuses it)
+                            r"\bENGINE\s*=?\s*['\"`]?(?:" + "|".join(REFUSED_ENGINES) + r")\b", re.I | re.S)
 _TABLE_RENAME = re.compile(rf"^RENAME\s+(?:(?:TO|AS)\s+)?(?!(?:COLUMN|INDEX|KEY)\s)({_QUALIFIED})\s*$", re.I)
 _OTHER_TABLE = re.compile(rf"\b(?:WITH|TO|CONVERT)\s+TABLE\s+({_QUALIFIED})", re.I)
 

@@ -8,6 +8,7 @@ import pymysql
 from airflow_provider_dblog.core.errors import DblogError, UnknownTable, UnsupportedTables
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
+from airflow_provider_dblog.source.mysql.ddl import REFUSED_ENGINES
 from airflow_provider_dblog.source.row_identity import refuse_nullable
 
 # What check_source() requires of the server (docker-compose.yaml is tested against this).
@@ -118,6 +119,10 @@ def describe_table(client: MySqlClient, table: str, chunk_key: Sequence[str] | N
         raise UnknownTable(f"unknown table {table} on {client.config.address}: check the name "
                          f"(DB.TABLE, case-sensitive on Linux) and that {client.config.user} may SELECT it")
     columns = tuple(Column(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6], r[7], r[8]) for r in rows)
+    engine = str(client.scalar("SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND "
+                               "TABLE_NAME = %s", (database, name)) or "")
+    if engine.upper() in REFUSED_ENGINES:
+        raise UnsupportedTables([f"{table} ({engine})"], engine_refusal)
     if system_versioned(client, [table]):
         raise UnsupportedTables([table], versioned_refusal)
     if any("compressed" in c.column_type for c in columns):
@@ -202,6 +207,13 @@ def compressed_refusal(tables: Sequence[str]) -> str:
             f"binlog images cannot be decoded (the replication library does not know the compressed types); take them "
             f"out of the capture (--exclude), or ALTER TABLE ... MODIFY each such column without COMPRESSED and "
             f"capture the table again")
+
+
+def engine_refusal(tables: Sequence[str]) -> str:
+    return (f"{len(tables)} table(s) use a storage engine whose rows the binlog does not follow: {', '.join(tables)} "
+            f"(BLACKHOLE keeps no rows; MERGE shows other tables' rows, changed under their names; FEDERATED, CONNECT, "
+            f"SPIDER, SPHINX, OQGRAPH keep them elsewhere; COLUMNSTORE bulk loads and CSV files bypass it); take them "
+            f"out of the capture (--exclude), or capture the tables that hold the rows")
 
 
 def versioned_refusal(tables: Sequence[str]) -> str:
