@@ -32,6 +32,9 @@ def first_line(exc: BaseException, secret: str = "") -> str:
     for prefix in ("FATAL:", "ERROR:"):
         if line.startswith(prefix):
             line = line[len(prefix):].strip()
+    if "row-level security" in line:  # the readers' row_security = off (values.SESSION_SETTINGS) says no
+        line += (" (a capture reads every row: ALTER ROLE ... BYPASSRLS, or read as the table's owner without "
+                 "FORCE ROW LEVEL SECURITY, or as a superuser)")
     return line.replace(secret, "***") if secret else line
 
 
