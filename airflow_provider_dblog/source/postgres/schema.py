@@ -223,17 +223,16 @@ _REACHED_TYPES = (
 
 def _value_types(client: PostgresClient, oids: Sequence[int]) -> tuple[dict[int, str], dict[int, str]]:
     """Per table OID, the labels of the enums its values are made of (each label's OID and hash: ``renamed_labels``)
-    and a hash of the attributes of the composite types they are made of (``changed_composites``)."""
-    labels = {int(rel): text for rel, text in client.query(
-        _REACHED_TYPES + "SELECT r.rel, string_agg(DISTINCT e.oid::text || ':' || md5(e.enumlabel), ',') "
-                         "FROM reach r JOIN pg_enum e ON e.enumtypid = r.typ GROUP BY r.rel", (list(oids),))}
-    composites = {int(rel): text for rel, text in client.query(
-        _REACHED_TYPES + "SELECT r.rel, md5(string_agg(t.oid::text || '=' || (SELECT string_agg(ca.attnum || ':' || "
-                         "ca.atttypid || ':' || ca.atttypmod || ':' || ca.attisdropped, ',' ORDER BY ca.attnum) "
+    and a hash of the attributes of the composite types they are made of (``changed_composites``): one query."""
+    rows = client.query(
+        _REACHED_TYPES + ", labels AS (SELECT r.rel, string_agg(DISTINCT e.oid::text || ':' || md5(e.enumlabel), ',') "
+                         "AS l FROM reach r JOIN pg_enum e ON e.enumtypid = r.typ GROUP BY r.rel), "
+                         "comps AS (SELECT r.rel, md5(string_agg(t.oid::text || '=' || (SELECT string_agg(ca.attnum || "
+                         "':' || ca.atttypid || ':' || ca.atttypmod || ':' || ca.attisdropped, ',' ORDER BY ca.attnum) "
                          "FROM pg_attribute ca WHERE ca.attrelid = t.typrelid AND ca.attnum > 0), ';' ORDER BY t.oid)) "
-                         "FROM reach r JOIN pg_type t ON t.oid = r.typ AND t.typtype = 'c' GROUP BY r.rel",
-        (list(oids),))}
-    return labels, composites
+                         "AS c FROM reach r JOIN pg_type t ON t.oid = r.typ AND t.typtype = 'c' GROUP BY r.rel) "
+                         "SELECT rel, l, c FROM labels FULL JOIN comps USING (rel)", (list(oids),))
+    return ({int(rel): l for rel, l, _ in rows if l is not None}, {int(rel): c for rel, _, c in rows if c is not None})
 
 
 PUBLISHED, ENUM_LABELS, COMPOSITES = "pub=", "enum=", "comp="  # the named parts of a ``storage_identities`` value
