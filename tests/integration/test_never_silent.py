@@ -983,6 +983,44 @@ def test_a_global_setting_changes_neither_the_lake_nor_verify(mariadb, db, tmp_p
     assert compare_rows(lake, mariadb.port, f"{db}.m", key=("k",)) == []
 
 
+@pytest.mark.parametrize("init", ["SET NAMES utf8", "SET NAMES latin1", "SET character_set_results = latin1"])
+def test_a_servers_init_connect_changes_neither_the_lake_nor_verify(mariadb, db, tmp_path, init):
+    """``init_connect`` runs at the login of every user without SUPER (the least privileges dblog needs), after
+    the client asked for utf8mb4. Before: ``SET NAMES utf8`` turned every 4-byte character the snapshot read into
+    '?', with exit 0, while the binlog (and so the tail) kept the stored bytes; ``SET NAMES latin1`` stopped the
+    snapshot with a panic of the chunk reader. Keys with such characters sit on chunk boundaries."""
+    from deltalake import DeltaTable
+
+    from tests.support.lakecheck import compare_rows
+
+    user, password = "least_privileged", "lp-Pa55-word"
+    mariadb.sql(f"CREATE USER IF NOT EXISTS '{user}'@'%' IDENTIFIED BY '{password}'",
+                f"GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{user}'@'%'")
+    mariadb.sql(f"CREATE TABLE {db}.u (k VARCHAR(20) CHARACTER SET utf8mb4 PRIMARY KEY, "
+                f"note VARCHAR(40) CHARACTER SET utf8mb4, n INT)",
+                f"INSERT INTO {db}.u SELECT CONCAT(ELT(1 + seq % 4, 'a', 'é', '😀', '✓'), seq), "
+                f"CONCAT('note 😀 ünï ', seq), seq FROM seq_1_to_80", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    try:
+        mariadb.sql(f"SET GLOBAL init_connect = '{init}'")
+        code, _, err = dblog("run", "--source", mariadb.uri(user, password), "--table", f"{db}.u", "--state", state,
+                             "--sink", sink, "--chunk-size", "16")
+        assert code == 0, err[-3000:]
+        mariadb.sql(f"UPDATE {db}.u SET note = CONCAT(note, ' 🚀') WHERE n % 5 = 0",
+                    f"INSERT INTO {db}.u VALUES ('😀new', 'ß 🚀', 1000)", f"DELETE FROM {db}.u WHERE n % 7 = 0", db=db)
+        code, _, err = _tail(state, sink)
+        assert code == 0, err[-3000:]
+        code, result = _verify_rows(state, sink, f"{db}.u")
+        assert code == 0 and result["equal"], result
+        code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", f"{db}.u")
+        assert code == 0, err[-3000:]
+    finally:
+        mariadb.sql("SET GLOBAL init_connect = ''")
+    lake = DeltaTable(f"{sink}/{db}.u/current").to_pyarrow_table()
+    assert compare_rows(lake, mariadb.port, f"{db}.u", key=("k",)) == []  # as root: no init_connect
+    assert "?" not in "".join(lake.column("note").to_pylist())
+
+
 def test_a_second_capture_into_the_same_lake_is_refused_in_one_line(mariadb, db, tmp_path):
     """Two captures (two states) of two servers holding the same database and table names, one ``--sink``: before,
     the second's snapshot replaced the first's rows and both tails went on with exit 0 (verify: 4 missing, 30

@@ -43,8 +43,12 @@ class SharedTlsConnection(pymysql.connections.Connection):
 # logs unpadded (the lake mixed both, verify then differed); NO_BACKSLASH_ESCAPES reads the backslash-escaped
 # literals of key bounds as other strings or other SQL; ANSI_QUOTES and ORACLE change the parser; READ UNCOMMITTED
 # reads rows no transaction committed (they stayed in the lake), and a consistent snapshot is one only under
-# REPEATABLE READ. Two statements: the isolation level has no variable both MySQL and MariaDB 10.x know.
-SESSION_STATEMENTS = ("SET time_zone = '+00:00', sql_mode = ''", "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+# REPEATABLE READ. Two statements: the isolation level has no variable both MySQL and MariaDB 10.x know. And
+# utf8mb4 for what the session sends and receives: the client asks for it at login, but the server's
+# ``init_connect`` runs after that for a user without SUPER (a DBA's ``SET NAMES latin1`` for a legacy application
+# turned every non-latin1 character into '?' in the chunk reads, where the binlog holds the stored bytes).
+SESSION_STATEMENTS = ("SET NAMES utf8mb4, time_zone = '+00:00', sql_mode = ''",
+                      "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 
 
 def binlog_status_sql(version: str) -> str:

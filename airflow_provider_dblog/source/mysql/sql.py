@@ -11,9 +11,14 @@ from airflow_provider_dblog.source.mysql.types import quote_ident, select_expres
 
 
 def literal(value, col: Column) -> str:
+    """A key value as SQL. Text carries the ``_utf8mb4`` introducer: its bytes are utf8mb4 whatever the session's
+    ``character_set_connection`` (connectorx runs a query of its own to learn the result's types, on a session the
+    server's ``init_connect`` may have set to utf8mb3 or latin1, where a 4-byte character is an illegal mix)."""
     if col.data_type == "timestamp" and value is not None:
         epoch = value.replace(tzinfo=dt.timezone.utc).timestamp()
         return f"FROM_UNIXTIME({epoch:.6f})"
+    if isinstance(value, str):
+        return "_utf8mb4" + escape_item(value, "utf8mb4")
     return escape_item(value, "utf8mb4")
 
 
