@@ -1165,3 +1165,43 @@ def test_storage_engines_whose_rows_the_binlog_does_not_follow_are_refused_in_on
     line = one_error_line(err)
     assert code != 0 and f"{db}.a (MRG_MyISAM)" in line, err[-3000:]
     assert _lake_position(state, f"{db}.b") == before  # nothing of the read was committed
+
+
+def test_zero_and_partial_dates_are_null_on_every_path(mariadb, db, tmp_path):
+    """Under a lax ``sql_mode`` MySQL stores ``0000-00-00``, ``2020-00-15``, ``2020-05-00 10:00:00`` and a zero
+    TIMESTAMP. The lake has no such date: the binlog decoders made DATE/DATETIME ones NULL, but the snapshot's reader
+    panicked on them (as did ``verify --rows``), the checksum called every such row different, and a zero TIMESTAMP
+    became 1970-01-01 00:00:00 UTC. Now every path makes them NULL, the valid values keep their fractions, and
+    both verifies are equal: in the snapshot, and in the tail one by one and in blocks."""
+    from deltalake import DeltaTable
+
+    columns = "d DATE, dt DATETIME(3), ts TIMESTAMP(6) NULL"
+    bad = "('0000-00-00', '2020-05-00 10:00:00', '0000-00-00 00:00:00')"
+    partial = "('2020-00-15', '0000-00-00 00:00:00', '0000-00-00 00:00:00')"
+    good = "('2021-03-04', '2021-03-04 05:06:07.891', '2021-03-04 05:06:07.123456')"
+    rows = ", ".join(f"({i}, " + (bad, partial, good)[i % 3][1:] for i in range(1, 61))
+    mariadb.sql(f"CREATE TABLE {db}.z (id INT PRIMARY KEY, {columns})", db=db)
+    mariadb.sql("SET SESSION sql_mode = ''", f"INSERT INTO {db}.z VALUES {rows}", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, _, err = dblog("run", "--source", mariadb.uri(), "--table", f"{db}.z", "--state", state, "--sink", sink,
+                         "--chunk-size", "25")
+    assert code == 0, err[-3000:]
+    more = [f"INSERT INTO {db}.z VALUES ({i}, " + (bad, partial, good)[i % 3][1:] for i in range(100, 400)]
+    mariadb.sql("SET SESSION sql_mode = ''", *more,  # a rows event each: runs of them decoded as blocks
+                f"UPDATE {db}.z SET d = '0000-00-00', ts = '0000-00-00 00:00:00' WHERE id = 3", db=db)
+    code, _, err = _tail(state, sink)
+    assert code == 0, err[-3000:]
+    assert "(300 decoded column by column)" in err, err[-3000:]  # the INSERT's rows in blocks
+    lake = {r["id"]: (r["d"], r["dt"], r["ts"]) for r in
+            DeltaTable(f"{sink}/{db}.z/current").to_pyarrow_table(columns=["id", "d", "dt", "ts"]).to_pylist()}
+    assert len(lake) == 360
+    for key, values in lake.items():
+        if key % 3 == 2:  # the valid dates, their fractions kept
+            assert values[0].isoformat() == "2021-03-04" and values[1].microsecond == 891000, values
+            assert values[2].isoformat() == "2021-03-04T05:06:07.123456+00:00", values
+        else:  # zero and partial dates, zero TIMESTAMPs: never 1970
+            assert values == (None, None, None), (key, values)
+    code, result = _verify_rows(state, sink, f"{db}.z")
+    assert code == 0 and result["equal"], result
+    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", f"{db}.z")
+    assert code == 0, err[-3000:]

@@ -329,8 +329,8 @@ def _datetime(data, starts, present, fsp: int) -> pa.Array:
 
 def _timestamp(data, starts, present, fsp: int, target: pa.DataType) -> pa.Array:
     seconds = spans.big_endian(data, starts, 4)
-    micros = _fraction(data, starts + 4, fsp)
-    return pa.array(seconds * 1_000_000 + micros, pa.int64(), mask=~present).view(target)
+    micros = _fraction(data, starts + 4, fsp)  # the zero TIMESTAMP (0 s) is NULL (``rows._timestamp2_reader``)
+    return pa.array(seconds * 1_000_000 + micros, pa.int64(), mask=~(present & (seconds != 0))).view(target)
 
 
 def _decimal_groups(precision: int, scale: int) -> list[tuple[int, int]]:

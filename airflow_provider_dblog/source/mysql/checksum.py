@@ -15,7 +15,7 @@ from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.sql import range_condition, table_sql
-from airflow_provider_dblog.source.mysql.types import arrow_type, quote_ident
+from airflow_provider_dblog.source.mysql.types import arrow_type, known_date_sql, quote_ident
 
 
 def value_sql(col: Column) -> str | None:
@@ -26,10 +26,10 @@ def value_sql(col: Column) -> str | None:
     if pa.types.is_binary(target):
         return f"MD5({q})"
     if pa.types.is_date32(target):
-        return f"TO_DAYS({q}) - 719528"
+        return f"TO_DAYS({known_date_sql(col)}) - 719528"
     if pa.types.is_timestamp(target):
-        return (f"CAST(UNIX_TIMESTAMP({q}) * 1000000 AS SIGNED)" if t == "timestamp"
-                else f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {q})")
+        return (f"CAST({known_date_sql(col)} * 1000000 AS SIGNED)" if t == "timestamp"
+                else f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {known_date_sql(col)})")
     if t == "year":
         return f"({q} + 0)"
     if pa.types.is_string(target):
@@ -39,7 +39,7 @@ def value_sql(col: Column) -> str | None:
 
 def checksum_sql(meta: TableMeta, chunk: ChunkRange) -> str:
     values = [v for c in meta.columns if (v := value_sql(c)) is not None]
-    flags = "CONCAT(" + ", ".join(f"ISNULL({quote_ident(c.name)})" for c in meta.columns) + ")"
+    flags = "CONCAT(" + ", ".join(f"ISNULL({known_date_sql(c)})" for c in meta.columns) + ")"  # zero dates: NULL
     text = f"CONCAT_WS(CHAR(31), {', '.join([*values, flags])})"
     floats = [quote_ident(c.name) for c in meta.columns if pa.types.is_floating(arrow_type(c))]
     float_sums = "".join(f", SUM({f}), SUM(ABS({f}))" for f in floats)

@@ -86,7 +86,10 @@ def _timestamp2_reader(fsp: int):
     width, fraction = _fraction_reader(fsp)
 
     def read(buf, p):
-        return EPOCH + dt.timedelta(seconds=int.from_bytes(buf[p:p + 4], "big"), microseconds=fraction(buf, p + 4))
+        seconds = int.from_bytes(buf[p:p + 4], "big")
+        if not seconds:  # the zero TIMESTAMP (a valid one is at least 1 s): NULL, as zero dates
+            return None
+        return EPOCH + dt.timedelta(seconds=seconds, microseconds=fraction(buf, p + 4))
     return 4 + width, read
 
 

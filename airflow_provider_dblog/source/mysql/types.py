@@ -77,6 +77,18 @@ def _unscaled_decimal(col: Column) -> bool:
     return col.data_type == "decimal" and (col.precision or 0) <= UNSCALED_DECIMAL_DIGITS
 
 
+def known_date_sql(col: Column) -> str:
+    """The column as SQL with MySQL's zero and partial dates (``0000-00-00``, ``2020-00-15``, a zero TIMESTAMP: stored
+    under a lax ``sql_mode``) as NULL, which is what the binlog decoders (``rows``, ``block_decoder``) make of them:
+    the lake has no such date. Other columns as they are."""
+    q = quote_ident(col.name)
+    if col.data_type in ("date", "datetime"):
+        return f"IF(MONTH({q}) = 0 OR DAYOFMONTH({q}) = 0, NULL, {q})"
+    if col.data_type == "timestamp":  # a valid TIMESTAMP is at least 1970-01-01 00:00:01 UTC
+        return f"NULLIF(UNIX_TIMESTAMP({q}), 0)"
+    return q
+
+
 def select_expression(col: Column) -> str:
     """The SELECT item that connectorx reads exactly for this column."""
     q = quote_ident(col.name)
@@ -86,7 +98,9 @@ def select_expression(col: Column) -> str:
     if t in ("decimal", "time"):
         return f"CAST({q} AS CHAR) AS {q}"
     if t == "timestamp":
-        return f"CAST(UNIX_TIMESTAMP({q}) * 1000000 AS SIGNED) AS {q}"
+        return f"CAST({known_date_sql(col)} * 1000000 AS SIGNED) AS {q}"
+    if t in ("date", "datetime"):
+        return f"{known_date_sql(col)} AS {q}"
     if t == "bigint" and col.unsigned:
         return f"CAST({q} AS CHAR) AS {q}"
     return q
