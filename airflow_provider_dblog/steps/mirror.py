@@ -29,7 +29,9 @@ def current_rows(state_dir: str, sink: str, table: str) -> pa.Table:
     lake = LakeTables(sink, table, schema, meta.key_columns)
     lake.current()  # the lake's columns: the source's as of the last schema change the tail followed
     rows = lake.read_current([*lake.source.names, *MIRROR_METADATA])
-    return rows.cast(pa.schema([*lake.source, *(rows.schema.field(n) for n in MIRROR_METADATA)]))
+    # nullable whatever the source declares: a zero date of a NOT NULL column is NULL in the lake
+    return rows.cast(pa.schema([*(f.with_nullable(True) for f in lake.source),
+                                *(rows.schema.field(n) for n in MIRROR_METADATA)]))
 
 
 def mirror(state_dir: str, sink: str, table: str, out: str) -> dict:
@@ -58,7 +60,7 @@ def compare(state_dir: str, lake_rows: pa.Table, table: str, examples: int = 5) 
     if missing_columns:
         raise DblogError(f"the lake's {table} lacks the source's columns {', '.join(missing_columns)}: run a tail "
                          f"(schema changes are followed from the binlog)")
-    mirrored = lake_rows.select(list(meta.column_names)).cast(source.schema)
+    mirrored = lake_rows.select(list(meta.column_names)).cast(pa.schema([f.with_nullable(True) for f in source.schema]))
     keys = list(meta.key_columns)
 
     def same(value):  # a float NaN is kept as NaN (PostgreSQL has them): equal to itself here

@@ -1171,7 +1171,7 @@ def test_zero_and_partial_dates_are_null_on_every_path(mariadb, db, tmp_path):
     """Under a lax ``sql_mode`` MySQL stores ``0000-00-00``, ``2020-00-15``, ``2020-05-00 10:00:00`` and a zero
     TIMESTAMP. The lake has no such date: the binlog decoders made DATE/DATETIME ones NULL, but the snapshot's reader
     panicked on them (as did ``verify --rows``), the checksum called every such row different, and a zero TIMESTAMP
-    became 1970-01-01 00:00:00 UTC. Now every path makes them NULL, the valid values keep their fractions, and
+    became 1970-01-01 00:00:00 UTC; a NOT NULL column holding one failed ``verify --rows`` and ``mirror``. Now every path makes them NULL, the valid values keep their fractions, and
     both verifies are equal: in the snapshot, and in the tail one by one and in blocks."""
     from deltalake import DeltaTable
 
@@ -1181,17 +1181,23 @@ def test_zero_and_partial_dates_are_null_on_every_path(mariadb, db, tmp_path):
     good = "('2021-03-04', '2021-03-04 05:06:07.891', '2021-03-04 05:06:07.123456')"
     rows = ", ".join(f"({i}, " + (bad, partial, good)[i % 3][1:] for i in range(1, 61))
     mariadb.sql(f"CREATE TABLE {db}.z (id INT PRIMARY KEY, {columns})", db=db)
-    mariadb.sql("SET SESSION sql_mode = ''", f"INSERT INTO {db}.z VALUES {rows}", db=db)
+    mariadb.sql("SET SESSION sql_mode = ''", f"INSERT INTO {db}.z VALUES {rows}",
+                # a legacy schema: NOT NULL with a zero default (the lake's column is nullable)
+                f"CREATE TABLE {db}.legacy (id INT PRIMARY KEY, d DATE NOT NULL DEFAULT '0000-00-00', "
+                f"ts TIMESTAMP NOT NULL DEFAULT '0000-00-00 00:00:00')", f"INSERT INTO {db}.legacy (id) VALUES (1), (2)",
+                db=db)
     state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
-    code, _, err = dblog("run", "--source", mariadb.uri(), "--table", f"{db}.z", "--state", state, "--sink", sink,
+    code, _, err = dblog("run", "--source", mariadb.uri(), "--tables", f"{db}.*", "--state", state, "--sink", sink,
                          "--chunk-size", "25")
     assert code == 0, err[-3000:]
     more = [f"INSERT INTO {db}.z VALUES ({i}, " + (bad, partial, good)[i % 3][1:] for i in range(100, 400)]
     mariadb.sql("SET SESSION sql_mode = ''", *more,  # a rows event each: runs of them decoded as blocks
-                f"UPDATE {db}.z SET d = '0000-00-00', ts = '0000-00-00 00:00:00' WHERE id = 3", db=db)
+                f"UPDATE {db}.z SET d = '0000-00-00', ts = '0000-00-00 00:00:00' WHERE id = 3",
+                f"INSERT INTO {db}.legacy (id) VALUES (3)", f"UPDATE {db}.legacy SET d = '2020-01-01' WHERE id = 1",
+                db=db)
     code, _, err = _tail(state, sink)
     assert code == 0, err[-3000:]
-    assert "(300 decoded column by column)" in err, err[-3000:]  # the INSERT's rows in blocks
+    assert "(300 decoded column by column)" in err, err[-3000:]  # the INSERTs' rows in blocks
     lake = {r["id"]: (r["d"], r["dt"], r["ts"]) for r in
             DeltaTable(f"{sink}/{db}.z/current").to_pyarrow_table(columns=["id", "d", "dt", "ts"]).to_pylist()}
     assert len(lake) == 360
@@ -1201,7 +1207,14 @@ def test_zero_and_partial_dates_are_null_on_every_path(mariadb, db, tmp_path):
             assert values[2].isoformat() == "2021-03-04T05:06:07.123456+00:00", values
         else:  # zero and partial dates, zero TIMESTAMPs: never 1970
             assert values == (None, None, None), (key, values)
-    code, result = _verify_rows(state, sink, f"{db}.z")
-    assert code == 0 and result["equal"], result
-    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", f"{db}.z")
+    legacy = DeltaTable(f"{sink}/{db}.legacy/current").to_pyarrow_table(columns=["id", "d", "ts"]).to_pylist()
+    assert sorted((r["id"], str(r["d"]), r["ts"]) for r in legacy) == [(1, "2020-01-01", None), (2, "None", None),
+                                                                       (3, "None", None)]
+    for table in ("z", "legacy"):
+        code, result = _verify_rows(state, sink, f"{db}.{table}")  # before: the NOT NULL cast failed
+        assert code == 0 and result["equal"], result
+    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--tables", f"{db}.*")
+    assert code == 0, err[-3000:]
+    code, out, err = dblog("mirror", "--state", state, "--sink", sink, "--table", f"{db}.legacy",
+                           "--out", str(tmp_path / "mirror"))
     assert code == 0, err[-3000:]
