@@ -31,14 +31,12 @@ from airflow_provider_dblog.source.mysql.field_types import (
 )
 from airflow_provider_dblog.source.mysql.table_map import meta_from_table_map
 from airflow_provider_dblog.source.mysql.types import (
-    _enum_values, _format_time, _json_text_keys, _type_argument, arrow_type,
+    PYTHON_CODECS, _enum_values, _format_time, _json_text_keys, _type_argument, arrow_type,
 )
 
 INT_FORMATS = {(TINY, False): "b", (TINY, True): "B", (SHORT, False): "h", (SHORT, True): "H",
                (LONG, False): "i", (LONG, True): "I", (LONGLONG, False): "q", (LONGLONG, True): "Q",
                (FLOAT, False): "f", (FLOAT, True): "f", (DOUBLE, False): "d", (DOUBLE, True): "d"}
-MYSQL_TO_PYTHON_CHARSET = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "ascii": "ascii",
-                           "latin1": "cp1252", "binary": None}
 DECIMAL_DIGITS_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -174,8 +172,8 @@ def _json_reader(length_size: int):
 
 def _text_expression(b: Builder, charset: str | None, data: str) -> str | None:
     """The expression that decodes ``data`` (bytes) of a text column, or None for an unknown charset."""
-    name = MYSQL_TO_PYTHON_CHARSET.get(charset or "utf8mb4", charset)
-    if name is None:
+    name = PYTHON_CODECS.get((charset or "utf8mb4").lower())
+    if name is None:  # bytes, or a character set without an exact codec (refused when the table is described)
         return None
     try:
         codecs.lookup(name)

@@ -9,6 +9,7 @@ from airflow_provider_dblog.core.errors import DblogError, UnknownTable, Unsuppo
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.ddl import REFUSED_ENGINES
+from airflow_provider_dblog.source.mysql.types import PYTHON_CODECS
 from airflow_provider_dblog.source.row_identity import refuse_nullable
 
 # What check_source() requires of the server (docker-compose.yaml is tested against this).
@@ -119,6 +120,10 @@ def describe_table(client: MySqlClient, table: str, chunk_key: Sequence[str] | N
         raise UnknownTable(f"unknown table {table} on {client.config.address}: check the name "
                          f"(DB.TABLE, case-sensitive on Linux) and that {client.config.user} may SELECT it")
     columns = tuple(Column(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6], r[7], r[8]) for r in rows)
+    undecodable = [f"{table}.{c.name} ({c.charset})" for c in columns
+                   if c.charset and c.charset.lower() not in PYTHON_CODECS]
+    if undecodable:
+        raise UnsupportedTables(undecodable, charset_refusal)
     engine = str(client.scalar("SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND "
                                "TABLE_NAME = %s", (database, name)) or "")
     if engine.upper() in REFUSED_ENGINES:
@@ -207,6 +212,12 @@ def compressed_refusal(tables: Sequence[str]) -> str:
             f"binlog images cannot be decoded (the replication library does not know the compressed types); take them "
             f"out of the capture (--exclude), or ALTER TABLE ... MODIFY each such column without COMPRESSED and "
             f"capture the table again")
+
+
+def charset_refusal(columns: Sequence[str]) -> str:
+    return (f"{len(columns)} column(s) use a character set whose binlog bytes dblog cannot decode exactly: "
+            f"{', '.join(columns)}; ALTER TABLE ... CONVERT TO CHARACTER SET utf8mb4 (or MODIFY the column), or take "
+            f"the table out of the capture (--exclude)")
 
 
 def engine_refusal(tables: Sequence[str]) -> str:

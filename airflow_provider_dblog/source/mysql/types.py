@@ -53,6 +53,22 @@ def arrow_type(col: Column) -> pa.DataType:
     return pa.string()
 
 
+# MySQL's character sets and the Python codec that decodes the bytes the binlog holds exactly as the server reads
+# them: its utf16, utf32 and ucs2 are big-endian (Python's "utf16" guessed little-endian: every character of the
+# tail's rows differed), its latin1 is cp1252 (``rows._text_expression``); None: bytes (``binary``). A text column
+# of a character set not here (dec8, hp8, swe7, armscii8, keybcs2, geostd8, eucjpms: no exact Python codec) is
+# refused by ``schema.describe_table``.
+PYTHON_CODECS: dict[str, str | None] = {
+    "utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "ascii": "ascii", "latin1": "cp1252", "binary": None,
+    "utf16": "utf-16-be", "utf16le": "utf-16-le", "utf32": "utf-32-be", "ucs2": "utf-16-be",
+    "latin2": "iso8859-2", "latin5": "iso8859-9", "latin7": "iso8859-13", "greek": "iso8859-7", "hebrew": "iso8859-8",
+    "cp1250": "cp1250", "cp1251": "cp1251", "cp1256": "cp1256", "cp1257": "cp1257", "cp850": "cp850",
+    "cp852": "cp852", "cp866": "cp866", "koi8r": "koi8-r", "koi8u": "koi8-u", "macce": "mac-latin2",
+    "macroman": "mac-roman", "tis620": "tis-620", "big5": "big5", "gbk": "gbk", "gb2312": "gb2312",
+    "gb18030": "gb18030", "euckr": "euc-kr", "ujis": "euc-jp", "sjis": "shift-jis", "cp932": "cp932",
+}
+
+
 def arrow_schema(meta: TableMeta) -> pa.Schema:
     """The lake's columns of a table (key columns never null)."""
     return pa.schema([pa.field(c.name, arrow_type(c), c.nullable or c.name in meta.key_columns) for c in meta.columns])
