@@ -1255,3 +1255,47 @@ def test_a_character_set_without_an_exact_codec_is_refused_in_one_line(mariadb, 
                 db=db)
     code, _, err = _tail(state, sink)
     assert code != 0 and f"{db}.ok.v (eucjpms)" in one_error_line(err), err[-3000:]
+
+
+@pytest.mark.parametrize("column, value", [("v DATETIME", "'0000-01-01 00:00:00'"), ("v DATE", "'0000-03-04'"),
+                                           ("v DATE", "'2020-02-30'"), ("v DATETIME(2)", "'2021-04-31 10:00:00.5'")])
+def test_dates_that_do_not_exist_are_null_on_every_path(mariadb, db, tmp_path, column, value):
+    """Year 0 and, under ALLOW_INVALID_DATES, a 30 February: the binlog decoders made them NULL, the snapshot kept
+    them (a year-0 value in a lake file's statistics then stopped every tail: OverflowError). Now NULL everywhere;
+    a real 29 February stays."""
+    from deltalake import DeltaTable
+
+    mariadb.sql("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'", f"CREATE TABLE {db}.x (id INT PRIMARY KEY, {column})",
+                f"INSERT INTO {db}.x VALUES (1, {value}), (2, NULL), (4, '2020-02-29')", db=db)
+    state, sink = captured(mariadb.uri(), f"{db}.x", tmp_path, 50)
+    mariadb.sql("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'", f"INSERT INTO {db}.x VALUES (3, {value})", db=db)
+    code, _, err = _tail(state, sink)
+    assert code == 0, err[-3000:]
+    lake = {r["id"]: r["v"] for r in DeltaTable(f"{sink}/{db}.x/current").to_pyarrow_table(columns=["id", "v"]).to_pylist()}
+    assert (lake[1], lake[2], lake[3]) == (None, None, None) and str(lake[4])[:10] == "2020-02-29", lake
+    code, result = _verify_rows(state, sink, f"{db}.x")
+    assert code == 0 and result["equal"], result
+    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", f"{db}.x")
+    assert code == 0, err[-3000:]
+
+
+def test_geometry_columns_are_their_stored_bytes_on_every_path(mariadb, db, tmp_path):
+    """connectorx reads no GEOMETRY: the snapshot of a table with a spatial column panicked ("not implemented:
+    MYSQL_TYPE_GEOMETRY"). The snapshot now reads the stored bytes (the SRID, then WKB), which is what the binlog
+    holds and the checksum hashes."""
+    from deltalake import DeltaTable
+
+    mariadb.sql(f"CREATE TABLE {db}.g (id INT PRIMARY KEY, g GEOMETRY, p POINT, poly POLYGON)",
+                f"INSERT INTO {db}.g VALUES (1, ST_GeomFromText('POINT(1 2)', 4326), POINT(3, 4), "
+                f"ST_GeomFromText('POLYGON((0 0,1 0,1 1,0 0))')), (2, NULL, NULL, NULL)", db=db)
+    state, sink = captured(mariadb.uri(), f"{db}.g", tmp_path, 50)
+    mariadb.sql(f"INSERT INTO {db}.g VALUES (3, ST_GeomFromText('LINESTRING(0 0,5 5)'), POINT(5, 6), NULL)",
+                f"UPDATE {db}.g SET p = POINT(7, 8) WHERE id = 2", db=db)
+    code, _, err = _tail(state, sink)
+    assert code == 0, err[-3000:]
+    lake = {r["id"]: r for r in DeltaTable(f"{sink}/{db}.g/current").to_pyarrow_table().to_pylist()}
+    assert lake[1]["g"][:4] == (4326).to_bytes(4, "little") and lake[1]["g"][4:6] == b"\x01\x01", lake[1]
+    code, result = _verify_rows(state, sink, f"{db}.g")
+    assert code == 0 and result["equal"], result
+    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", f"{db}.g")
+    assert code == 0, err[-3000:]

@@ -22,6 +22,8 @@ TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bit", "geometry",
                 "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
                 "geometrycollection"}
+GEOMETRY_TYPES = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+                  "geometrycollection"}
 SIGNED_INTS = {"tinyint": pa.int8(), "smallint": pa.int16(), "mediumint": pa.int32(), "int": pa.int32(),
                "integer": pa.int32(), "bigint": pa.int64()}
 UNSIGNED_INTS = {"tinyint": pa.int16(), "smallint": pa.int32(), "mediumint": pa.int32(), "int": pa.int64(),
@@ -94,12 +96,13 @@ def _unscaled_decimal(col: Column) -> bool:
 
 
 def known_date_sql(col: Column) -> str:
-    """The column as SQL with MySQL's zero and partial dates (``0000-00-00``, ``2020-00-15``, a zero TIMESTAMP: stored
-    under a lax ``sql_mode``) as NULL, which is what the binlog decoders (``rows``, ``block_decoder``) make of them:
-    the lake has no such date. Other columns as they are."""
+    """The column as SQL with MySQL's zero, partial and invalid dates (``0000-00-00``, ``2020-00-15``, ``2020-02-30``
+    under ALLOW_INVALID_DATES, year 0, a zero TIMESTAMP: stored under a lax ``sql_mode``) as NULL, which is what the
+    binlog decoders (``rows``, ``block_decoder``) make of them: the lake has no such date (a year-0 value in a lake
+    file's statistics even stopped the next tail). Other columns as they are."""
     q = quote_ident(col.name)
-    if col.data_type in ("date", "datetime"):
-        return f"IF(MONTH({q}) = 0 OR DAYOFMONTH({q}) = 0, NULL, {q})"
+    if col.data_type in ("date", "datetime"):  # date arithmetic is NULL for a date that does not exist
+        return f"IF(YEAR({q}) = 0 OR ({q} + INTERVAL 0 DAY) IS NULL, NULL, {q})"
     if col.data_type == "timestamp":  # a valid TIMESTAMP is at least 1970-01-01 00:00:01 UTC
         return f"NULLIF(UNIX_TIMESTAMP({q}), 0)"
     return q
@@ -117,6 +120,8 @@ def select_expression(col: Column) -> str:
         return f"CAST({known_date_sql(col)} * 1000000 AS SIGNED) AS {q}"
     if t in ("date", "datetime"):
         return f"{known_date_sql(col)} AS {q}"
+    if t in GEOMETRY_TYPES:  # the stored bytes (SRID and WKB) as the binlog holds them: connectorx reads no GEOMETRY
+        return f"CAST({q} AS BINARY) AS {q}"
     if t == "bigint" and col.unsigned:
         return f"CAST({q} AS CHAR) AS {q}"
     return q
