@@ -5,6 +5,7 @@ nothing past it. The server's settings are changed at run time, as a DBA would, 
 from __future__ import annotations
 
 import json
+from typing import Sequence
 
 import pytest
 
@@ -73,6 +74,25 @@ def _followed_then_equal(state, sink, table, in_place: bool) -> None:
     assert ("chunks of" in err and "again" in err) is not in_place, err[-3000:]
     code, result = _verify_rows(state, sink, table)
     assert code == 0 and result["equal"], result
+
+
+def _captured_then_tailed(mariadb, db, tmp_path, table: str, setup: Sequence[str], changes: Sequence[str]):
+    """``setup`` run, ``db.table`` captured (chunks of 50), ``changes`` run, one tail that must succeed: (state,
+    sink). Both lists run in one session each (a lax ``sql_mode`` set by their first statement holds for the rest)."""
+    mariadb.sql(*setup, db=db)
+    state, sink = captured(mariadb.uri(), f"{db}.{table}", tmp_path, 50)
+    mariadb.sql(*changes, db=db)
+    code, _, err = _tail(state, sink)
+    assert code == 0, err[-3000:]
+    return state, sink
+
+
+def _both_verifies_equal(state, sink, table) -> None:
+    """``dblog verify --rows`` and the checksum verify both say equal."""
+    code, result = _verify_rows(state, sink, table)
+    assert code == 0 and result["equal"], result
+    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", table)
+    assert code == 0, err[-3000:]
 
 
 def _lake_position(state, table):
@@ -1227,14 +1247,13 @@ def test_text_of_every_decodable_character_set_is_followed_exactly(mariadb, db, 
     """The binlog holds a text column's bytes in its own character set. MySQL's utf16, utf32 and ucs2 are big-endian:
     decoded with Python's "utf16" (little-endian) every tail row of a utf16 or ucs2 column differed, exit 0; utf32,
     utf16le and the rest stopped the tail on an unexpected error. Each character set now has its exact codec."""
-    mariadb.sql(f"CREATE TABLE {db}.c (id INT PRIMARY KEY, v VARCHAR(40) CHARACTER SET {charset}, "
-                f"t TEXT CHARACTER SET {charset}, ch CHAR(12) CHARACTER SET {charset})",
-                f"INSERT INTO {db}.c VALUES (1, '{text}', '{text} long', '{text[:4]}'), (2, NULL, '', 'a')", db=db)
-    state, sink = captured(mariadb.uri(), f"{db}.c", tmp_path, 50)
-    mariadb.sql(f"INSERT INTO {db}.c VALUES (3, '{text} 3', '{text} three', '{text[:3]}')",
-                f"UPDATE {db}.c SET v = '{text[::-1]}' WHERE id = 1", db=db)
-    code, _, err = _tail(state, sink)
-    assert code == 0, err[-3000:]
+    state, sink = _captured_then_tailed(
+        mariadb, db, tmp_path, "c",
+        [f"CREATE TABLE {db}.c (id INT PRIMARY KEY, v VARCHAR(40) CHARACTER SET {charset}, "
+         f"t TEXT CHARACTER SET {charset}, ch CHAR(12) CHARACTER SET {charset})",
+         f"INSERT INTO {db}.c VALUES (1, '{text}', '{text} long', '{text[:4]}'), (2, NULL, '', 'a')"],
+        [f"INSERT INTO {db}.c VALUES (3, '{text} 3', '{text} three', '{text[:3]}')",
+         f"UPDATE {db}.c SET v = '{text[::-1]}' WHERE id = 1"])
     code, result = _verify_rows(state, sink, f"{db}.c")
     assert code == 0 and result["equal"], result
 
@@ -1265,18 +1284,15 @@ def test_dates_that_do_not_exist_are_null_on_every_path(mariadb, db, tmp_path, c
     a real 29 February stays."""
     from deltalake import DeltaTable
 
-    mariadb.sql("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'", f"CREATE TABLE {db}.x (id INT PRIMARY KEY, {column})",
-                f"INSERT INTO {db}.x VALUES (1, {value}), (2, NULL), (4, '2020-02-29')", db=db)
-    state, sink = captured(mariadb.uri(), f"{db}.x", tmp_path, 50)
-    mariadb.sql("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'", f"INSERT INTO {db}.x VALUES (3, {value})", db=db)
-    code, _, err = _tail(state, sink)
-    assert code == 0, err[-3000:]
+    lax = "SET SESSION sql_mode = 'ALLOW_INVALID_DATES'"
+    state, sink = _captured_then_tailed(
+        mariadb, db, tmp_path, "x",
+        [lax, f"CREATE TABLE {db}.x (id INT PRIMARY KEY, {column})",
+         f"INSERT INTO {db}.x VALUES (1, {value}), (2, NULL), (4, '2020-02-29')"],
+        [lax, f"INSERT INTO {db}.x VALUES (3, {value})"])
     lake = {r["id"]: r["v"] for r in DeltaTable(f"{sink}/{db}.x/current").to_pyarrow_table(columns=["id", "v"]).to_pylist()}
     assert (lake[1], lake[2], lake[3]) == (None, None, None) and str(lake[4])[:10] == "2020-02-29", lake
-    code, result = _verify_rows(state, sink, f"{db}.x")
-    assert code == 0 and result["equal"], result
-    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", f"{db}.x")
-    assert code == 0, err[-3000:]
+    _both_verifies_equal(state, sink, f"{db}.x")
 
 
 def test_geometry_columns_are_their_stored_bytes_on_every_path(mariadb, db, tmp_path):
@@ -1285,17 +1301,13 @@ def test_geometry_columns_are_their_stored_bytes_on_every_path(mariadb, db, tmp_
     holds and the checksum hashes."""
     from deltalake import DeltaTable
 
-    mariadb.sql(f"CREATE TABLE {db}.g (id INT PRIMARY KEY, g GEOMETRY, p POINT, poly POLYGON)",
-                f"INSERT INTO {db}.g VALUES (1, ST_GeomFromText('POINT(1 2)', 4326), POINT(3, 4), "
-                f"ST_GeomFromText('POLYGON((0 0,1 0,1 1,0 0))')), (2, NULL, NULL, NULL)", db=db)
-    state, sink = captured(mariadb.uri(), f"{db}.g", tmp_path, 50)
-    mariadb.sql(f"INSERT INTO {db}.g VALUES (3, ST_GeomFromText('LINESTRING(0 0,5 5)'), POINT(5, 6), NULL)",
-                f"UPDATE {db}.g SET p = POINT(7, 8) WHERE id = 2", db=db)
-    code, _, err = _tail(state, sink)
-    assert code == 0, err[-3000:]
+    state, sink = _captured_then_tailed(
+        mariadb, db, tmp_path, "g",
+        [f"CREATE TABLE {db}.g (id INT PRIMARY KEY, g GEOMETRY, p POINT, poly POLYGON)",
+         f"INSERT INTO {db}.g VALUES (1, ST_GeomFromText('POINT(1 2)', 4326), POINT(3, 4), "
+         f"ST_GeomFromText('POLYGON((0 0,1 0,1 1,0 0))')), (2, NULL, NULL, NULL)"],
+        [f"INSERT INTO {db}.g VALUES (3, ST_GeomFromText('LINESTRING(0 0,5 5)'), POINT(5, 6), NULL)",
+         f"UPDATE {db}.g SET p = POINT(7, 8) WHERE id = 2"])
     lake = {r["id"]: r for r in DeltaTable(f"{sink}/{db}.g/current").to_pyarrow_table().to_pylist()}
     assert lake[1]["g"][:4] == (4326).to_bytes(4, "little") and lake[1]["g"][4:6] == b"\x01\x01", lake[1]
-    code, result = _verify_rows(state, sink, f"{db}.g")
-    assert code == 0 and result["equal"], result
-    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", f"{db}.g")
-    assert code == 0, err[-3000:]
+    _both_verifies_equal(state, sink, f"{db}.g")
