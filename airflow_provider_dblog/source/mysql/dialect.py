@@ -2,6 +2,7 @@
 modules beside it (one concern each)."""
 from __future__ import annotations
 
+import logging
 from typing import Iterator, Mapping, Sequence
 from urllib.parse import quote
 
@@ -26,6 +27,7 @@ from airflow_provider_dblog.source.mysql.ddl import alter_actions
 from airflow_provider_dblog.source.mysql.sql import at_most, range_condition, snapshot_sql, table_sql
 from airflow_provider_dblog.source.mysql.types import arrow_schema, cast_snapshot_column, keeps_values, quote_ident
 
+log = logging.getLogger("dblog")
 DEFAULT_SERVER_IDS = (1_000_000, 2_000_000_000)
 
 
@@ -108,8 +110,19 @@ class MySqlDialect:
         auth = quote(cfg.user, safe="") + (":" + quote(cfg.password, safe="") if cfg.password else "")
         uri = f"mysql://{auth}@{cfg.host}:{cfg.port}/{quote(meta.database, safe='')}"
         target = arrow_schema(meta)
+
+        def read(known_dates: bool) -> pa.Table:
+            return cx.read_sql(uri, snapshot_sql(meta, chunk, known_dates), return_type="arrow",
+                               pre_execution_query=list(SESSION_STATEMENTS))
         try:
-            raw = cx.read_sql(uri, snapshot_sql(meta, chunk), return_type="arrow", pre_execution_query=list(SESSION_STATEMENTS))
+            try:
+                raw = read(False)
+            except BaseException as exc:  # a date that does not exist (0000-00-00, 2020-02-30) panics connectorx
+                if not any(name in str(exc) for name in ("NaiveDate", "NaiveDateTime")):
+                    raise
+                log.info("chunk %d of %s holds a date that does not exist: read again with such dates as NULL",
+                         chunk.id, meta.qualified)
+                raw = read(True)  # the same window: the chunk read again with such dates as NULL
         except Exception as exc:  # connectorx raises bare RuntimeErrors; never echo the URI
             message = str(exc).replace(cfg.password, "***") if cfg.password else str(exc)
             raise DblogError(f"reading chunk {chunk.id} of {meta.qualified} failed: {message.splitlines()[0]}") from None

@@ -53,6 +53,6 @@ def table_sql(meta: TableMeta) -> str:
     return f"{quote_ident(meta.database)}.{quote_ident(meta.name)}"
 
 
-def snapshot_sql(meta: TableMeta, chunk: ChunkRange) -> str:
-    items = ", ".join(select_expression(c) for c in meta.columns)
+def snapshot_sql(meta: TableMeta, chunk: ChunkRange, known_dates: bool = False) -> str:
+    items = ", ".join(select_expression(c, known_dates) for c in meta.columns)
     return f"SELECT {items} FROM {table_sql(meta)} WHERE {range_condition(meta, chunk.lo, chunk.hi)}"

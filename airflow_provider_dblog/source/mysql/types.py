@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any, Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.tables import Column, TableMeta
 
@@ -108,8 +109,10 @@ def known_date_sql(col: Column) -> str:
     return q
 
 
-def select_expression(col: Column) -> str:
-    """The SELECT item that connectorx reads exactly for this column."""
+def select_expression(col: Column, known_dates: bool = False) -> str:
+    """The SELECT item that connectorx reads exactly for this column. DATE and DATETIME as stored unless
+    ``known_dates`` (``known_date_sql``: twice the server's time for a table of dates, so only for a chunk whose
+    plain read met a date that does not exist, ``dialect.read_snapshot``)."""
     q = quote_ident(col.name)
     t = col.data_type
     if _unscaled_decimal(col):
@@ -118,7 +121,7 @@ def select_expression(col: Column) -> str:
         return f"CAST({q} AS CHAR) AS {q}"
     if t == "timestamp":
         return f"CAST({known_date_sql(col)} * 1000000 AS SIGNED) AS {q}"
-    if t in ("date", "datetime"):
+    if t in ("date", "datetime") and known_dates:
         return f"{known_date_sql(col)} AS {q}"
     if t in GEOMETRY_TYPES:  # the stored bytes (SRID and WKB) as the binlog holds them: connectorx reads no GEOMETRY
         return f"CAST({q} AS BINARY) AS {q}"
@@ -127,12 +130,20 @@ def select_expression(col: Column) -> str:
     return q
 
 
+FIRST_DAY = (dt.date(1, 1, 1) - dt.date(1970, 1, 1)).days  # year 0 (which MySQL keeps) is before it: NULL
+
+
 def cast_snapshot_column(array: pa.ChunkedArray, col: Column, target: pa.DataType) -> pa.ChunkedArray:
-    """connectorx's column (read through ``select_expression``) in the target Arrow type."""
+    """connectorx's column (read through ``select_expression``) in the target Arrow type; a DATE or DATETIME in
+    year 0 is NULL, as the binlog decoders make it (``known_date_sql``)."""
     if _unscaled_decimal(col):
         return pa.chunked_array([unscaled_decimal(c, target) for c in array.cast(pa.int64()).chunks], target)
     if col.data_type == "timestamp":
         return array.cast(pa.int64()).cast(target)
+    if col.data_type in ("date", "datetime"):
+        days = array.cast(pa.date32()).cast(pa.int32())
+        if len(array) and pc.min(days).as_py() is not None and pc.min(days).as_py() < FIRST_DAY:
+            array = pc.if_else(pc.less(days, FIRST_DAY), pa.scalar(None, array.type), array)
     return array.cast(target)
 
 
