@@ -218,9 +218,12 @@ def test_a_table_map_unlike_the_planned_table_gets_no_decoder():
             SimpleNamespace(name="v", type=15, max_length=40, unsigned=False)]
     assert mysql_rows.compile_row_decoder(same, meta) is not None
     assert mysql_rows.compile_row_decoder(same + [SimpleNamespace(name="w", type=3, unsigned=False)], meta) is None
-    odd_charset = TableMeta("d", "t", (meta.columns[0], Column("v", "varchar", "varchar(10)", charset="ucs2")),
-                            ("id",), "primary")
+    odd_charset = TableMeta("d", "t", (meta.columns[0], Column("v", "varchar", "varchar(10)", charset="armscii8")),
+                            ("id",), "primary")  # no exact codec (the plan refuses such a column)
     assert mysql_rows.compile_row_decoder(same, odd_charset) is None
+    big_endian = TableMeta("d", "t", (meta.columns[0], Column("v", "varchar", "varchar(10)", charset="ucs2")),
+                           ("id",), "primary")
+    assert mysql_rows.compile_row_decoder(same, big_endian) is not None  # utf-16-be
 
 
 def test_random_seed_rows_decode_like_the_library_where_the_library_is_exact(typed):
