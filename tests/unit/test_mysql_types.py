@@ -79,3 +79,16 @@ def test_source_uri_parsing_keeps_the_password_out_of_public_forms():
     assert "p@ss" not in cfg.public_uri and "p@ss" not in repr(cfg)
     with pytest.raises(DblogError, match="expected mysql://"):
         SourceConfig.parse("mysql://hostonly")
+
+
+def test_every_character_set_the_decoders_take_has_a_python_codec():
+    """``rows._text_expression`` takes ``PYTHON_CODECS`` as the authority: a name Python does not know would fail
+    every decoder of such a column."""
+    import codecs
+
+    from airflow_provider_dblog.source.mysql.types import PYTHON_CODECS
+
+    for charset, codec in PYTHON_CODECS.items():
+        if codec is not None:
+            assert codecs.lookup(codec), charset
+    assert PYTHON_CODECS["utf16"] == PYTHON_CODECS["ucs2"] == "utf-16-be" and PYTHON_CODECS["utf32"] == "utf-32-be"

@@ -171,13 +171,10 @@ def _json_reader(length_size: int):
 
 
 def _text_expression(b: Builder, charset: str | None, data: str) -> str | None:
-    """The expression that decodes ``data`` (bytes) of a text column, or None for an unknown charset."""
+    """The expression that decodes ``data`` (bytes) of a text column, or None for bytes and for a character set
+    without an exact codec (``types.PYTHON_CODECS``; refused when the table is described)."""
     name = PYTHON_CODECS.get((charset or "utf8mb4").lower())
-    if name is None:  # bytes, or a character set without an exact codec (refused when the table is described)
-        return None
-    try:
-        codecs.lookup(name)
-    except LookupError:
+    if name is None:
         return None
     if name == "cp1252":  # MySQL's latin1: cp1252, its five undefined bytes mapped to C1 controls
         table = "".join(bytes([i]).decode("cp1252") if i not in b"\x81\x8d\x8f\x90\x9d" else chr(i)

@@ -20,11 +20,9 @@ import pyarrow.compute as pc
 from airflow_provider_dblog.core.tables import Column, TableMeta
 
 TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
-BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bit", "geometry",
-                "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-                "geometrycollection"}
 GEOMETRY_TYPES = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
                   "geometrycollection"}
+BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bit"} | GEOMETRY_TYPES
 SIGNED_INTS = {"tinyint": pa.int8(), "smallint": pa.int16(), "mediumint": pa.int32(), "int": pa.int32(),
                "integer": pa.int32(), "bigint": pa.int64()}
 UNSIGNED_INTS = {"tinyint": pa.int16(), "smallint": pa.int32(), "mediumint": pa.int32(), "int": pa.int64(),
@@ -142,7 +140,8 @@ def cast_snapshot_column(array: pa.ChunkedArray, col: Column, target: pa.DataTyp
         return array.cast(pa.int64()).cast(target)
     if col.data_type in ("date", "datetime"):
         days = array.cast(pa.date32()).cast(pa.int32())
-        if len(array) and pc.min(days).as_py() is not None and pc.min(days).as_py() < FIRST_DAY:
+        first = pc.min(days).as_py() if len(array) else None
+        if first is not None and first < FIRST_DAY:
             array = pc.if_else(pc.less(days, FIRST_DAY), pa.scalar(None, array.type), array)
     return array.cast(target)
 

@@ -309,9 +309,7 @@ def describe_table(client: PostgresClient, table: str, chunk_key: Sequence[str] 
     for _, _, cols, not_null in keys:
         if not_null:
             return TableMeta(schema, name, columns, tuple(cols), "unique", storage)
-    if generated:
-        raise DblogError(f"table {table} has no primary key or NOT NULL unique key without a generated column "
-                         f"(PostgreSQL's logical replication does not send {', '.join(generated)}): add one, or pass "
-                         f"--chunk-key COL[,COL] (an indexed NOT NULL column to split on)")
-    raise DblogError(f"table {table} has no primary key or NOT NULL unique key: add one, or pass "
+    without = (f" without a generated column (PostgreSQL's logical replication does not send {', '.join(generated)})"
+               if generated else "")
+    raise DblogError(f"table {table} has no primary key or NOT NULL unique key{without}: add one, or pass "
                      f"--chunk-key COL[,COL] (an indexed NOT NULL column to split on)")
