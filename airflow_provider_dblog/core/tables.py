@@ -28,6 +28,13 @@ class Column:
         return "unsigned" in self.column_type
 
 
+DECLARED_ORDER = {"enum", "set"}  # MySQL types ordered by a value's place in the declared list, not its text
+
+
+def _order_of(column: Column) -> str | None:
+    return column.column_type if column.data_type in DECLARED_ORDER else column.collation
+
+
 @dataclass(frozen=True)
 class TableMeta:
     """``key_columns`` identify a row and order chunks; ``key_source`` says where they came from."""
@@ -52,9 +59,10 @@ class TableMeta:
 
     @property
     def key_order(self) -> tuple:
-        """The key columns and what orders each (its collation; None for a type compared by value): the plan's
-        chunk boundaries and the lake's key ranges hold only while it stays the same."""
-        return tuple((name, self.column(name).collation) for name in self.key_columns)
+        """The key columns and what orders each (its collation; its declared list for a type ordered by a value's
+        place in it, MySQL's ENUM and SET; None for a type compared by value): the plan's chunk boundaries and
+        the lake's key ranges hold only while it stays the same."""
+        return tuple((name, _order_of(self.column(name))) for name in self.key_columns)
 
     @property
     def key_text(self) -> str:

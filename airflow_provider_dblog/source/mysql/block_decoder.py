@@ -36,7 +36,7 @@ from airflow_provider_dblog.source.mysql.field_types import (
     NEWDECIMAL, SHORT, STRING, TIMESTAMP2, TINY, TINY_BLOB, VAR_STRING, VARCHAR, YEAR,
 )
 from airflow_provider_dblog.source.mysql.rows import DECIMAL_DIGITS_BYTES
-from airflow_provider_dblog.source.mysql.types import _enum_values, arrow_type, unscaled_decimal
+from airflow_provider_dblog.source.mysql.types import enum_labels, arrow_type, unscaled_decimal
 
 MIN_EVENTS = 8  # a run of fewer rows events is decoded one by one: the walk's per-row cost needs several events
 _INT_WIDTHS = {TINY: 1, SHORT: 2, INT24: 3, LONG: 4, LONGLONG: 8}
@@ -111,7 +111,7 @@ def _spec(tm, col: Column) -> ColumnSpec | None:
         groups = _decimal_groups(tm.precision, tm.decimals)
         return ColumnSpec(sum(g for g, _ in groups), 0, lambda d, s, n, v: _decimal(d, s, v, groups, target))
     if t == ENUM:
-        names = pa.array([""] + _enum_values(col), pa.string())
+        names = pa.array([""] + enum_labels(col), pa.string())
         return ColumnSpec(tm.size, 0, lambda d, s, n, v: _enum(spans.little_endian(d, s, tm.size), v, names))
     if t == BIT:
         return ColumnSpec(tm.bytes, 0, lambda d, s, n, v: _bytes(d, s, np.full(len(s), tm.bytes), v))

@@ -1,13 +1,14 @@
-"""Key order as the database sees it: collation weights for text keys, plain values otherwise."""
+"""Key order as the database sees it: collation weights for text keys, the declared numbers of ENUM and SET
+values, plain values otherwise."""
 from __future__ import annotations
 
 import datetime as dt
 from typing import Sequence
 
 from airflow_provider_dblog.core.chunks import Key
-from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
-from airflow_provider_dblog.source.mysql.types import is_collated_text
+from airflow_provider_dblog.core.tables import DECLARED_ORDER, Column, TableMeta
+from airflow_provider_dblog.source.mysql.types import declared_numbers, is_collated_text
 
 MAX_CACHED_WEIGHTS = 200_000
 
@@ -34,6 +35,9 @@ class KeyOrder:
             if is_collated_text(col):
                 weights = self._weights_for(col, {v for v in values if v is not None})
                 per_column.append([(v is not None, weights.get(v, b"")) for v in values])
+            elif col.data_type in DECLARED_ORDER:
+                number = declared_numbers(col)
+                per_column.append([(v is not None, number(v) if v is not None else 0) for v in values])
             else:
                 per_column.append([(v is not None, _naive_utc(v) if v is not None else 0) for v in values])
         return [tuple(col[j] for col in per_column) for j in range(len(keys))]

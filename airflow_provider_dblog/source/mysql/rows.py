@@ -31,7 +31,7 @@ from airflow_provider_dblog.source.mysql.field_types import (
 )
 from airflow_provider_dblog.source.mysql.table_map import meta_from_table_map
 from airflow_provider_dblog.source.mysql.types import (
-    PYTHON_CODECS, _enum_values, _format_time, _json_text_keys, _type_argument, arrow_type,
+    PYTHON_CODECS, enum_labels, _format_time, _json_text_keys, _type_argument, arrow_type,
 )
 
 INT_FORMATS = {(TINY, False): "b", (TINY, True): "B", (SHORT, False): "h", (SHORT, True): "H",
@@ -209,10 +209,10 @@ def _column_code(b: Builder, i: int, tm, col: Column) -> bool:
     elif t == NEWDECIMAL:
         _decimal_code(b, v, tm.precision, tm.decimals, as_text=pa.types.is_string(target))
     elif t == ENUM:
-        values = b.const("E", [""] + _enum_values(col))
+        values = b.const("E", [""] + enum_labels(col))
         b.emit(f"{v} = {values}[int.from_bytes(buf[p:p + {tm.size}], 'little')]; p += {tm.size}")
     elif t == SET:
-        members = _enum_values(col)
+        members = enum_labels(col)
         join = b.const("J", lambda mask: ",".join(m for k, m in enumerate(members) if mask >> k & 1))
         b.emit(f"{v} = {join}(int.from_bytes(buf[p:p + {tm.size}], 'little')); p += {tm.size}")
     elif t == BIT:

@@ -1,6 +1,7 @@
 """What the server must offer (binlog settings, privileges) and what a table looks like."""
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import pymysql
@@ -107,19 +108,24 @@ def check_privileges(client: MySqlClient) -> None:
                          f"GRANT {', '.join(missing)} ON *.* TO '{user}'@'%'")
 
 
+def declared_type(column_type: str) -> str:
+    """COLUMN_TYPE in lower case but for its quoted ENUM and SET labels: those are values, and case-sensitive."""
+    return "".join(p if p.startswith("'") else p.lower() for p in re.split(r"('(?:[^']|'')*')", column_type))
+
+
 def describe_table(client: MySqlClient, table: str, chunk_key: Sequence[str] | None = None) -> TableMeta:
     if "." not in table:
         raise DblogError(f"bad table name {table!r}: use DB.TABLE")
     database, name = table.split(".", 1)
     rows = client.query(
-        "SELECT COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE), IS_NULLABLE = 'YES', CHARACTER_SET_NAME, "
+        "SELECT COLUMN_NAME, LOWER(DATA_TYPE), COLUMN_TYPE, IS_NULLABLE = 'YES', CHARACTER_SET_NAME, "
         "COLLATION_NAME, NUMERIC_PRECISION, NUMERIC_SCALE, CHARACTER_MAXIMUM_LENGTH "
         "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
         (database, name))
     if not rows:
         raise UnknownTable(f"unknown table {table} on {client.config.address}: check the name "
                          f"(DB.TABLE, case-sensitive on Linux) and that {client.config.user} may SELECT it")
-    columns = tuple(Column(r[0], r[1], r[2], bool(r[3]), r[4], r[5], r[6], r[7], r[8]) for r in rows)
+    columns = tuple(Column(r[0], r[1], declared_type(r[2]), bool(r[3]), r[4], r[5], r[6], r[7], r[8]) for r in rows)
     undecodable = [f"{table}.{c.name} ({c.charset})" for c in columns
                    if c.charset and c.charset.lower() not in PYTHON_CODECS]
     if undecodable:

@@ -17,7 +17,8 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_dblog.core.tables import Column, TableMeta
+from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.tables import DECLARED_ORDER, Column, TableMeta
 
 TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
 GEOMETRY_TYPES = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
@@ -75,9 +76,35 @@ def arrow_schema(meta: TableMeta) -> pa.Schema:
     return pa.schema([pa.field(c.name, arrow_type(c), c.nullable or c.name in meta.key_columns) for c in meta.columns])
 
 
+# the collations whose order is Python's order of the decoded text: code points, no padding
+CODE_POINT_COLLATIONS = {"utf8mb4_nopad_bin", "utf8mb3_nopad_bin", "utf8_nopad_bin", "utf8mb4_0900_bin"}
+
+
 def is_collated_text(col: Column) -> bool:
-    """Text whose order the collation decides (not binary strings, not numbers or dates)."""
-    return col.data_type in TEXT_TYPES and bool(col.collation) and not col.collation.endswith("_bin")
+    """Text whose order the collation decides. That includes the PAD SPACE ``_bin`` collations ('a' sorts
+    after 'a\\t': it is compared as 'a ') and single-byte ``_bin`` ones (latin1 is cp1252: byte 0x80, '€',
+    sorts before 'é'); only the no-pad UTF-8 ``_bin`` collations order text as Python does."""
+    return (col.data_type in TEXT_TYPES and col.data_type not in DECLARED_ORDER and bool(col.collation)
+            and col.collation.lower() not in CODE_POINT_COLLATIONS)
+
+
+def declared_numbers(col: Column) -> Callable[[Any], int]:
+    """For an ENUM or SET column: a value's number, which the server orders and compares it by (an ENUM
+    label's index in the declared list, the empty error value 0; a SET's bits, one per declared member).
+    Its text orders otherwise: ENUM('zeta', 'alpha') sorts 'zeta' first, while ``k > 'alpha'`` compares
+    text."""
+    members = enum_labels(col)
+    if col.data_type == "enum":
+        index = {label: i for i, label in enumerate([""] + members)}
+        return lambda v: v if isinstance(v, int) else index[v] if v in index else _undeclared(col, v)
+    bits = {member: 1 << i for i, member in enumerate(members)}
+    return lambda v: v if isinstance(v, int) else sum(bits[m] if m in bits else _undeclared(col, m)
+                                                      for m in (v.split(",") if v else ()))
+
+
+def _undeclared(col: Column, value) -> int:
+    raise DblogError(f"{value!r} is not a value of {col.name} {col.column_type}: the column's declared values "
+                     f"changed under a running read; run the command again (the next plan reads them)")
 
 
 def quote_ident(name: str) -> str:
@@ -177,7 +204,7 @@ def binlog_converter(col: Column, target: pa.DataType) -> Callable[[Any], Any] |
         fsp = _type_argument(col)
         return lambda v: v if v is None or isinstance(v, str) else _format_time(v, fsp)
     if t == "set":
-        order = _enum_values(col)
+        order = enum_labels(col)
         return lambda v: v if v is None or isinstance(v, str) else ",".join(x for x in order if x in v)
     if t == "bit":
         width = max(1, (_type_argument(col) + 7) // 8)
@@ -209,7 +236,7 @@ def _json_text_keys(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _enum_values(col: Column) -> list[str]:
+def enum_labels(col: Column) -> list[str]:
     inside = col.column_type[col.column_type.find("(") + 1: col.column_type.rfind(")")]
     values, current, quoted, i = [], "", False, 0
     while i < len(inside):
@@ -279,8 +306,8 @@ def keeps_values(before: Column, after: Column) -> bool:
     if a == b == "bit":
         return _type_argument(after) >= _type_argument(before)
     if a in ("enum", "set") and a == b:
-        return (before.charset or "") == (after.charset or "") and set(_enum_values(before)) <= set(
-            _enum_values(after))
+        return (before.charset or "") == (after.charset or "") and set(enum_labels(before)) <= set(
+            enum_labels(after))
     text = ("char", "varchar", *_TEXT_BYTES)
     if a in text and b in text:
         same = (before.charset or "").lower() == (after.charset or "").lower()
