@@ -6,7 +6,8 @@ order of the keys (``DataSourceDialect.sort_keys``), per key column:
   ``bytea`` (bytes, compared like ``memcmp``): the values themselves;
 * ``float4``/``float8``: (is NaN, value), PostgreSQL sorts NaN above every number;
 * text, varchar and name under the ``C``/``POSIX``/``ucs_basic`` collation (or a database default that is
-  one of them): the string itself; UTF-8 byte order is code point order, Python's;
+  one of them) in a UTF8, LATIN1 or SQL_ASCII database: the string itself; their byte order is code point
+  order, Python's (other encodings' is not: PostgreSQL orders those);
 * everything else (text under any other collation, ``char(n)``, enums, unbounded numeric, arrays,
   ...): PostgreSQL orders them. Each value gets a label, an exact ``Fraction``, from a query that sorts
   the values seen so far together with the new ones (``dense_rank()`` under the column's type and
@@ -36,6 +37,7 @@ from airflow_provider_dblog.source.postgres.values import (
 PLAIN_ORDER = {INT2, INT4, INT8, OID, BOOL, DATE, TIMESTAMP, TIME, UUID, BYTEA}
 BYTE_ORDER_COLLATIONS = {'"pg_catalog"."C"', '"pg_catalog"."POSIX"', '"pg_catalog"."ucs_basic"'}
 DEFAULT_COLLATION = '"pg_catalog"."default"'
+CODE_POINT_ENCODINGS = {"UTF8", "LATIN1", "SQL_ASCII"}  # their bytes sort as the code points they decode to
 COLLATED_TEXT = {TEXT, VARCHAR, NAME}
 
 
@@ -53,6 +55,7 @@ class KeyOrder:
     def __init__(self, client: PostgresClient):
         self.client = client
         self._default_is_c: bool | None = None
+        self._code_point_encoding: bool | None = None
         self._orders: dict[tuple[str, str | None], "_PostgresOrder"] = {}
 
     def sort_keys(self, meta: TableMeta, keys: Sequence[Key]) -> list[tuple]:
@@ -84,6 +87,13 @@ class KeyOrder:
         return None
 
     def _byte_order(self, collation: str | None) -> bool:
+        """Whether ``collation`` orders text as Python orders the decoded strings: a byte-order collation, in a
+        database whose encoding's byte order is code point order (in WIN1251 '№', 0xB9, sorts before 'я',
+        0xFF; U+2116 after U+044F)."""
+        if self._code_point_encoding is None:
+            self._code_point_encoding = self.client.query("SHOW server_encoding", ())[0][0] in CODE_POINT_ENCODINGS
+        if not self._code_point_encoding:
+            return False
         if collation in BYTE_ORDER_COLLATIONS:
             return True
         if collation != DEFAULT_COLLATION:
