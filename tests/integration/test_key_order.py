@@ -6,13 +6,17 @@ chunk's high watermark hides it) and the lake silently differs.
   planner's boundaries and its range conditions disagreed, so chunks overlapped and missed rows;
 * SET orders by its bits;
 * BIT compared with a binary string matches neither: the planner looped forever on a BIT key;
+* MariaDB's UUID orders time-based UUIDs by their segments last to first, INET6 and INET4 by their bytes: not
+  their text's order;
 * ``utf8mb4_bin`` and ``latin1_bin`` are PAD SPACE ('a' sorts after 'a\\t') and latin1 is cp1252 (byte 0x80,
   '€', sorts before 'é'), which Python's str order does not know.
 """
 from __future__ import annotations
 
+import ipaddress
 import random
 import threading
+import uuid
 
 import pymysql
 import pytest
@@ -30,6 +34,33 @@ def _set_rows():
             for i in range(1, 58)]
 
 
+def _random_uuids(n: int) -> list[tuple]:
+    """Time-based (version 1) and random (version 4) RFC UUIDs, version 7 ones and other variants: MariaDB
+    orders the first two kinds by their segments last to first, the others by their bytes."""
+    rnd = random.Random(8)
+    out = set()
+    while len(out) < n:
+        b = bytearray(rnd.getrandbits(128).to_bytes(16, "big"))
+        b[6] = (b[6] & 0x0F) | (rnd.choice([1, 4, 7, 0]) << 4)
+        b[8] = (b[8] & 0x3F) | rnd.choice([0x80, 0x80, 0x00, 0xC0])
+        if rnd.random() < 0.2:
+            b[:4] = bytes(4)
+        out.add((str(uuid.UUID(bytes=bytes(b))),))
+    return sorted(out)
+
+
+def _random_addresses(n: int, width: int) -> list[tuple]:
+    rnd = random.Random(width)
+    out = set()
+    while len(out) < n:
+        b = bytearray(rnd.getrandbits(8 * width).to_bytes(width, "big"))
+        if width == 16 and rnd.random() < 0.5:  # zero runs, IPv4-mapped and -compatible forms
+            start, length = rnd.randrange(16), rnd.randrange(2, 14)
+            b[start:start + length] = bytes(len(b[start:start + length]))
+        out.add((str(ipaddress.ip_address(bytes(b))),))
+    return sorted(out)
+
+
 CASES = {
     "enum": ("k ENUM('zeta','alpha','mid','Beta') NOT NULL, id INT NOT NULL, v INT, PRIMARY KEY (k, id)",
              _enum_rows),
@@ -39,6 +70,9 @@ CASES = {
                     lambda: [(f"k{i:03d}{tail}",) for i in range(134) for tail in ("", "\t", "\n")]),
     "latin1_bin": ("k VARCHAR(12) CHARACTER SET latin1 COLLATE latin1_bin NOT NULL PRIMARY KEY, v INT",
                    lambda: [(f"k{i:03d}{tail}",) for i in range(80) for tail in ("", "€", "é", "Ÿ", "\t")]),
+    "uuid": ("k UUID NOT NULL PRIMARY KEY, v INT", lambda: _random_uuids(400)),
+    "inet6": ("k INET6 NOT NULL PRIMARY KEY, v INT", lambda: _random_addresses(400, 16)),
+    "inet4": ("k INET4 NOT NULL PRIMARY KEY, v INT", lambda: _random_addresses(400, 4)),
 }
 
 

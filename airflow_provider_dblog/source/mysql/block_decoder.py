@@ -36,7 +36,7 @@ from airflow_provider_dblog.source.mysql.field_types import (
     NEWDECIMAL, SHORT, STRING, TIMESTAMP2, TINY, TINY_BLOB, VAR_STRING, VARCHAR, YEAR,
 )
 from airflow_provider_dblog.source.mysql.rows import DECIMAL_DIGITS_BYTES
-from airflow_provider_dblog.source.mysql.types import enum_labels, arrow_type, unscaled_decimal
+from airflow_provider_dblog.source.mysql.types import BYTES_AS_TEXT, arrow_type, enum_labels, unscaled_decimal
 
 MIN_EVENTS = 8  # a run of fewer rows events is decoded one by one: the walk's per-row cost needs several events
 _INT_WIDTHS = {TINY: 1, SHORT: 2, INT24: 3, LONG: 4, LONGLONG: 8}
@@ -116,6 +116,8 @@ def _spec(tm, col: Column) -> ColumnSpec | None:
     if t == BIT:
         return ColumnSpec(tm.bytes, 0, lambda d, s, n, v: _bytes(d, s, np.full(len(s), tm.bytes), v))
     if t in (VARCHAR, VAR_STRING, STRING) + _BLOBS:
+        if col.data_type in BYTES_AS_TEXT:  # UUID, INET6, INET4: the per-row decoder prints them
+            return None
         prefix = tm.length_size if t in _BLOBS else (2 if tm.max_length > 255 else 1)
         if pa.types.is_string(target):
             charset = col.charset or "utf8mb4"

@@ -8,7 +8,7 @@ from typing import Sequence
 from airflow_provider_dblog.core.chunks import Key
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.core.tables import DECLARED_ORDER, Column, TableMeta
-from airflow_provider_dblog.source.mysql.types import declared_numbers, is_collated_text
+from airflow_provider_dblog.source.mysql.types import BYTES_AS_TEXT, declared_numbers, is_collated_text
 
 MAX_CACHED_WEIGHTS = 200_000
 
@@ -35,6 +35,9 @@ class KeyOrder:
             if is_collated_text(col):
                 weights = self._weights_for(col, {v for v in values if v is not None})
                 per_column.append([(v is not None, weights.get(v, b"")) for v in values])
+            elif col.data_type in BYTES_AS_TEXT:  # MariaDB's UUID, INET6, INET4: not in the order of their text
+                order = BYTES_AS_TEXT[col.data_type][2]
+                per_column.append([(v is not None, order(v) if v is not None else b"") for v in values])
             elif col.data_type in DECLARED_ORDER:
                 number = declared_numbers(col)
                 per_column.append([(v is not None, number(v) if v is not None else 0) for v in values])

@@ -31,7 +31,7 @@ from airflow_provider_dblog.source.mysql.field_types import (
 )
 from airflow_provider_dblog.source.mysql.table_map import meta_from_table_map
 from airflow_provider_dblog.source.mysql.types import (
-    PYTHON_CODECS, enum_labels, _format_time, _json_text_keys, _type_argument, arrow_type,
+    BYTES_AS_TEXT, PYTHON_CODECS, enum_labels, _format_time, _json_text_keys, _type_argument, arrow_type,
 )
 
 INT_FORMATS = {(TINY, False): "b", (TINY, True): "B", (SHORT, False): "h", (SHORT, True): "H",
@@ -224,7 +224,9 @@ def _column_code(b: Builder, i: int, tm, col: Column) -> bool:
             2 if tm.max_length > 255 else 1)
         length = "buf[p]" if width == 1 else f"int.from_bytes(buf[p:p + {width}], 'little')"
         b.emit(f"n = {length}; p += {width}")
-        if pa.types.is_string(target):
+        if col.data_type in BYTES_AS_TEXT:  # MariaDB's UUID, INET6, INET4: printed as a SELECT prints them
+            b.emit(f"{v} = {b.const('T', BYTES_AS_TEXT[col.data_type][1])}(bytes(buf[p:p + n])); p += n")
+        elif pa.types.is_string(target):
             text = _text_expression(b, col.charset, "buf[p:p + n]")
             if text is None:
                 return False

@@ -14,6 +14,7 @@ from airflow_provider_dblog.source.mysql.field_types import (
     BIT, BLOB, DATE, DATETIME2, DOUBLE, ENUM, FLOAT, GEOMETRY, INT24, JSON, LONG, LONG_BLOB, LONGLONG, MEDIUM_BLOB,
     NEWDECIMAL, SET, SHORT, STRING, TIME2, TIMESTAMP2, TINY, TINY_BLOB, VAR_STRING, VARCHAR, YEAR,
 )
+from airflow_provider_dblog.source.mysql.types import BYTES_AS_TEXT
 
 _FIXED = {TINY: "tinyint", SHORT: "smallint", INT24: "mediumint", LONG: "int", LONGLONG: "bigint",
           FLOAT: "float", DOUBLE: "double", DATE: "date", YEAR: "year", JSON: "json"}
@@ -68,6 +69,8 @@ def _same_type(known: Column, derived: Column) -> bool:
     """Whether ``known`` still describes the column (its exact COLUMN_TYPE may say more than a table map)."""
     if {known.data_type, derived.data_type} == {"json", "longtext"}:  # MariaDB's JSON is LONGTEXT
         return True
+    if known.data_type in BYTES_AS_TEXT:  # MariaDB's UUID, INET6, INET4: BINARY(16) or (4) in a table map
+        return derived.column_type == f"binary({BYTES_AS_TEXT[known.data_type][0]})"
     if (known.data_type, known.unsigned) != (derived.data_type, derived.unsigned):
         return False
     if derived.data_type == "decimal":

@@ -10,7 +10,9 @@ comma-joined text, JSON is its text.
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import json
+import uuid
 from decimal import Decimal
 from typing import Any, Callable
 
@@ -53,6 +55,55 @@ def arrow_type(col: Column) -> pa.DataType:
     if t in BINARY_TYPES:
         return pa.binary()
     return pa.string()
+
+
+# MariaDB's UUID, INET6 and INET4 hold bytes (the binlog's BINARY(16) / BINARY(4), trailing zero bytes dropped)
+# and print as text: what a SELECT prints is what the lake holds, so the binlog's bytes are printed the same way
+def uuid_text(value: bytes) -> str:
+    return str(uuid.UUID(bytes=value.ljust(16, b"\0")))
+
+
+def inet4_text(value: bytes) -> str:
+    return ".".join(str(b) for b in value.ljust(4, b"\0"))
+
+
+def inet6_text(value: bytes) -> str:
+    """As MariaDB prints an INET6: lower-case hex words, the first longest run of zero words (even of one) as
+    '::', the IPv4-compatible (six zero words) and IPv4-mapped (five, then ffff) forms with a dotted quad."""
+    value = value.ljust(16, b"\0")
+    words = [int.from_bytes(value[i:i + 2], "big") for i in range(0, 16, 2)]
+    best, run = (-1, 0), (0, 0)
+    for i, word in enumerate(words):
+        run = (run[0] if run[1] else i, run[1] + 1) if word == 0 else (0, 0)
+        if run[1] > best[1]:
+            best = run
+    start, length = best
+    if start == 0 and (length == 6 or (length == 5 and words[5] == 0xFFFF)):
+        return "::" + ("ffff:" if length == 5 else "") + inet4_text(value[12:])
+    if length == 0:
+        return ":".join(f"{w:x}" for w in words)
+    head = ":".join(f"{w:x}" for w in words[:start])
+    tail = ":".join(f"{w:x}" for w in words[start + length:])
+    return f"{head}::{tail}"
+
+
+def uuid_order(text: str) -> bytes:
+    """MariaDB's order of UUIDs: an RFC 4122 UUID of version 1 to 5 compares by its segments last to first
+    (node, clock, time high, mid, low: time-based ones sort by time), any other by its bytes."""
+    b = uuid.UUID(text).bytes
+    return b[10:] + b[8:10] + b[6:8] + b[4:6] + b[:4] if 0 < b[6] < 0x60 and b[8] & 0x80 else b
+
+
+def _packed_address(text: str) -> bytes:
+    return ipaddress.ip_address(text).packed
+
+
+# MariaDB's types that hold bytes and print as text: their width in the binlog, how they print, how they order
+BYTES_AS_TEXT: dict[str, tuple[int, Callable[[bytes], str], Callable[[str], bytes]]] = {
+    "uuid": (16, uuid_text, uuid_order),
+    "inet6": (16, inet6_text, _packed_address),
+    "inet4": (4, inet4_text, _packed_address),
+}
 
 
 # MySQL's character sets and the Python codec that decodes the bytes the binlog holds exactly as the server reads
@@ -200,6 +251,9 @@ def binlog_converter(col: Column, target: pa.DataType) -> Callable[[Any], Any] |
     library's value already is that (ints, floats, dates, datetimes, DECIMAL): the tail's hot path
     then leaves those values alone."""
     t = col.data_type
+    if t in BYTES_AS_TEXT:
+        text = BYTES_AS_TEXT[t][1]
+        return lambda v: v if v is None or isinstance(v, str) else text(v)
     if t == "time":
         fsp = _type_argument(col)
         return lambda v: v if v is None or isinstance(v, str) else _format_time(v, fsp)
