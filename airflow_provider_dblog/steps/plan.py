@@ -140,10 +140,19 @@ def capture_options(patterns: str | None, exclude: str | None, chunk_size: int =
                         "watermark": watermark}}
 
 
+def path_refusal(tables: Sequence[str]) -> str:
+    return (f"{len(tables)} table(s) have a '/' in their names, which the lake's paths (SINK/DB.TABLE/current) "
+            f"cannot hold: {', '.join(tables)}; a '/' nests one table's files in another's directory, or with "
+            f"'..' outside the sink: rename them, or take them out of the capture (--exclude)")
+
+
 def describe_tables(dialect, tables: Sequence[str], chunk_keys: dict) -> dict:
     """Every table's metadata; one line naming every table without a usable key."""
     metas, keyless, unsupported = {}, [], {}
     for table in tables:
+        if "/" in table:
+            unsupported.setdefault(path_refusal, []).append(table)
+            continue
         try:
             metas[table] = dialect.describe_table(table, chunk_keys.get(table))
         except UnsupportedTables as exc:

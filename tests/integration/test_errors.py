@@ -125,3 +125,21 @@ def test_patterns_plan_a_database_and_bad_patterns_fail_in_one_line(mariadb, db,
     code, _, err = dblog("plan", "--source", mariadb.uri(), "--tables", f"{db}", "--state", str(tmp_path / "x"))
     assert code != 0 and f"bad --tables pattern '{db}'" in one_error_line(err)
     assert not (tmp_path / "x").exists()
+
+
+def test_a_table_whose_name_holds_a_slash_is_refused_in_one_line(mariadb, db, tmp_path):
+    """``a/current`` would have put its Delta table inside ``a``'s ``current`` directory (where a vacuum of ``a``
+    deletes its files), and a name with ``../..`` outside the sink: such names are refused, and an --exclude
+    captures the rest."""
+    mariadb.sql(*[f"CREATE TABLE {db}.`{name}` (id INT PRIMARY KEY)" for name in ("a", "a/current", "x/../../../out")],
+                f"INSERT INTO {db}.a VALUES (1), (2)", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, out, err = dblog("run", "--source", mariadb.uri(), "--tables", f"{db}.*", "--state", state, "--sink", sink)
+    line = one_error_line(err)
+    assert code != 0 and "2 table(s) have a '/'" in line and f"{db}.a/current" in line and "--exclude" in line, line
+    assert not (tmp_path / "lake").exists() and not (tmp_path.parent / "out").exists()
+    code, out, err = dblog("run", "--source", mariadb.uri(), "--tables", f"{db}.*", "--exclude", f"{db}.a/*,{db}.x/*",
+                           "--state", state, "--sink", sink)
+    assert code == 0, err[-2000:]
+    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--tables", f"{db}.*", "--rows")
+    assert code == 0 and json.loads(out)["equal"], out + err[-2000:]
