@@ -98,9 +98,10 @@ def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int
     dialect = open_dialect(source or state.source(), state.options())
     try:
         check_same_server(state, dialect)
+        resumed = state.resume_position(table, offsets.min_hw)  # before the lake is pinned: it records after it commits
         lake = PinnedCurrent(sink, table)
         missing = [c for c in meta.column_names if c not in lake.columns]
-        exact_at = _exact_positions(lake, [c.id for c in chunks])
+        exact_at = _exact_positions(lake, [c.id for c in chunks], resumed)
         source_sums, position = {}, None
         pending = list(chunks)
         for _ in range(SOURCE_ROUNDS):  # a chunk whose lake state is newer than the snapshot: a later one
@@ -131,9 +132,14 @@ def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int
             "lake_version": lake.version, "missing_columns": missing}
 
 
-def _exact_positions(lake: PinnedCurrent, chunk_ids: Sequence[int]) -> dict[int, SourcePosition | None]:
-    """Per chunk, the position ``current`` holds it exactly at (None: never read, nothing to compare)."""
-    tail = lake.tail_position()
+def _exact_positions(lake: PinnedCurrent, chunk_ids: Sequence[int],
+                     resumed: SourcePosition) -> dict[int, SourcePosition | None]:
+    """Per chunk, the position ``current`` holds it exactly at (None: never read, nothing to compare): its read,
+    or where the tail's changes are, in the lake or as the state records them (``resumed``: the lake holds
+    every change of the table before it, though a tail batch without any wrote nothing; a PostgreSQL slot
+    holds the WAL from the smallest such position on, not from the lake's older one)."""
+    logged = lake.tail_position()
+    tail = resumed if logged is None else max(resumed, logged.in_file_of(resumed))
     out = {}
     for chunk_id in chunk_ids:
         read = lake.chunk_position(chunk_id)

@@ -542,3 +542,32 @@ def test_row_level_security_that_hides_rows_from_the_capture_is_refused_in_one_l
     code, out, err = dblog("verify", "--state", state, "--sink", sink, "--tables", "public.*")
     line = one_error_line(err)
     assert code != 0 and "row-level security" in line and "BYPASSRLS" in line, err[-2000:]
+
+
+def test_a_slot_advanced_by_hand_under_a_running_read_stops_it_in_one_line(postgres, pg_db, tmp_path):
+    """``pg_replication_slot_advance`` by a DBA (or another tool) while a tail runs: a peek starts at the slot's
+    ``confirmed_flush_lsn``, so the transactions between the read's start and it were silently not there (the
+    start-up check of a tail saw only what was true before). Each read now checks the slot after its peek: the
+    read stops in one line, and the next tail's start-up reads the table again (``--on-purge resnapshot``)."""
+    from airflow_provider_dblog.core.errors import DblogError
+    from airflow_provider_dblog.source import open_dialect
+
+    state, sink = capture(postgres, pg_db, tmp_path)
+    plans = StateDir(state)
+    dialect = open_dialect(plans.source(), plans.options())
+    try:
+        meta = plans.table("public.t").meta
+        start = dialect.current_position()
+        postgres.sql("UPDATE public.t SET v = -v WHERE id <= 10", "CHECKPOINT", db=pg_db)
+        postgres.sql("SELECT pg_replication_slot_advance(slot_name, pg_current_wal_insert_lsn()) "
+                     f"FROM pg_replication_slots WHERE database = '{pg_db}'", db=pg_db)
+        postgres.sql("UPDATE public.t SET v = -v WHERE id > 290", db=pg_db)
+        with pytest.raises(DblogError, match="no longer holds the WAL") as caught:
+            list(dialect.read_changes(start, dialect.current_position(), [meta]))
+        assert "\n" not in str(caught.value)
+    finally:
+        dialect.close()
+    code, _, err = tail(state, sink)
+    assert code == 0 and "reading its 3 chunks again" in err, err[-3000:]
+    assert_lake_equals_source(postgres, pg_db, sink, "public.t", ["id", "a", "v"])
+    verify_equal(state, sink)

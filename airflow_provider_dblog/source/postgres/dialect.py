@@ -205,15 +205,7 @@ class PostgresDialect:
         would silently start later: refused like a purged binlog)."""
         if not self.slot:
             return  # snapshot-only: nothing streams
-        state = slot.slot_state(self.client, self.slot)
-        if state is None:
-            raise DblogError(f"the capture's replication slot {self.slot} is gone from {self.client.where}: the "
-                             f"changes since {position} are lost; re-snapshot (dblog run with a new --state)")
-        if position_lsn(position) < state.confirmed_flush or state.wal_status == "lost":
-            raise DblogError(f"replication slot {self.slot} on {self.client.where} no longer holds the WAL from "
-                             f"{position} (it holds from {format_lsn(state.confirmed_flush)}"
-                             f"{', its WAL was removed (max_slot_wal_keep_size)' if state.wal_status == 'lost' else ''}"
-                             f"): the lake can no longer be caught up; re-snapshot the table")
+        slot.check_holds(self.client, self.slot, position_lsn(position), str(position))
 
     def binlog_retention(self, needed: Sequence[SourcePosition] = ()) -> BinlogRetention:
         return retention.wal_retention(self.client, self.slot, needed)

@@ -297,6 +297,20 @@ def check_replica_identity(client: PostgresClient, metas: Sequence[TableMeta]) -
                          f"DELETE would not say which row it changed: {fix} (or USING INDEX on the key's unique index)")
 
 
+def check_holds(client: PostgresClient, slot: str, lsn: int, position: str) -> None:
+    """The slot still holds the WAL from ``lsn`` on: a peek starts at its ``confirmed_flush_lsn``, so a read from
+    before it would silently start later (refused like a purged binlog)."""
+    state = slot_state(client, slot)
+    if state is None:
+        raise DblogError(f"the capture's replication slot {slot} is gone from {client.where}: the changes since "
+                         f"{position} are lost; re-snapshot (dblog run with a new --state)")
+    if lsn < state.confirmed_flush or state.wal_status == "lost":
+        raise DblogError(f"replication slot {slot} on {client.where} no longer holds the WAL from {position} (it "
+                         f"holds from {format_lsn(state.confirmed_flush)}"
+                         f"{', its WAL was removed (max_slot_wal_keep_size)' if state.wal_status == 'lost' else ''}"
+                         f"): the lake can no longer be caught up; re-snapshot the table")
+
+
 def advance(client: PostgresClient, slot: str, lsn: int) -> None:
     """Move the slot's ``confirmed_flush_lsn`` forward to ``lsn`` (never back); the server may then recycle
     the WAL before it. A slot held by a running read is left as it is (the next release moves it)."""

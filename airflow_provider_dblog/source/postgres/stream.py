@@ -26,6 +26,7 @@ from the key's previous image in the lake (``readers.unchanged_values``): never 
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import struct
 import time
@@ -50,7 +51,7 @@ from airflow_provider_dblog.source.postgres.schema import (
     storage_oid, storage_publication,
 )
 from airflow_provider_dblog.source.postgres.slot import (
-    BUSY_RETRY_SECONDS, carries_key, identity_misses_key, publication_problem,
+    BUSY_RETRY_SECONDS, carries_key, check_holds, identity_misses_key, publication_problem,
 )
 from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 from airflow_provider_dblog.source.reconnect import LOST_CONNECTION_RETRIES, ConnectionLost
@@ -248,7 +249,10 @@ class SlotReader:
             raise DblogError(problem)
         after, upto = start.as_snapshot(), end.as_snapshot()
         final, row, ts, boundary, skip, first = 0, 0, 0, start, True, start
-        for payload in self._messages(position_lsn(end)):
+        messages = self._messages(position_lsn(end))
+        head = next(messages, None)  # the peek has begun: it started at the slot's confirmed_flush_lsn of then,
+        check_holds(self.client, self.slot, position_lsn(start), str(start))  # which a DBA may have moved
+        for payload in messages if head is None else itertools.chain((head,), messages):
             tag = payload[0]
             if tag in _ROW_TAGS:  # Insert, Update, Delete: the hot path, decoded by the table version's decoder
                 position_row, row = row, row + 1
