@@ -343,6 +343,15 @@ def test_bad_tables_are_refused_in_one_line(source, tmp_path):
     code, out, err = dblog("plan", "--source", uri(pg, db), "--table", "misc.missing", "--state", str(state),
                            "--startup", "snapshot-only")
     assert code != 0 and "unknown table misc.missing" in one_error_line(err)
+    # an UNLOGGED table: its changes are not in the WAL (before, the plan offered a CREATE PUBLICATION that fails)
+    pg.sql("CREATE UNLOGGED TABLE IF NOT EXISTS misc.scratch (id int PRIMARY KEY)", db=db)
+    try:
+        code, out, err = dblog("plan", "--source", uri(pg, db), "--tables", "misc.scratch,misc.shared_key",
+                               "--state", str(state))
+        line = one_error_line(err)
+        assert code != 0 and "1 table(s) are UNLOGGED" in line and "misc.scratch" in line and "SET LOGGED" in line, line
+    finally:
+        pg.sql("DROP TABLE misc.scratch", db=db)
     for key, said in (("a", "--chunk-key a of misc.shared_key does not identify rows: 2 rows have (1)"),
                       ("b", "--chunk-key b of misc.shared_key may be NULL")):
         code, out, err = dblog("plan", "--source", uri(pg, db), "--table", "misc.shared_key", "--chunk-key",

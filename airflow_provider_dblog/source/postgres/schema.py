@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from airflow_provider_dblog.core.errors import DblogError, UnknownTable
+from airflow_provider_dblog.core.errors import DblogError, UnknownTable, UnsupportedTables
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.postgres.connection import PostgresClient
 from airflow_provider_dblog.source.postgres.sql import quote_ident
@@ -57,21 +57,29 @@ def split_name(table: str) -> tuple[str, str]:
     return schema, name
 
 
+def unlogged_refusal(tables: Sequence[str]) -> str:
+    return (f"{len(tables)} table(s) are UNLOGGED (or temporary): {', '.join(tables)}; their changes are not in "
+            f"the WAL, so no stream can follow them: ALTER TABLE ... SET LOGGED, or take them out of the capture "
+            f"(--exclude)")
+
+
 def relation_oid(client: PostgresClient, table: str) -> int:
     """The table's OID; one line when it is unknown, not a table, or not readable by the login."""
     schema, name = split_name(table)
     rows = client.query(
-        "SELECT c.oid, c.relkind, has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT') "
-        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+        "SELECT c.oid, c.relkind, has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT'), "
+        "c.relpersistence FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
         (schema, name))
     if not rows:
         raise UnknownTable(f"unknown table {table} in {client.where}: check the name (SCHEMA.TABLE as the catalog "
                          f"spells it: unquoted names are lower case) and that {client.config.user} may read it")
-    oid, kind, readable = rows[0]
+    oid, kind, readable, persistence = rows[0]
     if kind not in ("r", "p"):
         what = {"v": "a view", "m": "a materialized view", "f": "a foreign table", "S": "a sequence"}.get(
             kind, "not a table")
         raise DblogError(f"{table} is {what}: capture its tables")
+    if persistence != "p":  # no WAL, so no stream; PostgreSQL refuses them a publication
+        raise UnsupportedTables([table], unlogged_refusal)
     if not readable:
         raise DblogError(f"user {client.config.user} may not read {table}: GRANT USAGE ON SCHEMA "
                          f"{quote_ident(schema)} TO {quote_ident(client.config.user)}; GRANT SELECT ON "
