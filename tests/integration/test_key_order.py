@@ -70,6 +70,12 @@ CASES = {
                     lambda: [(f"k{i:03d}{tail}",) for i in range(134) for tail in ("", "\t", "\n")]),
     "latin1_bin": ("k VARCHAR(12) CHARACTER SET latin1 COLLATE latin1_bin NOT NULL PRIMARY KEY, v INT",
                    lambda: [(f"k{i:03d}{tail}",) for i in range(80) for tail in ("", "€", "é", "Ÿ", "\t")]),
+    "time": ("k TIME(3) NOT NULL PRIMARY KEY, v INT",
+             lambda: sorted({(f"{sign}{h}:{m:02d}:{s:02d}.{ms:03d}",) for sign in ("", "-") for h in (0, 7, 10, 99, 838)
+                             for m in (0, 59) for s in (0, 1, 30, 58) for ms in (0, 500)
+                             if sign == "" or (h, m, s, ms) != (0, 0, 0, 0)})),
+    "decimal50": ("k DECIMAL(50,10) NOT NULL PRIMARY KEY, v INT",  # wider than Arrow's 38 digits: text in the lake
+                  lambda: [(f"{sign}{n * 7919 % 10 ** (n % 40 + 1)}.{n:010d}",) for n in range(1, 201) for sign in "-+"]),
     "uuid": ("k UUID NOT NULL PRIMARY KEY, v INT", lambda: _random_uuids(400)),
     "inet6": ("k INET6 NOT NULL PRIMARY KEY, v INT", lambda: _random_addresses(400, 16)),
     "inet4": ("k INET4 NOT NULL PRIMARY KEY, v INT", lambda: _random_addresses(400, 4)),

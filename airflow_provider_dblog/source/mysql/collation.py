@@ -3,6 +3,7 @@ values, plain values otherwise."""
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 from typing import Sequence
 
 from airflow_provider_dblog.core.chunks import Key
@@ -18,6 +19,17 @@ def _naive_utc(value):
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
     return value
+
+
+def _time_micros(value) -> int:
+    """A TIME value as signed microseconds: from a ``timedelta`` or from text such as ``-838:59:59.500``."""
+    if isinstance(value, dt.timedelta):
+        return value // dt.timedelta(microseconds=1)
+    text = str(value)
+    sign = -1 if text.startswith("-") else 1
+    hours, minutes, seconds = text.lstrip("-").split(":")
+    whole, _, fraction = seconds.partition(".")
+    return sign * (((int(hours) * 60 + int(minutes)) * 60 + int(whole)) * 1_000_000 + int(fraction.ljust(6, "0")[:6]))
 
 
 class KeyOrder:
@@ -38,6 +50,11 @@ class KeyOrder:
             elif col.data_type in BYTES_AS_TEXT:  # MariaDB's UUID, INET6, INET4: not in the order of their text
                 order = BYTES_AS_TEXT[col.data_type][2]
                 per_column.append([(v is not None, order(v) if v is not None else b"") for v in values])
+            elif col.data_type == "decimal":  # wider than 38 digits the lake and the binlog hold its text
+                per_column.append([(v is not None, Decimal(v) if isinstance(v, str) else v if v is not None else 0)
+                                   for v in values])
+            elif col.data_type == "time":  # a SELECT's timedelta, or the lake's and the binlog's text
+                per_column.append([(v is not None, _time_micros(v) if v is not None else 0) for v in values])
             elif col.data_type in DECLARED_ORDER:
                 number = declared_numbers(col)
                 per_column.append([(v is not None, number(v) if v is not None else 0) for v in values])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 from pymysql.converters import escape_item
 
@@ -15,13 +16,15 @@ def literal(value, col: Column) -> str:
     ``character_set_connection`` (connectorx runs a query of its own to learn the result's types, on a session the
     server's ``init_connect`` may have set to utf8mb3 or latin1, where a 4-byte character is an illegal mix).
     ENUM, SET and BIT values are their numbers: the server compares those in key order (an ENUM compared with
-    text compares text; a BIT with a binary string, neither)."""
+    text compares text; a BIT with a binary string, neither); so is a wide DECIMAL's text."""
     if value is None:
         return "NULL"
     if col.data_type in DECLARED_ORDER:
         return str(declared_numbers(col)(value))
     if col.data_type == "bit" and isinstance(value, bytes):
         return str(int.from_bytes(value, "big"))
+    if col.data_type == "decimal" and isinstance(value, str):  # the lake's text of a DECIMAL wider than 38 digits:
+        return str(Decimal(value))  # a number (a DECIMAL compared with text compares doubles)
     if col.data_type == "timestamp":
         epoch = value.replace(tzinfo=dt.timezone.utc).timestamp()
         return f"FROM_UNIXTIME({epoch:.6f})"
