@@ -7,8 +7,10 @@ value's text follows its lake type: integers and decimals as their digits (every
 dates as days and timestamps as microseconds since 1970 (no time zone or format in play), text as its
 UTF-8, binary values as the hex MD5 of their bytes. A chunk's checksum is its row count, the sum of the
 first 64 bits of each row text's MD5 (a sum, not an XOR: a duplicated row does not cancel out), and for
-FLOAT/DOUBLE columns, whose text differs between engines, the sum of their values, compared with a
-relative tolerance: a float is checked for being there and for its magnitude, not to the last bit.
+FLOAT/DOUBLE columns, whose text differs between engines, the sum of their finite values, compared with a
+relative tolerance: a float is checked for being there and for its magnitude, not to the last bit. NaN and
+the infinities (PostgreSQL's) are in the row's text instead (``n``, ``+i``, ``-i``; a finite float has no
+text): in a sum, one NaN made every sum NaN, and the chunk differed forever.
 """
 from __future__ import annotations
 
@@ -51,11 +53,13 @@ def _md5_hex(values: pa.Array) -> pa.Array:
 
 
 def value_text(array: pa.ChunkedArray | pa.Array) -> pa.Array | None:
-    """A column's canonical text (None for FLOAT/DOUBLE: summed apart)."""
+    """A column's canonical text (FLOAT/DOUBLE: only NaN and the infinities; finite values are summed apart)."""
     array = array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
     t = array.type
     if is_float(t):
-        return None
+        as_double = array.cast(pa.float64())
+        return pc.if_else(pc.is_nan(as_double), "n", pc.if_else(pc.is_inf(as_double), pc.if_else(
+            pc.greater(as_double, 0), "+i", "-i"), pa.scalar(None, pa.string())))
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return array.cast(pa.string())
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t) or pa.types.is_fixed_size_binary(t):
@@ -106,6 +110,7 @@ def table_checksum(table: pa.Table, columns: Sequence[str]) -> ChunkChecksum:
         column = table.column(name)
         if is_float(column.type):
             as_double = column.cast(pa.float64())
+            as_double = pc.if_else(pc.is_finite(as_double), as_double, 0.0)  # NaN and infinities: in the text
             sums.append(float(pc.sum(as_double).as_py() or 0.0))
             magnitudes.append(float(pc.sum(pc.abs(as_double)).as_py() or 0.0))
     return ChunkChecksum(table.num_rows, digest, tuple(sums), tuple(magnitudes))

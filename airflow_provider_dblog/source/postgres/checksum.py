@@ -40,8 +40,9 @@ SNAPSHOT_ROUNDS = 5  # snapshots taken again while one sees a later commit but n
 def value_sql(name: str, target: pa.DataType) -> str | None:
     """The SQL of a column's canonical text (``core.checksums.value_text`` on its lake type)."""
     q = quote_ident(name)
-    if pa.types.is_floating(target):
-        return None
+    if pa.types.is_floating(target):  # finite values are summed apart (NULL: no text)
+        return (f"CASE WHEN {q} = 'NaN' THEN 'n' WHEN {q} = 'Infinity' THEN '+i' WHEN {q} = '-Infinity' "
+                f"THEN '-i' END")
     if pa.types.is_binary(target):
         return f"md5({q})"
     if pa.types.is_date32(target):
@@ -62,7 +63,8 @@ def checksum_sql(meta: TableMeta, schema: pa.Schema, chunk: ChunkRange) -> tuple
     flags = "concat(" + ", ".join(f"num_nulls({quote_ident(f.name)})::text" for f in schema) + ")"
     text = f"concat_ws(chr(31), {', '.join([*values, flags])})"
     floats = [quote_ident(f.name) for f in schema if pa.types.is_floating(f.type)]
-    float_sums = "".join(f", SUM({f})::float8, SUM(abs({f}))::float8" for f in floats)
+    finite = [f"CASE WHEN {f} IN ('NaN', 'Infinity', '-Infinity') THEN 0 ELSE {f} END" for f in floats]
+    float_sums = "".join(f", SUM({f})::float8, SUM(abs({f}))::float8" for f in finite)
     digest = (f"SUM(('x' || substr(h, 1, 8))::bit(32)::bigint::numeric * 4294967296 + "
               f"('x' || substr(h, 9, 8))::bit(32)::bigint)")
     where, params = range_condition(meta, chunk.lo, chunk.hi)

@@ -109,7 +109,7 @@ def arrow_type(oid: int, typmod: int = -1) -> pa.DataType:
 
 # -- converters ----------------------------------------------------------------------------------------
 _UTC = dt.timezone.utc
-_BOOLS = {"t": True, "f": False}
+_BOOLS = {"t": True, "f": False, "true": True, "false": False}  # the output function; ::text
 _BYTEA_ESCAPE = re.compile(r"\\(\\|[0-7]{3})")
 
 
