@@ -5,7 +5,7 @@ from dataclasses import dataclass, replace
 
 
 # fields only some sources set: left out of ``to_dict`` when unset, so other sources' plans do not change
-_OPTIONAL = ("type_oid", "typmod", "ordinal")
+_OPTIONAL = ("type_oid", "typmod", "ordinal", "order")
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class Column:
     type_oid: int | None = None  # PostgreSQL: the column's (base) type OID: its values' and Arrow type's source
     typmod: int | None = None    # PostgreSQL: that type's modifier (numeric precision and scale, varchar length)
     ordinal: int | None = None   # PostgreSQL: its attnum, new when a column is dropped and added again (not in the WAL)
+    order: str | None = None     # PostgreSQL: a key column's enum labels in their order (a hash): a rename moves keys
 
     @property
     def unsigned(self) -> bool:
@@ -32,7 +33,8 @@ DECLARED_ORDER = {"enum", "set"}  # MySQL types ordered by a value's place in th
 
 
 def _order_of(column: Column) -> str | None:
-    return column.column_type if column.data_type in DECLARED_ORDER else column.collation
+    order = column.column_type if column.data_type in DECLARED_ORDER else column.collation
+    return f"{order or ''}|{column.order}" if column.order else order
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,8 @@ class TableMeta:
     @property
     def key_order(self) -> tuple:
         """The key columns and what orders each (its collation; its declared list for a type ordered by a value's
-        place in it, MySQL's ENUM and SET; None for a type compared by value): the plan's chunk boundaries and
-        the lake's key ranges hold only while it stays the same."""
+        place in it, MySQL's ENUM and SET, or a PostgreSQL enum's labels; None for a type compared by value): the
+        plan's chunk boundaries and the lake's key ranges hold only while it stays the same."""
         return tuple((name, _order_of(self.column(name))) for name in self.key_columns)
 
     @property

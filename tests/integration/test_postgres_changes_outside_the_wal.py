@@ -571,3 +571,30 @@ def test_a_slot_advanced_by_hand_under_a_running_read_stops_it_in_one_line(postg
     assert code == 0 and "reading its 3 chunks again" in err, err[-3000:]
     assert_lake_equals_source(postgres, pg_db, sink, "public.t", ["id", "a", "v"])
     verify_equal(state, sink)
+
+
+def test_an_enum_label_of_a_key_renamed_plans_the_table_again_or_stops_in_one_line(postgres, pg_db, tmp_path):
+    """ALTER TYPE ... RENAME VALUE of an enum a key column has: the keys change, and the plan's chunk boundaries
+    name a label that no longer exists. Before, the table was read again in its old chunks: the tail died on an
+    unexpected InvalidTextRepresentation, every time. Now the enum's labels are part of the key's order: with no
+    change of the table since, it is planned again and read; with changes since (which must be placed among the
+    old chunks), the tail stops in one line saying what to do."""
+    state, sink = run(postgres, pg_db, tmp_path, "public.*",
+                      "CREATE TYPE mood AS ENUM ('zz', 'aa', 'mm', 'bb')",
+                      "CREATE TABLE public.c (k mood, id int, v int, PRIMARY KEY (k, id))",
+                      "INSERT INTO public.c SELECT (ARRAY['zz','aa','mm','bb'])[1 + g % 4]::mood, g, g "
+                      "FROM generate_series(1, 400) g",
+                      "CREATE TABLE public.other (id int PRIMARY KEY)")
+    boundaries = {c["hi"][0] for c in json.load(open(f"{state}/plan.json"))["tables"]["public.c"]["chunks"] if c["hi"]}
+    assert {"aa", "mm"} <= boundaries, boundaries
+    postgres.sql("ALTER TYPE mood RENAME VALUE 'mm' TO 'nn'", "INSERT INTO public.other VALUES (1)", db=pg_db)
+    code, out, err = tail(state, sink)
+    assert code == 0 and "planned again" in err, err[-3000:]
+    assert_lake_equals_source(postgres, pg_db, sink, "public.c", ["id", "k", "v"])
+    verify_equal(state, sink)
+    boundaries = {c["hi"][0] for c in json.load(open(f"{state}/plan.json"))["tables"]["public.c"]["chunks"] if c["hi"]}
+    assert "aa" in boundaries, boundaries
+    postgres.sql("ALTER TYPE mood RENAME VALUE 'aa' TO 'ab'", "UPDATE public.c SET v = -v WHERE id % 5 = 0", db=pg_db)
+    code, out, err = tail(state, sink)
+    line = one_error_line(err)
+    assert code != 0 and "is no longer one" in line and "RENAME VALUE" in line and "capture the table again" in line, line

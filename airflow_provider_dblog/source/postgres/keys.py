@@ -25,9 +25,12 @@ import math
 from fractions import Fraction
 from typing import Any, Callable, Sequence
 
+import psycopg2
+
 from airflow_provider_dblog.core.chunks import Key
+from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.tables import Column, TableMeta
-from airflow_provider_dblog.source.postgres.connection import PostgresClient
+from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
 from airflow_provider_dblog.source.postgres.sql import key_text
 from airflow_provider_dblog.source.postgres.values import (
     BOOL, BYTEA, DATE, FLOAT4, FLOAT8, INT2, INT4, INT8, NAME, NUMERIC, OID, TEXT, TIME, TIMESTAMP, TIMESTAMPTZ, UUID,
@@ -124,9 +127,16 @@ class _PostgresOrder:
 
     def _add(self, client: PostgresClient, new: list) -> None:
         items = self.known + new
-        rows = client.query(
-            f"SELECT i, dense_rank() OVER (ORDER BY v::{self.cast}{self.collate}) FROM unnest(%s::text[]) "
-            f"WITH ORDINALITY AS u(v, i)", ([key_text(v) for v in items],))
+        try:
+            rows = client.query(
+                f"SELECT i, dense_rank() OVER (ORDER BY v::{self.cast}{self.collate}) FROM unnest(%s::text[]) "
+                f"WITH ORDINALITY AS u(v, i)", ([key_text(v) for v in items],))
+        except psycopg2.DataError as exc:  # a key value the type no longer takes: a plan's boundary, or the lake's
+            raise DblogError(
+                f"a key value of type {self.cast} is no longer one ({first_line(exc, client.config.password)}): "
+                f"the type changed under a key column (ALTER TYPE ... RENAME VALUE of an enum, a domain's new "
+                f"constraint), so the planned chunks no longer apply; capture the table again (dblog run with a new "
+                f"--state and --sink, or --exclude it here)") from None
         groups: dict[int, list[Any]] = {}
         for index, rank in rows:
             groups.setdefault(int(rank), []).append(items[int(index) - 1])

@@ -8,6 +8,7 @@ unique index whose columns are all NOT NULL (no expressions, no predicate), else
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Sequence
 
 from airflow_provider_dblog.core.errors import DblogError, UnknownTable, UnsupportedTables
@@ -285,6 +286,26 @@ def storage_oid(storage: str | None) -> int | None:
 def describe_table(client: PostgresClient, table: str, chunk_key: Sequence[str] | None = None,
                    publication: str | None = None) -> TableMeta:
     """The table's columns, key and storage (with ``publication``'s part when the capture has one)."""
+    return _with_enum_orders(client, _described(client, table, chunk_key, publication))
+
+
+def _with_enum_orders(client: PostgresClient, meta: TableMeta) -> TableMeta:
+    """Each key column of an enum type with its labels in their order (``Column.order``): a label renamed (ALTER
+    TYPE ... RENAME VALUE) changes the keys, and the plan's chunk boundaries may name a label that no longer
+    exists, so the table is planned again, as for a new collation (a label added plans it again too)."""
+    oids = sorted({c.type_oid for c in (meta.column(k) for k in meta.key_columns) if c.type_oid})
+    orders = {int(oid): labels for oid, labels in client.query(
+        "SELECT enumtypid, md5(string_agg(enumlabel, ',' ORDER BY enumsortorder)) FROM pg_enum "
+        "WHERE enumtypid = ANY(%s::oid[]) GROUP BY enumtypid", (oids,))} if oids else {}
+    if not orders:
+        return meta
+    columns = tuple(replace(c, order=orders[c.type_oid]) if c.name in meta.key_columns and c.type_oid in orders
+                    else c for c in meta.columns)
+    return replace(meta, columns=columns)
+
+
+def _described(client: PostgresClient, table: str, chunk_key: Sequence[str] | None,
+               publication: str | None) -> TableMeta:
     schema, name = split_name(table)
     oid = relation_oid(client, table)
     refuse_hidden_rows(client, table, oid)

@@ -361,7 +361,8 @@ class SlotReader:
                 moves = ", ".join(f"{c} (attnum {meta.column(c).ordinal} -> {attnums[name][c]})" for c in recreated)
                 yield SchemaChange(name, "recreate", f"(column {moves} of {name} dropped and added again: in the "
                                                      f"catalog; PostgreSQL's WAL carries no DDL)", start, end)
-            elif reordered := [(c, collation, now) for c, collation in meta.key_order
+            elif reordered := [(c, collation, now) for c, collation in ((k, meta.column(k).collation)
+                                                                        for k in meta.key_columns)
                                if (now := (collations or {}).get(name, {}).get(c, collation)) != collation]:
                 moves = ", ".join(f"{c} ({old or 'none'} -> {new or 'none'})" for c, old, new in reordered)
                 yield SchemaChange(name, "rewrite", f"(the collation of key column {moves} of {name} changed: the "
