@@ -83,6 +83,17 @@ CASES = {
 }
 
 
+def _keyed_table(mariadb, db, ddl: str, keys: list[tuple]) -> tuple[str, str]:
+    """``db.k`` made with ``ddl`` and a row per key (v = 0): (its name, the WHERE clause of one key)."""
+    table = f"{db}.k"
+    mariadb.sql(f"CREATE TABLE {table} ({ddl})")
+    conn = pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root", autocommit=True)
+    with conn.cursor() as cur:
+        cur.executemany(f"INSERT INTO {table} VALUES ({', '.join(['%s'] * len(keys[0]))}, 0)", keys)
+    conn.close()
+    return table, "k = %s AND id = %s" if len(keys[0]) == 2 else "k = %s"
+
+
 class _Updater(threading.Thread):
     """Updates random rows (and deletes and puts back some) of ``table`` until stopped."""
 
@@ -122,13 +133,7 @@ def test_keys_ordered_otherwise_than_their_values_are_read_and_followed_in_the_s
                                                                                              kind):
     ddl, rows = CASES[kind]
     keys = rows()
-    table = f"{db}.k"
-    key_sql = "k = %s AND id = %s" if len(keys[0]) == 2 else "k = %s"
-    mariadb.sql(f"CREATE TABLE {table} ({ddl})")
-    conn = pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root", autocommit=True)
-    with conn.cursor() as cur:
-        cur.executemany(f"INSERT INTO {table} VALUES ({', '.join(['%s'] * len(keys[0]))}, 0)", keys)
-    conn.close()
+    table, key_sql = _keyed_table(mariadb, db, ddl, keys)
     updater = _Updater(mariadb.port, table, keys, key_sql)
     updater.start()
     try:
@@ -150,11 +155,7 @@ def test_the_dialect_orders_and_splits_keys_as_the_server_does(mariadb, db, kind
 
     ddl, rows = CASES[kind]
     keys = rows()
-    mariadb.sql(f"CREATE TABLE {db}.k ({ddl})")
-    conn = pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root", autocommit=True)
-    with conn.cursor() as cur:
-        cur.executemany(f"INSERT INTO {db}.k VALUES ({', '.join(['%s'] * len(keys[0]))}, 0)", keys)
-    conn.close()
+    _keyed_table(mariadb, db, ddl, keys)
     dialect = MySqlDialect(SourceConfig.parse(mariadb.uri()))
     meta = dialect.describe_table(f"{db}.k")
     names = ", ".join(f"`{c}`" for c in meta.key_columns)
@@ -219,13 +220,9 @@ def test_a_key_of_every_type_is_followed_in_its_chunks(mariadb, db, tmp_path, ki
     verifies find the lake equal."""
     ddl, rows = {**MORE_KEYS, **CASES}[kind]
     keys = rows()
-    table = f"{db}.k"
-    key_sql = "k = %s AND id = %s" if len(keys[0]) == 2 else "k = %s"
-    mariadb.sql(f"CREATE TABLE {table} ({ddl})")
-    conn = pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root", autocommit=True)
-    with conn.cursor() as cur:
-        cur.executemany(f"INSERT INTO {table} VALUES ({', '.join(['%s'] * len(keys[0]))}, 0)", keys)
+    table, key_sql = _keyed_table(mariadb, db, ddl, keys)
     state, sink = captured(mariadb.uri(), table, tmp_path, 100)
+    conn = pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root", autocommit=True)
     with conn.cursor() as cur:
         cur.executemany(f"UPDATE {table} SET v = v + 1 WHERE {key_sql}", keys[::3])
         cur.executemany(f"DELETE FROM {table} WHERE {key_sql}", keys[1::7])
