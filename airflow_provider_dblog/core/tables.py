@@ -66,6 +66,17 @@ class TableMeta:
         plan's chunk boundaries and the lake's key ranges hold only while it stays the same."""
         return tuple((name, _order_of(self.column(name))) for name in self.key_columns)
 
+    def keeps_key_order(self, live: "TableMeta") -> bool:
+        """Whether ``live`` (the table now) keys and orders its rows as this planned meta does. An order this meta
+        did not record (``Column.order``: a plan made before it was recorded) is taken as kept, and compared from
+        the table's next plan on."""
+        if live.key_columns != self.key_columns:
+            return False
+        unrecorded = {n for n in self.key_columns if self.column(n).order is None}
+        now = tuple((n, _order_of(replace(live.column(n), order=None) if n in unrecorded else live.column(n)))
+                    for n in live.key_columns)
+        return now == self.key_order
+
     @property
     def key_text(self) -> str:
         return ", ".join(f"{name} {collation}" if collation else name for name, collation in self.key_order) or "none"

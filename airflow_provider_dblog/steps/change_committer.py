@@ -194,7 +194,7 @@ class ChangeCommitter:
         """Each group's (start, position, columns after it, renamed, defaults) and the table now, if every
         group's effect on the rows is known from its statements; None otherwise."""
         live = self._live_meta(groups[-1][0][-1])
-        if live is None or live.key_order != self.plan.meta.key_order:  # a new key order: planned again
+        if live is None or not self.plan.meta.keeps_key_order(live):  # a new key order: planned again
             return None
         before, steps = self.lake.source, []
         for group, columns in groups:
@@ -221,7 +221,7 @@ class ChangeCommitter:
         if last.kind == "create":  # a new table under the name: the source streams it from now on
             self.dialect.prepare_stream([live])
             fresh = live = self._live_meta(last) or live  # with the stream's part of its identity (a publication)
-        if live.key_order != self.plan.meta.key_order:  # a new key, or a new order of it (collation)
+        if not self.plan.meta.keeps_key_order(live):  # a new key, or a new order of it (collation)
             self._replan(live, last)
             return True
         if self.behaviour == "freeze":
@@ -283,7 +283,7 @@ class ChangeCommitter:
             log.warning("schema change: %s: %s; the lake keeps its rows and stops following it until it "
                         "exists again", change.describe(), exc)
             return None
-        if live.key_order != plan.key_order and self.behaviour != "evolve":
+        if not plan.keeps_key_order(live) and self.behaviour != "evolve":
             raise DblogError(f"the key of {plan.qualified} changed ({plan.key_text} -> "
                              f"{live.key_text}) with {change.describe()}: its chunks no "
                              f"longer apply; follow it with --schema-changes evolve (the table is planned and "

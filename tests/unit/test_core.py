@@ -192,3 +192,29 @@ def test_a_gtid_state_moves_on_by_the_gtids_passed_per_domain():
     assert merge_gtids("0-1-5,1-3-9", ["1-3-10"]) == "0-1-5,1-3-10"
     assert merge_gtids("", ["2-1-1", "0-1-4"]) == "0-1-4,2-1-1"
     assert merge_gtids("0-1-5", []) == "0-1-5"
+
+
+def test_a_key_keeps_its_order_until_what_orders_it_changes():
+    from dataclasses import replace as changed
+
+    from airflow_provider_dblog.core.tables import Column, TableMeta
+
+    def meta(*columns):
+        return TableMeta("db", "t", tuple(columns), ("k", "id"), "primary")
+
+    planned = meta(Column("k", "enum", "enum('b','a')", collation="utf8mb4_general_ci"), Column("id", "int", "int"))
+    assert planned.keeps_key_order(planned)
+    assert not planned.keeps_key_order(meta(Column("k", "enum", "enum('a','b')", collation="utf8mb4_general_ci"),
+                                            Column("id", "int", "int")))  # MySQL: the declared list orders it
+    assert not planned.keeps_key_order(changed(planned, key_columns=("id",)))
+    text = meta(Column("k", "varchar", "varchar(5)", collation="utf8mb4_bin"), Column("id", "int", "int"))
+    assert not text.keeps_key_order(meta(Column("k", "varchar", "varchar(5)", collation="utf8mb4_general_ci"),
+                                         Column("id", "int", "int")))
+    enum = meta(Column("k", "mood", "mood", type_oid=16400), Column("id", "integer", "integer"))
+    labelled = meta(Column("k", "mood", "mood", type_oid=16400, order="h1"), Column("id", "integer", "integer"))
+    assert enum.keeps_key_order(labelled)  # a plan from before orders were recorded: compared from its next plan on
+    assert labelled.keeps_key_order(labelled)
+    assert not labelled.keeps_key_order(changed(labelled, columns=(changed(labelled.columns[0], order="h2"),
+                                                                   labelled.columns[1])))  # a label renamed
+    assert "order" not in enum.to_dict()["columns"][0] and labelled.to_dict()["columns"][0]["order"] == "h1"
+    assert TableMeta.from_dict(labelled.to_dict()) == labelled
