@@ -1,14 +1,15 @@
-"""Key order as the database sees it: collation weights for text keys, the declared numbers of ENUM and SET
-values, plain values otherwise."""
+"""Key order as the database sees it: collation weights for text keys; ENUM and SET by their numbers, MariaDB's
+UUID and addresses by their stored order, TIME and wide DECIMAL by value whatever form they come in; plain
+values otherwise."""
 from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from airflow_provider_dblog.core.chunks import Key
-from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.core.tables import DECLARED_ORDER, Column, TableMeta
+from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.types import BYTES_AS_TEXT, declared_numbers, is_collated_text
 
 MAX_CACHED_WEIGHTS = 200_000
@@ -32,6 +33,20 @@ def _time_micros(value) -> int:
     return sign * (((int(hours) * 60 + int(minutes)) * 60 + int(whole)) * 1_000_000 + int(fraction.ljust(6, "0")[:6]))
 
 
+def _plain_order(col: Column) -> Callable[[Any], Any]:
+    """How a key value of ``col`` (from a SELECT, the binlog or the lake) becomes a value that Python orders as
+    the server does, for a column whose order is not its collation's."""
+    if col.data_type in BYTES_AS_TEXT:  # MariaDB's UUID, INET6, INET4: not in the order of their text
+        return BYTES_AS_TEXT[col.data_type][2]
+    if col.data_type == "decimal":  # wider than 38 digits the lake and the binlog hold its text
+        return lambda v: Decimal(v) if isinstance(v, str) else v
+    if col.data_type == "time":  # a SELECT's timedelta, or the lake's and the binlog's text
+        return _time_micros
+    if col.data_type in DECLARED_ORDER:  # ENUM by its index, SET by its bits
+        return declared_numbers(col)
+    return _naive_utc
+
+
 class KeyOrder:
     """``sort_keys``: values whose Python order (and equality) is the database's order of keys."""
 
@@ -47,19 +62,9 @@ class KeyOrder:
             if is_collated_text(col):
                 weights = self._weights_for(col, {v for v in values if v is not None})
                 per_column.append([(v is not None, weights.get(v, b"")) for v in values])
-            elif col.data_type in BYTES_AS_TEXT:  # MariaDB's UUID, INET6, INET4: not in the order of their text
-                order = BYTES_AS_TEXT[col.data_type][2]
-                per_column.append([(v is not None, order(v) if v is not None else b"") for v in values])
-            elif col.data_type == "decimal":  # wider than 38 digits the lake and the binlog hold its text
-                per_column.append([(v is not None, Decimal(v) if isinstance(v, str) else v if v is not None else 0)
-                                   for v in values])
-            elif col.data_type == "time":  # a SELECT's timedelta, or the lake's and the binlog's text
-                per_column.append([(v is not None, _time_micros(v) if v is not None else 0) for v in values])
-            elif col.data_type in DECLARED_ORDER:
-                number = declared_numbers(col)
-                per_column.append([(v is not None, number(v) if v is not None else 0) for v in values])
             else:
-                per_column.append([(v is not None, _naive_utc(v) if v is not None else 0) for v in values])
+                order = _plain_order(col)
+                per_column.append([(v is not None, order(v) if v is not None else 0) for v in values])
         return [tuple(col[j] for col in per_column) for j in range(len(keys))]
 
     def _weights_for(self, col: Column, values: set[str]) -> dict[str, bytes]:
