@@ -58,6 +58,9 @@ def split_name(table: str) -> tuple[str, str]:
     return schema, name
 
 
+FIRST_USER_OID = 16384  # PostgreSQL's FirstNormalObjectId: every built-in type's OID is below it
+
+
 def unlogged_refusal(tables: Sequence[str]) -> str:
     return (f"{len(tables)} table(s) are UNLOGGED (or temporary): {', '.join(tables)}; their changes are not in "
             f"the WAL, so no stream can follow them: ALTER TABLE ... SET LOGGED, or take them out of the capture "
@@ -293,7 +296,8 @@ def _with_enum_orders(client: PostgresClient, meta: TableMeta) -> TableMeta:
     """Each key column of an enum type with its labels in their order (``Column.order``): a label renamed (ALTER
     TYPE ... RENAME VALUE) changes the keys, and the plan's chunk boundaries may name a label that no longer
     exists, so the table is planned again, as for a new collation (a label added plans it again too)."""
-    oids = sorted({c.type_oid for c in (meta.column(k) for k in meta.key_columns) if c.type_oid})
+    oids = sorted({c.type_oid for c in (meta.column(k) for k in meta.key_columns)
+                   if c.type_oid and c.type_oid >= FIRST_USER_OID})  # an enum is a user type: no query otherwise
     orders = {int(oid): labels for oid, labels in client.query(
         "SELECT enumtypid, md5(string_agg(enumlabel, ',' ORDER BY enumsortorder)) FROM pg_enum "
         "WHERE enumtypid = ANY(%s::oid[]) GROUP BY enumtypid", (oids,))} if oids else {}
