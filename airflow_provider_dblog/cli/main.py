@@ -177,7 +177,14 @@ def cmd_verify(args) -> dict:
 
         if len(tables) > 1 and args.out:
             raise DblogError("--out writes one table's mirror: give --table")
-        results = [verify(args.state, args.sink, table, args.out) for table in tables]
+        results, differing = [], []
+        for table in tables:  # every table is compared, and the one line names each that differs
+            try:
+                results.append(verify(args.state, args.sink, table, args.out))
+            except DblogError as exc:
+                differing.append(str(exc))
+        if differing:
+            raise DblogError("; ".join(differing))
         return results[0] if len(results) == 1 else {"tables": results, "equal": True}
     result = verify_tables(args.state, args.sink, tables, repair=args.repair,
                            executor=_executor(args, "dblog-repair") if args.repair else None)

@@ -1348,3 +1348,54 @@ def test_uuid_and_inet_columns_are_followed_without_reading_the_table_again(mari
     assert code == 0, err[-3000:]
     assert not StateDir(state).schema_changes(f"{db}.a") and "again" not in err, err[-3000:]
     _both_verifies_equal(state, sink, f"{db}.a")
+
+
+def test_ddl_in_every_form_the_server_logs_is_followed(mariadb, db, tmp_path):
+    """The binlog holds a DDL statement as its session wrote it. Before, the statement parser missed these forms,
+    and each left the lake silently different (tail exit 0): ``TRUNCATE tablé`` (an unquoted name outside ASCII)
+    truncated a table named ``tabl``; MariaDB's ``SET STATEMENT ... FOR TRUNCATE t`` and ``/*M!100000 TRUNCATE t */``
+    and a session under ``ANSI_QUOTES`` (``TRUNCATE "t"``, ``ALTER TABLE "t" TRUNCATE PARTITION p0``) named no
+    table; ``RENAME TABLE IF EXISTS t TO t_old, t_new TO t`` and ``RENAME TABLE t WAIT 5 TO ...`` named
+    ``IF.EXISTS`` and ``t.WAIT`` (the swapped-in table was never read); and ``DEFAULT '/* c */'`` was read as
+    ``DEFAULT ' '`` (every old row's value differed). Then a statement-logged UPDATE in the ``SET STATEMENT``
+    form, in an ANSI_QUOTES session, of the table named outside ASCII stops the tail in one line."""
+    tables = ["tablé", "t_set", "t_mcomment", "t_ansi", "t_part", "t_swap", "t_wait", "t_default"]
+    setup = [f"CREATE TABLE `{t}` (id INT PRIMARY KEY, v INT)" for t in tables if t != "t_part"]
+    setup += ["CREATE TABLE t_part (id INT PRIMARY KEY, v INT) PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS "
+              "THAN (50), PARTITION p1 VALUES LESS THAN MAXVALUE)"]
+    setup += [f"INSERT INTO `{t}` SELECT seq, seq FROM seq_1_to_100" for t in tables]
+    mariadb.sql(*setup, db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    listed = ",".join(f"{db}.{t}" for t in tables)
+    code, _, err = dblog("run", "--source", mariadb.uri(), "--tables", listed, "--state", state, "--sink", sink,
+                         "--chunk-size", "50")
+    assert code == 0, err[-3000:]
+    swapped_in = [f"CREATE TABLE {t}_new LIKE {t}" for t in ("t_swap", "t_wait")]
+    swapped_in += [f"INSERT INTO {t}_new SELECT seq, -seq FROM seq_1_to_30" for t in ("t_swap", "t_wait")]
+    mariadb.sql(*swapped_in,
+                "TRUNCATE tablé", "SET STATEMENT max_statement_time=60 FOR TRUNCATE t_set",
+                "/*M!100000 TRUNCATE t_mcomment */",
+                "RENAME TABLE IF EXISTS t_swap TO t_swap_old, t_swap_new TO t_swap",
+                "RENAME TABLE t_wait WAIT 5 TO t_wait_old, t_wait_new TO t_wait",
+                "ALTER TABLE t_default ADD COLUMN c VARCHAR(20) NOT NULL DEFAULT '/* c */'",
+                "SET SESSION sql_mode = 'ANSI_QUOTES'", 'TRUNCATE "t_ansi"',
+                'ALTER TABLE "t_part" TRUNCATE PARTITION p0', db=db)
+    for t in tables:
+        mariadb.sql(f"INSERT INTO `{t}` VALUES (1000, 1000)" if t != "t_default" else
+                    "INSERT INTO t_default (id, v) VALUES (1000, 1000)", db=db)
+    code, _, err = _tail(state, sink)
+    assert code == 0, err[-3000:]
+    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--tables", listed, "--rows")
+    assert code == 0, err[-3000:]
+    counts = {r["table"].split(".", 1)[1]: r["source_rows"] for r in json.loads(out)["tables"]}
+    assert counts == {"tablé": 1, "t_set": 1, "t_mcomment": 1, "t_ansi": 1, "t_part": 52, "t_swap": 31,
+                      "t_wait": 31, "t_default": 101}, counts
+    code, _, err = dblog("verify", "--state", state, "--sink", sink, "--tables", listed)
+    assert code == 0, err[-3000:]
+
+    mariadb.sql("SET SESSION sql_mode = 'ANSI_QUOTES'", "SET SESSION binlog_format = 'STATEMENT'",
+                'SET STATEMENT max_statement_time=60 FOR UPDATE "tablé" SET v = -v', db=db)
+    code, _, err = _tail(state, sink)
+    assert code != 0
+    line = one_error_line(err)
+    assert f"{db}.tablé changed by a statement-logged UPDATE" in line, line

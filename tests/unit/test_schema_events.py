@@ -8,7 +8,7 @@ import pytest
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.core.tables import Column
-from airflow_provider_dblog.source.mysql.ddl import alter_actions, ddl_tables
+from airflow_provider_dblog.source.mysql.ddl import alter_actions, ddl_tables, dml_tables
 from airflow_provider_dblog.steps.change_committer import in_place_changes, statement_groups
 from airflow_provider_dblog.store.lake_schema import conform, merge_schemas, widens
 
@@ -44,6 +44,20 @@ def MYSQL_ACTIONS(change: SchemaChange) -> list:  # what MySqlDialect.column_act
     ("ALTER TABLE a RENAME b", ("rename", ["db.a", "db.b"])),
     ("ALTER TABLE a RENAME COLUMN x TO y", ("alter", ["db.a"])),
     ("ALTER TABLE a RENAME INDEX x TO y", ("alter", ["db.a"])),
+    # forms the server logs as its session wrote them (each named no table, or another one, before)
+    ("TRUNCATE tablé", ("truncate", ["db.tablé"])),  # unquoted names may hold U+0080..U+FFFF
+    ("ALTER TABLE s.名前 ADD c INT", ("alter", ["s.名前"])),
+    ('TRUNCATE "t"', ("truncate", ["db.t"])),  # a session under ANSI_QUOTES (or ORACLE)
+    ('ALTER TABLE "s"."a""b" TRUNCATE PARTITION p0', ("rewrite", ['s.a"b'])),
+    ("SET STATEMENT max_statement_time=60, sql_mode='x FOR y' FOR TRUNCATE t", ("truncate", ["db.t"])),
+    ("/*M!100000 TRUNCATE t */", ("truncate", ["db.t"])),  # MariaDB's executable comment
+    ("/*!50100 ALTER TABLE t */ /*!50100 DROP PARTITION p0 */", ("rewrite", ["db.t"])),
+    ("RENAME TABLE IF EXISTS a TO b", ("rename", ["db.a", "db.b"])),
+    ("RENAME TABLE a WAIT 5 TO b, c TO a", ("rename", ["db.a", "db.b", "db.c", "db.a"])),
+    ("RENAME TABLE a NOWAIT TO b", ("rename", ["db.a", "db.b"])),
+    ("ALTER TABLE t WAIT 5 RENAME TO u", ("rename", ["db.t", "db.u"])),
+    ("TRUNCATE `a#b`", ("truncate", ["db.a#b"])),  # a comment's marks inside a name are the name
+    ("TRUNCATE `a -- b`", ("truncate", ["db.a -- b"])),
     ("INSERT INTO t VALUES (1)", None),
     ("BEGIN", None),
     ("CREATE DATABASE x", None),
@@ -74,6 +88,30 @@ def test_alter_actions_know_what_changes_rows():
                      ("modify", "z", "", None),
                      ("keep", "", "", None), ("keep", "", "", None)]
     assert [a.kind for a in alter_actions("ALTER TABLE t ADD PRIMARY KEY (a)")] == ["other"]
+
+
+@pytest.mark.parametrize("statement, expected", [
+    # a comment's marks inside a string are the string (before: '/* c */' read as ' ', every old row differed)
+    ("ALTER TABLE t ADD c VARCHAR(20) NOT NULL DEFAULT '/* c */'", [("add", "c", "/* c */")]),
+    ("ALTER TABLE t ADD c VARCHAR(20) DEFAULT 'x -- y # z' -- a comment\n, ADD d INT # another\n",
+     [("add", "c", "x -- y # z"), ("add", "d", None)]),
+    ('ALTER TABLE "t" WAIT 5 ADD COLUMN "c" INT NOT NULL DEFAULT 7, DROP COLUMN "x""y"',
+     [("add", "c", "7"), ("drop", 'x"y', None)]),
+    ("SET STATEMENT lock_wait_timeout=5 FOR ALTER TABLE t /*M!100000 ADD e INT DEFAULT 3 */",
+     [("add", "e", "3")]),
+    ("ALTER TABLE t ADD é INT", [("add", "é", None)]),
+])
+def test_alter_actions_read_statements_as_the_server_logs_them(statement, expected):
+    assert [(a.kind, a.name, a.default) for a in alter_actions(statement)] == expected
+
+
+@pytest.mark.parametrize("statement, expected", [
+    ('SET STATEMENT max_statement_time=60 FOR UPDATE "tablé" SET v = -v', ("update", ["db.tablé"])),
+    ("/*M!100000 DELETE FROM s.t WHERE id < 5 */", ("delete", ["s.t"])),
+    ("INSERT INTO `a#b` VALUES ('--', '/*')", ("insert", ["db.a#b"])),
+])
+def test_dml_tables_read_statements_as_the_server_logs_them(statement, expected):
+    assert dml_tables(statement, "db") == expected
 
 
 def _change(statement: str, offset: int, kind: str = "alter") -> SchemaChange:

@@ -7,15 +7,51 @@ import re
 
 from airflow_provider_dblog.core.schema_events import ColumnAction
 
-_NAME = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
+# an identifier: backquoted, double-quoted (ANSI_QUOTES or ORACLE in the session that ran the statement; a string
+# is no table name in any mode, so reading one as a name is never wrong), or unquoted, which MySQL and MariaDB
+# allow to hold any character from U+0080 to U+FFFF (before, ``TRUNCATE tablé`` named a table ``tabl``)
+_NAME = r"(?:`(?:[^`]|``)+`|\"(?:[^\"]|\"\")+\"|[A-Za-z0-9_$\u0080-\uffff]+)"
 _QUALIFIED = rf"{_NAME}(?:\s*\.\s*{_NAME})?"
-_COMMENTS = re.compile(r"/\*(?!!).*?\*/|--[^\n]*|#[^\n]*", re.S)
-_VERSIONED = re.compile(r"/\*!\d*\s*(.*?)\*/", re.S)
+# one lexeme of a statement: quoted text whole (a comment's marks inside a string or a name are text), the opening
+# of an executable comment (``/*!50100``, MariaDB's ``/*M!100000``), a comment, or a run of other characters
+_LEXEME = re.compile(r"'(?:[^'\\]|\\.|'')*'?|\"(?:[^\"\\]|\\.|\"\")*\"?|`(?:[^`]|``)*`?|/\*M?!\d*|\*/|/\*.*?(?:\*/|$)|"
+                     r"--(?=[\x00-\x20]|$)[^\n]*|#[^\n]*|[^'\"`/*#-]+|.", re.S)
+# MariaDB's ``SET STATEMENT var = value [, ...] FOR statement``: the statement it runs
+_SET_STATEMENT = re.compile(r"^SET\s+STATEMENT\s+(?:'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\"|[^'\"])*?\bFOR\s+",
+                            re.I | re.S)
+# MariaDB's lock wait of a DDL statement (``ALTER TABLE t WAIT 5 ...``, ``RENAME TABLE a NOWAIT TO b``)
+_WAIT = r"(?:\s+(?:WAIT\s+\d+|NOWAIT)\b)?"
+
+
+def _plain(statement: str) -> str:
+    """The statement as the server runs it: comments out, executable comments opened, a ``SET STATEMENT ... FOR``
+    prefix dropped, quoted text kept whole. Before, a comment's marks inside a string were cut as a comment
+    (``DEFAULT '/* c */'`` read as ``DEFAULT ' '``: every old row's value differed), and ``/*M!...*/`` and ``SET
+    STATEMENT ... FOR TRUNCATE t`` named no table (the truncate was not followed: the lake kept the rows)."""
+    out, opened = [], 0
+    for lexeme in _LEXEME.finditer(statement):
+        text = lexeme.group()
+        if text.startswith("/*") and text[2:4].lstrip("M").startswith("!"):
+            opened += 1
+            out.append(" ")
+        elif text == "*/" and opened:
+            opened -= 1
+            out.append(" ")
+        elif text.startswith(("/*", "--", "#")):
+            out.append(" ")
+        else:
+            out.append(text)
+    text = "".join(out).strip()
+    while (prefix := _SET_STATEMENT.match(text)) is not None:
+        text = text[prefix.end():].lstrip()
+    return text
+
+
 _STATEMENTS = [
-    ("alter", re.compile(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?({_QUALIFIED})", re.I)),
+    ("alter", re.compile(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?({_QUALIFIED}){_WAIT}", re.I)),
     ("truncate", re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?({_QUALIFIED})", re.I)),
     ("drop", re.compile(r"^DROP\s+(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)),
-    ("rename", re.compile(r"^RENAME\s+TABLES?\s+(.+)$", re.I | re.S)),
+    ("rename", re.compile(r"^RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)),
     ("create", re.compile(rf"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?"
                           rf"({_QUALIFIED})", re.I)),
 ]
@@ -23,14 +59,18 @@ _STATEMENTS = [
 
 def _unquote(name: str) -> str:
     name = name.strip()
-    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+    if name[:1] in ("`", '"'):
+        return name[1:-1].replace(name[0] * 2, name[0])
+    return name
 
 
 def _qualify(name: str, default_db: str) -> str:
-    parts = re.findall(_NAME, name)
-    if len(parts) >= 2:
-        return f"{_unquote(parts[0])}.{_unquote(parts[1])}"
-    return f"{default_db}.{_unquote(parts[0])}"
+    """``db.table`` of a (maybe qualified) name at the start of ``name`` (a lock wait or more words after it are
+    not part of it: ``t3 WAIT 5`` was read as ``t3.WAIT``)."""
+    found = re.match(rf"\s*({_NAME})(?:\s*\.\s*({_NAME}))?", name)
+    if found.group(2) is not None:
+        return f"{_unquote(found.group(1))}.{_unquote(found.group(2))}"
+    return f"{default_db}.{_unquote(found.group(1))}"
 
 
 # storage engines whose rows the binlog does not follow: ``schema.engine_refusal`` says why
@@ -52,7 +92,7 @@ def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
     """(kind, tables the statement changes) of a DDL statement, or None if it changes no table's rows or
     columns. ``RENAME TABLE a TO b`` names both ``a`` and ``b`` (a table swap renames onto a captured name);
     ``ALTER TABLE a EXCHANGE PARTITION p WITH TABLE b`` is a ``rewrite`` of both (``_ROWS_REPLACED``)."""
-    text = _VERSIONED.sub(r"\1", _COMMENTS.sub(" ", statement)).strip()
+    text = _plain(statement)
     for kind, pattern in _STATEMENTS:
         match = pattern.match(text)
         if match is None:
@@ -72,7 +112,7 @@ def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
             return kind, [_qualify(n, default_db) for n in body.split(",") if n.strip()]
         names = []
         for pair in body.split(","):
-            sides = re.split(r"\s+TO\s+", pair.strip(), flags=re.I)
+            sides = re.split(rf"{_WAIT}\s+TO\s+", pair.strip(), flags=re.I)
             names.extend(_qualify(s, default_db) for s in sides if s.strip())
         return kind, names
     return None
@@ -90,7 +130,7 @@ def dml_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
     """(kind, tables it may change) of a DML statement logged as a statement, or None if it is no DML.
     Multi-table UPDATE and DELETE name every table of their table references (more than they change: a
     false match stops a capture loudly, a missed one would lose changes)."""
-    text = _VERSIONED.sub(r"\1", _COMMENTS.sub(" ", statement)).strip()
+    text = _plain(statement)
     match = _DML.match(text)
     if match is None:
         return None
@@ -195,8 +235,8 @@ def _column_name(text: str) -> tuple[str, str]:
 
 def alter_actions(statement: str) -> list[ColumnAction]:
     """The clauses of an ``ALTER TABLE`` statement, as far as they change rows."""
-    text = _VERSIONED.sub(r"\1", _COMMENTS.sub(" ", statement)).strip()
-    head = re.match(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?{_QUALIFIED}\s*", text, re.I)
+    text = _plain(statement)
+    head = re.match(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?{_QUALIFIED}{_WAIT}\s*", text, re.I)
     if head is None:
         return [ColumnAction("other")]
     actions = []
