@@ -35,11 +35,17 @@ LOOKUP_BATCH = 2000  # events located among chunk boundaries per sort_keys call
 @dataclass(frozen=True)
 class TableStream:
     """What reading one table's changes needs: its columns and key, its offset map, and its floor (the
-    lake holds every change of the table up to it, so the read starts after it)."""
+    lake holds every change of the table up to it, so the read starts after it). ``reread``: every chunk was
+    read again after it (``StateDir.rereads``), so a change the source cannot show there no longer matters."""
 
     meta: TableMeta
     offsets: TableOffsets
     floor: SourcePosition
+    reread: SourcePosition | None = None
+
+    def needs(self, pos: SourcePosition) -> bool:
+        """Whether the lake needs the table's change at ``pos``: past the floor, and past some chunk's read."""
+        return pos > max(self.floor, self.offsets.min_hw, self.reread or self.floor).as_snapshot()
 
 
 def table_floor(state: StateDir, sink: str, dialect, name: str, min_hw: SourcePosition,
@@ -171,7 +177,9 @@ class ChangeReader:
                 if item.pos <= table.floor:  # the lake has it (a read for a table further behind)
                     continue
                 if isinstance(item, SchemaChange) and item.kind == UNREADABLE:
-                    raise DblogError(item.statement)
+                    if table.stream.needs(item.pos):  # else every chunk was read after it: nothing is lost
+                        raise DblogError(item.statement)
+                    continue
                 if isinstance(item, ChangeEvent):
                     if not table.other_key:
                         table.events.append(item)

@@ -41,7 +41,11 @@ def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = Fa
     log.info("%s: reading %d chunks of %d tables: %s", label, sum(len(g.chunk_ids) for g in groups), len(groups),
              ", ".join(f"{g.table} {len(g.chunk_ids)}/{len(plans[g.table].chunks)}" for g in groups[:20])
              + (", ..." if len(groups) > 20 else ""))
-    return persist_groups(state, sink, plans, groups, executor.read_chunks(sink, plans, groups, dialect, label=label))
+    saved = persist_groups(state, sink, plans, groups, executor.read_chunks(sink, plans, groups, dialect, label=label))
+    if force:  # a re-snapshot: a table read again whole no longer needs the changes before it
+        for group in groups:
+            state.record_reread(group.table)
+    return saved
 
 
 def persist_groups(state: StateDir, sink: str, plans: dict, groups: Sequence[BatchGroup], reports: list[dict]

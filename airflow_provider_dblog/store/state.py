@@ -346,6 +346,28 @@ class StateDir:
                 raw[name] = {"pos": pos.to_dict(), "at": now, **({"gtid": gtid} if gtid else {})}
         self.files.write_json(self.TAIL_POSITIONS, {"tables": raw})
 
+    REREADS = "rereads.json"
+
+    def rereads(self) -> dict[str, SourcePosition]:
+        """Per table re-snapshotted whole: the lowest high watermark of its chunks' latest reads. Every row the
+        lake holds of the table was read after it, so a change there that the source's log cannot show (a
+        statement-logged UPDATE, a partial row image) no longer matters: that is what a re-snapshot fixes."""
+        if not self.files.exists(self.REREADS):
+            return {}
+        return {name: SourcePosition.from_dict(d) for name, d in self.files.read_json(self.REREADS)["tables"].items()}
+
+    def record_reread(self, table: str) -> None:
+        """After a forced read of chunks of ``table``: when every chunk of its plan has a report, the lowest HW of
+        them (``rereads``; it never moves back)."""
+        plan, reports = self.table(table), self.reports(table)
+        if any(c.id not in reports for c in plan.chunks):
+            return
+        lowest = min(SourcePosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks)
+        raw = self.files.read_json(self.REREADS)["tables"] if self.files.exists(self.REREADS) else {}
+        if table not in raw or SourcePosition.from_dict(raw[table]) < lowest:
+            raw[table] = lowest.to_dict()
+            self.files.write_json(self.REREADS, {"tables": raw})
+
     def gtid_of(self, table: str, position: SourcePosition) -> str | None:
         """The GTID state recorded with ``position`` as the table's tail position or catch-up end (None:
         not recorded there)."""

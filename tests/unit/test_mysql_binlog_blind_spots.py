@@ -1,11 +1,13 @@
 """What the MySQL binlog does not say plainly, as pure rules: foreign-key cascades (which tables a parent's
-change reaches without an event), XA statements and prepared groups (held until their outcome)."""
+change reaches without an event), XA statements and prepared groups (held until their outcome), and the tables a
+statement-logged statement reaches through triggers, views and stored functions."""
 from __future__ import annotations
 
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaVersion
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.mysql.cascades import Cascade, changed_through, watched_parents
+from airflow_provider_dblog.source.mysql.side_effects import Routines, called, reached
 from airflow_provider_dblog.source.mysql.xa import PreparedXa, xa_statement
 
 
@@ -84,3 +86,27 @@ def test_every_rows_event_class_of_the_replication_library_is_read_or_refused():
             yield from classes(sub)
 
     assert set(classes(RowsEvent)) <= set(_STREAM_EVENTS), set(classes(RowsEvent)) - set(_STREAM_EVENTS)
+
+
+ROUTINES = Routines(
+    triggers={"s.src": "UPDATE log SET n = n + 1", "s.log": "BEGIN CALL keep(NEW.id); END", "s.quiet": "SET NEW.x = 1"},
+    views={"s.v": "select `s`.`orders`.`id` AS `id` from `s`.`orders`", "s.vv": "select * from s.v"},
+    routines={"s.keep": "INSERT INTO Audit_Trail VALUES (1)", "s.f": "BEGIN UPDATE vv SET id = 0; RETURN 1; END",
+              "s.secret": None},
+)
+CAPTURED = ["s.orders", "s.audit_trail", "s.items"]
+
+
+def test_a_statement_reaches_captured_tables_through_triggers_views_and_routines():
+    # a trigger's UPDATE of a table whose trigger calls a procedure that writes a captured table
+    assert reached(["s.src"], "INSERT INTO src VALUES (1)", ROUTINES, CAPTURED) == {"s.audit_trail"}
+    # a view of a view of a captured table
+    assert reached(["s.vv"], "UPDATE vv SET id = 1", ROUTINES, CAPTURED) == {"s.orders"}
+    # a stored function called in the statement, quoted or not, through the views its body updates
+    assert reached([], "SELECT `s`.`f`()", ROUTINES, CAPTURED) == {"s.orders"}
+    assert called("SELECT F ( 1 ), now()", ROUTINES) == ["s.f"]
+    # a body this user may not read reaches every captured table
+    assert reached([], "DO secret()", ROUTINES, CAPTURED) == set(CAPTURED)
+    # nothing that links to a captured table
+    assert reached(["s.quiet", "s.plain"], "INSERT INTO quiet VALUES (1)", ROUTINES, CAPTURED) == set()
+    assert reached([], "SELECT 1", ROUTINES, CAPTURED) == set()

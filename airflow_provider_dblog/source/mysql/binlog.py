@@ -17,13 +17,13 @@ from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.errors import DblogError, UnseenXaCommit
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import SourcePosition
-from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
+from airflow_provider_dblog.core.schema_events import UNREADABLE, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.mysql.connection import MySqlClient, binlog_status_sql
 from airflow_provider_dblog.source.mysql import compressed
 from airflow_provider_dblog.source.mysql.cascades import CascadeCatalog, changed_through
-from airflow_provider_dblog.source.mysql.ddl import ddl_tables, dml_tables
+from airflow_provider_dblog.source.mysql.ddl import ddl_tables, dml_tables, plain_statement
 from airflow_provider_dblog.source.mysql.replication import DUMP_REFUSED, binlog_events
 from airflow_provider_dblog.source.mysql.xa import (
     MARIADB_PREPARED_XA, PreparedXa, undecided_error, unseen_xa_commit, xa_statement,
@@ -35,6 +35,7 @@ from airflow_provider_dblog.source.mysql.rows import (
 from airflow_provider_dblog.source.mysql.schema import (
     SERVER_CONFIG_FIX, compressed_refusal, compressed_tables, system_versioned, versioned_refusal,
 )
+from airflow_provider_dblog.source.mysql.side_effects import Routines, reached, read_routines
 from airflow_provider_dblog.source.mysql.types import arrow_schema, binlog_converter
 
 log = logging.getLogger("dblog")
@@ -266,7 +267,11 @@ def _names_tables(info: str, wanted: set[str]) -> tuple[str, set[str]]:
         return "DDL statement", named
     dml = dml_tables(statement, default_db)
     named = {n.lower() for n in dml[1]} & wanted if dml is not None else set()
-    return ("statement-logged DML", named) if named else ("", set())
+    if named:
+        return "statement-logged DML", named
+    if dml is not None or _CALLING.match(plain_statement(statement)):  # its triggers or functions: any table
+        return "statement-logged statement of other tables", set(wanted)
+    return "", set()
 
 
 def captured_ddl(statement: str, default_db: str, tables) -> tuple[str, list[str]]:
@@ -361,6 +366,19 @@ class BinlogStream:
                 else:
                     yield item
 
+        routines: list[Routines] = []  # the catalog of triggers, views and routines, read at the first need
+
+        def catalog() -> Routines:
+            if not routines:
+                routines.append(read_routines(self.client))
+            return routines[0]
+
+        def unreadable(problems: Mapping[str, str], at: SourcePosition) -> Iterator[tuple]:
+            """Per captured table a change there the binlog cannot show: the reader stops on it in one line when
+            the lake needs the table's changes there (a re-snapshot of the table gets past it)."""
+            for name, problem in problems.items():
+                yield "ddl", at, SchemaChange(name, UNREADABLE, problem, boundary, at)
+
         images = RowImages(metas, row_converter)
         runs = _Runs(blocks_after or {}, versions)
         boundary = start  # the last transaction end seen: where a DDL statement starts
@@ -409,18 +427,29 @@ class BinlogStream:
                         if qualified not in metas:
                             raise DblogError(f"a compressed rows event of {qualified} at {pos}: dblog decodes "
                                              f"compressed events of captured tables only; {COMPRESSION_FIX}")
-                        check_rows_event(qualified, rows.kind, table.columns, rows.full, pos)
                         yield from runs.flush(qualified)
+                        problem = rows_event_problem(qualified, rows.kind, table.columns, rows.full, pos)
+                        if problem:
+                            yield from unreadable({qualified: problem}, pos)
+                            continue
                         decoded = images.of_compressed(table, qualified, rows.rows, 2 if rows.kind == "update" else 1)
                         yield from xa.hold(self._rows(images.meta_of(table, qualified), versions, rows.kind,
                                                       decoded, pos, int(event.timestamp) * 1000))
                         continue
                     else:
-                        refuse_event(event.event_type, pos)
+                        if event.event_type in REFUSED_EVENT_TYPES:  # may hold any table's changes
+                            yield from runs.flush()
+                            yield from unreadable({name: event_problem(event.event_type, pos, name)
+                                                   for name in metas}, pos)
+                        else:
+                            refuse_event(event.event_type, pos)
                         continue
-                elif isinstance(event, ExecuteLoadQueryEvent):
-                    raise DblogError(f"a statement-logged LOAD DATA at {pos}: dblog cannot tell which rows it "
-                                     f"changed; {STATEMENT_FIX}")
+                elif isinstance(event, ExecuteLoadQueryEvent):  # its statement is not decoded: any table's rows
+                    yield from runs.flush()
+                    yield from unreadable({name: f"a statement-logged LOAD DATA at {pos}: dblog cannot tell which "
+                                                 f"rows it changed; " + STATEMENT_FIX.format(table=name)
+                                           for name in metas}, pos)
+                    continue
                 elif isinstance(event, QueryEvent):
                     statement = query_statement(event)
                 if statement is not None:
@@ -453,7 +482,10 @@ class BinlogStream:
                             yield from runs.flush()
                         yield from (("ddl", pos, change) for change in changes)
                         if not changes:  # a watched parent's statement-logged rows would hide a cascade too
-                            refuse_statement_dml(default_db, query, pos, [*metas, *watched])
+                            problems = statement_problems(default_db, query, pos, metas, watched, catalog)
+                            if problems:
+                                yield from runs.flush()
+                                yield from unreadable(problems, pos)
                     if query != "BEGIN":
                         boundary = pos
                 elif isinstance(event, XidEvent):
@@ -462,9 +494,11 @@ class BinlogStream:
                 elif isinstance(event, PartialUpdateRowsEvent):  # a subclass of UpdateRowsEvent: first
                     qualified = f"{event.schema}.{event.table}"
                     if qualified in metas:
-                        raise DblogError(f"the update rows event of {qualified} at {pos} holds partial JSON values "
-                                         f"(binlog_row_value_options=PARTIAL_JSON): dblog stops before it; "
-                                         + PARTIAL_JSON_FIX.format(table=qualified))
+                        yield from runs.flush(qualified)
+                        yield from unreadable({qualified: f"the update rows event of {qualified} at {pos} holds partial "
+                                                          f"JSON values (binlog_row_value_options=PARTIAL_JSON): dblog "
+                                                          f"stops before it; "
+                                                          + PARTIAL_JSON_FIX.format(table=qualified)}, pos)
                 elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                     qualified = f"{event.schema}.{event.table}"
                     if qualified not in wanted or not decodes(qualified):
@@ -481,7 +515,11 @@ class BinlogStream:
                         cascade(qualified, kind, (), pos)
                     meta = None  # the watermark table (not captured): the library's values
                     if qualified in metas:
-                        check_rows_event(qualified, kind, event.columns, full_image(event), pos)
+                        problem = rows_event_problem(qualified, kind, event.columns, full_image(event), pos)
+                        if problem:
+                            yield from runs.flush(qualified)
+                            yield from unreadable({qualified: problem}, pos)
+                            continue
                         meta = images.meta_of(event, qualified)
                         if not xa.holding and not checks_images and runs.takes(qualified, pos):
                             added = runs.add(event, meta, images.decoder(event, meta), kind, pos)
@@ -662,40 +700,69 @@ _KINDS = {WriteRowsEvent: "write", UpdateRowsEvent: "update", DeleteRowsEvent: "
 RESNAPSHOT_FIX = "then re-snapshot the table (dblog resnapshot --table {table})"
 IMAGE_FIX = "SET GLOBAL binlog_row_image=FULL (and in every session that writes), " + RESNAPSHOT_FIX
 METADATA_FIX = "SET GLOBAL binlog_row_metadata=FULL, " + RESNAPSHOT_FIX
-STATEMENT_FIX = ("SET GLOBAL binlog_format=ROW (and in every session that writes), then re-snapshot the tables it "
-                 "changed (dblog resnapshot)")
+STATEMENT_FIX = "SET GLOBAL binlog_format=ROW (and in every session that writes), " + RESNAPSHOT_FIX
 PARTIAL_JSON_FIX = "SET GLOBAL binlog_row_value_options='' (and in every session that writes), " + RESNAPSHOT_FIX
 COMPRESSION_FIX = "SET GLOBAL log_bin_compress=OFF, then re-snapshot the table"
 # events that never carry a row change or DDL (MySQL's GTID and transaction bookkeeping, ignorable events)
 IGNORED_EVENT_TYPES = {0x1C, 0x22, 0x24, 0x25, 0x29, 0x2A}
 REFUSED_EVENT_TYPES = {
     compressed.TRANSACTION_PAYLOAD: "a compressed transaction (binlog_transaction_compression=ON): SET GLOBAL "
-                                    "binlog_transaction_compression=OFF, then re-snapshot the captured tables",
-    0x1A: "an INCIDENT event (the server could not log some changes): re-snapshot the captured tables",
+                                    "binlog_transaction_compression=OFF, " + RESNAPSHOT_FIX,
+    0x1A: "an INCIDENT event (the server could not log some changes): " + RESNAPSHOT_FIX,
 }
 
 
-def check_rows_event(table: str, kind: str, columns, full: bool, pos: SourcePosition) -> None:
-    """Refuse a rows event of a captured table that cannot be written to the lake as whole rows."""
+def event_problem(event_type: int, pos: SourcePosition, table: str) -> str:
+    """The one line of a refused event type that may hold ``table``'s changes."""
+    return (f"binlog event type {event_type} at {pos} is {REFUSED_EVENT_TYPES[event_type].format(table=table)}; "
+            f"dblog stops before it")
+
+
+def rows_event_problem(table: str, kind: str, columns, full: bool, pos: SourcePosition) -> str | None:
+    """Why a rows event of a captured table cannot be written to the lake as whole rows (None: it can)."""
     if not has_column_names(columns):
-        raise DblogError(f"the {kind} rows event of {table} at {pos} has no column names (binlog_row_metadata is "
-                         f"not FULL): dblog stops before it; " + METADATA_FIX.format(table=table))
+        return (f"the {kind} rows event of {table} at {pos} has no column names (binlog_row_metadata is not FULL): "
+                f"dblog stops before it; " + METADATA_FIX.format(table=table))
     if not full:
-        raise DblogError(f"the {kind} rows event of {table} at {pos} lacks columns (binlog_row_image is not FULL "
-                         f"where it was written): dblog stops before it; " + IMAGE_FIX.format(table=table))
+        return (f"the {kind} rows event of {table} at {pos} lacks columns (binlog_row_image is not FULL where it "
+                f"was written): dblog stops before it; " + IMAGE_FIX.format(table=table))
+    return None
 
 
-def refuse_statement_dml(default_db: str, statement: str, pos: SourcePosition, tables) -> None:
-    """Refuse DML of a captured table logged as a statement (binlog_format STATEMENT or MIXED)."""
+# statements logged only for what the stored functions they call wrote (``SELECT f()``)
+_CALLING = re.compile(r"^(?:SELECT|DO)\b", re.I)
+
+
+def statement_problems(default_db: str, statement: str, pos: SourcePosition, metas: Mapping[str, TableMeta],
+                       watched: Mapping[str, list], catalog) -> dict[str, str]:
+    """Per captured table a statement-logged statement (binlog_format STATEMENT or MIXED) may have changed, the
+    one line that stops a read needing its changes: the tables it names, the captured tables a watched parent it
+    names cascades into, and those it reaches through triggers, views and stored functions (``side_effects``;
+    ``catalog()`` reads them, only for such a statement)."""
     parsed = dml_tables(statement, default_db)
     if parsed is None:
-        return
-    lowered = {name.lower(): name for name in tables}
-    names = [lowered[n.lower()] for n in parsed[1] if n.lower() in lowered]
-    if names:
-        raise DblogError(f"{', '.join(names)} changed by a statement-logged {parsed[0].upper()} at {pos} "
-                         f"(binlog_format STATEMENT or MIXED where it ran): its rows are not in the binlog; dblog "
-                         f"stops before it; " + STATEMENT_FIX)
+        text = plain_statement(statement)
+        if not _CALLING.match(text):
+            return {}
+        parsed = (text.split(None, 1)[0].lower(), [])
+    kind, named = parsed
+    lowered = {name.lower(): name for name in metas}
+    parents = {name.lower(): name for name in watched}
+    problems: dict[str, str] = {}
+    ran = f"(binlog_format STATEMENT or MIXED where it ran): its rows are not in the binlog; dblog stops before it; "
+    for name in named:
+        if name.lower() in lowered:
+            table = lowered[name.lower()]
+            problems[table] = (f"{table} changed by a statement-logged {kind.upper()} at {pos} {ran}"
+                               + STATEMENT_FIX.format(table=table))
+        for _, child in watched.get(parents.get(name.lower(), ""), ()):
+            problems.setdefault(child, f"{child} changed through a foreign-key cascade by a statement-logged "
+                                       f"{kind.upper()} of {parents[name.lower()]} at {pos} {ran}"
+                                       + STATEMENT_FIX.format(table=child))
+    for table in sorted(reached(named, plain_statement(statement), catalog(), metas) - set(problems)):
+        problems[table] = (f"{table} may have been changed by a statement-logged {kind.upper()} at {pos} through "
+                           f"triggers, views or stored functions {ran}" + STATEMENT_FIX.format(table=table))
+    return problems
 
 
 def query_statement(event) -> tuple[str, str] | None:

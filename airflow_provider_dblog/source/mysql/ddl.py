@@ -23,7 +23,7 @@ _SET_STATEMENT = re.compile(r"^SET\s+STATEMENT\s+(?:'(?:[^'\\]|\\.|'')*'|\"(?:[^
 _WAIT = r"(?:\s+(?:WAIT\s+\d+|NOWAIT)\b)?"
 
 
-def _plain(statement: str) -> str:
+def plain_statement(statement: str) -> str:
     """The statement as the server runs it: comments out, executable comments opened, a ``SET STATEMENT ... FOR``
     prefix dropped, quoted text kept whole. Before, a comment's marks inside a string were cut as a comment
     (``DEFAULT '/* c */'`` read as ``DEFAULT ' '``: every old row's value differed), and ``/*M!...*/`` and ``SET
@@ -92,7 +92,7 @@ def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
     """(kind, tables the statement changes) of a DDL statement, or None if it changes no table's rows or
     columns. ``RENAME TABLE a TO b`` names both ``a`` and ``b`` (a table swap renames onto a captured name);
     ``ALTER TABLE a EXCHANGE PARTITION p WITH TABLE b`` is a ``rewrite`` of both (``_ROWS_REPLACED``)."""
-    text = _plain(statement)
+    text = plain_statement(statement)
     for kind, pattern in _STATEMENTS:
         match = pattern.match(text)
         if match is None:
@@ -130,7 +130,7 @@ def dml_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
     """(kind, tables it may change) of a DML statement logged as a statement, or None if it is no DML.
     Multi-table UPDATE and DELETE name every table of their table references (more than they change: a
     false match stops a capture loudly, a missed one would lose changes)."""
-    text = _plain(statement)
+    text = plain_statement(statement)
     match = _DML.match(text)
     if match is None:
         return None
@@ -235,7 +235,7 @@ def _column_name(text: str) -> tuple[str, str]:
 
 def alter_actions(statement: str) -> list[ColumnAction]:
     """The clauses of an ``ALTER TABLE`` statement, as far as they change rows."""
-    text = _plain(statement)
+    text = plain_statement(statement)
     head = re.match(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?{_QUALIFIED}{_WAIT}\s*", text, re.I)
     if head is None:
         return [ColumnAction("other")]

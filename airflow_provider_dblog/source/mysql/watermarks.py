@@ -11,6 +11,7 @@ from airflow_provider_dblog.core.errors import DblogError, SchemaChangedError, U
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import TableMeta
+from airflow_provider_dblog.core.schema_events import UNREADABLE
 from airflow_provider_dblog.source.mysql.binlog import BinlogStream, current_position
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.types import quote_ident
@@ -73,6 +74,9 @@ def only_changes(items: list, meta: TableMeta) -> list[ChangeEvent]:
     window's images may not share their columns: the chunk must be read again (``SchemaChangedError``)."""
     changed = [i for i in items if not isinstance(i, ChangeEvent)]
     if changed:
+        if getattr(changed[0], "kind", "") == UNREADABLE:  # a change the window's events cannot show
+            raise SchemaChangedError(f"{changed[0].statement} (inside a chunk's watermark window: reading the chunk "
+                                     f"again)")
         raise SchemaChangedError(f"the columns of {meta.qualified} changed inside a chunk's watermark window "
                                  f"(at {changed[0].pos}): reading the chunk again")
     return items
