@@ -58,6 +58,8 @@ def MYSQL_ACTIONS(change: SchemaChange) -> list:  # what MySqlDialect.column_act
     ("ALTER TABLE t WAIT 5 RENAME TO u", ("rename", ["db.t", "db.u"])),
     ("TRUNCATE `a#b`", ("truncate", ["db.a#b"])),  # a comment's marks inside a name are the name
     ("TRUNCATE `a -- b`", ("truncate", ["db.a -- b"])),
+    ("DROP DATABASE IF EXISTS `s`", ("drop", ["s.*"])),  # every table of it (captured_ddl expands it)
+    ("drop schema s", ("drop", ["s.*"])),
     ("INSERT INTO t VALUES (1)", None),
     ("BEGIN", None),
     ("CREATE DATABASE x", None),

@@ -281,7 +281,11 @@ def captured_ddl(statement: str, default_db: str, tables) -> tuple[str, list[str
     if parsed is None:
         return "", []
     lowered = {name.lower(): name for name in tables}
-    return parsed[0], list(dict.fromkeys(lowered[n.lower()] for n in parsed[1] if n.lower() in lowered))
+    named = []
+    for n in (n.lower() for n in parsed[1]):  # in the statement's order; ``db.*``: every table of a dropped database
+        named.extend([name for low, name in lowered.items() if low.startswith(n[:-1])] if n.endswith(".*")
+                     else [lowered[n]] if n in lowered else [])
+    return parsed[0], list(dict.fromkeys(named))
 
 
 # ---- row changes --------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ _STATEMENTS = [
     ("alter", re.compile(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?({_QUALIFIED}){_WAIT}", re.I)),
     ("truncate", re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?({_QUALIFIED})", re.I)),
     ("drop", re.compile(r"^DROP\s+(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)),
+    ("drop_database", re.compile(rf"^DROP\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?({_NAME})", re.I)),
     ("rename", re.compile(r"^RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)),
     ("create", re.compile(rf"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?"
                           rf"({_QUALIFIED})", re.I)),
@@ -90,7 +91,7 @@ _OTHER_TABLE = re.compile(rf"\b(?:WITH|TO|CONVERT)\s+TABLE\s+({_QUALIFIED})", re
 
 def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
     """(kind, tables the statement changes) of a DDL statement, or None if it changes no table's rows or
-    columns. ``RENAME TABLE a TO b`` names both ``a`` and ``b`` (a table swap renames onto a captured name);
+    columns (``DROP DATABASE d`` drops ``d.*``). ``RENAME TABLE a TO b`` names both ``a`` and ``b`` (a table swap renames onto a captured name);
     ``ALTER TABLE a EXCHANGE PARTITION p WITH TABLE b`` is a ``rewrite`` of both (``_ROWS_REPLACED``)."""
     text = plain_statement(statement)
     for kind, pattern in _STATEMENTS:
@@ -107,6 +108,8 @@ def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
                 return "rename", [_qualify(match.group(1), default_db), *(_qualify(n, default_db) for n in renamed)]
         if kind in ("alter", "truncate", "create"):
             return kind, [_qualify(match.group(1), default_db)]
+        if kind == "drop_database":  # every table of it: ``db.*``
+            return "drop", [f"{_unquote(match.group(1))}.*"]
         body = re.split(r"\s+(?:RESTRICT|CASCADE)\s*$", match.group(1).strip(), flags=re.I)[0]
         if kind == "drop":
             return kind, [_qualify(n, default_db) for n in body.split(",") if n.strip()]
