@@ -111,6 +111,10 @@ def test_alter_actions_read_statements_as_the_server_logs_them(statement, expect
     ('SET STATEMENT max_statement_time=60 FOR UPDATE "tablé" SET v = -v', ("update", ["db.tablé"])),
     ("/*M!100000 DELETE FROM s.t WHERE id < 5 */", ("delete", ["s.t"])),
     ("INSERT INTO `a#b` VALUES ('--', '/*')", ("insert", ["db.a#b"])),
+    ("UPDATE (t) SET v = 7", ("update", ["db.t"])),  # parentheses group references
+    ("UPDATE (s.a JOIN b ON a.id = b.id) SET a.v = 1", ("update", ["s.a", "db.b"])),
+    ("DELETE a FROM (a JOIN (b) ON a.id = b.id) WHERE b.x = 1", ("delete", ["db.a"])),
+    ("DELETE FROM (t) WHERE id = 1", ("delete", ["db.t"])),
 ])
 def test_dml_tables_read_statements_as_the_server_logs_them(statement, expected):
     assert dml_tables(statement, "db") == expected

@@ -124,7 +124,7 @@ def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
 # ---- statement-logged DML (binlog_format STATEMENT or MIXED) ----------------------------------------
 _DML = re.compile(r"^(INSERT|REPLACE|UPDATE|DELETE|LOAD\s+(?:DATA|XML))\b(.*)$", re.I | re.S)
 _MODIFIERS = re.compile(r"^(?:\s+(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|QUICK|IGNORE|CONCURRENT|LOCAL))*\s*", re.I)
-_REFERENCE_END = re.compile(r"\s(?:SET|WHERE|ORDER\s+BY|LIMIT|VALUES?|SELECT|PARTITION|RETURNING)\b|\(", re.I)
+_REFERENCE_END = re.compile(r"\s(?:SET|WHERE|ORDER\s+BY|LIMIT|VALUES?|SELECT|PARTITION|RETURNING)\b", re.I)
 _JOIN_WORDS = re.compile(r"\b(?:(?:NATURAL|INNER|CROSS|STRAIGHT_JOIN|LEFT|RIGHT|OUTER)\s+)*JOIN\b|\bON\b.*?(?=\bJOIN\b|,|$)"
                          r"|\bUSING\s*\(.*?\)|\bAS\b", re.I | re.S)
 
@@ -156,7 +156,9 @@ def dml_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
         target = re.match(rf"\s*({_QUALIFIED})", rest)
         return kind, [_qualify(target.group(1), default_db)] if target else []
     end = _REFERENCE_END.search(rest)
-    references = _JOIN_WORDS.sub(",", rest[:end.start()] if end else rest)
+    # parentheses group table references (``UPDATE (t) SET``, ``(a JOIN b ON ...)``): before, the list ended at the
+    # first one and ``UPDATE (t)`` named no table
+    references = _JOIN_WORDS.sub(",", re.sub(r"[()]", " ", rest[:end.start()] if end else rest))
     names = []
     for reference in references.split(","):
         first = re.match(rf"\s*({_QUALIFIED})", reference)
