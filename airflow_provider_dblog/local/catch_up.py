@@ -46,8 +46,8 @@ def catch_up_tables_in_driver(state: StateDir, sink: str, dialect: DataSourceDia
     started = time.time()
     plans = state.tables()  # read once: on object storage each read of the plan is a request
     metas = {name: state.table_of(plans, name).meta for name in tables}
-    rereads = state.rereads()
-    streams = {name: TableStream(metas[name], tables[name], floors[name], rereads.get(name)) for name in tables}
+    resnapshots = state.resnapshots()
+    streams = {name: TableStream(metas[name], tables[name], floors[name], resnapshots.get(name)) for name in tables}
     parts: dict[str, list[pa.RecordBatch]] = {name: [] for name in tables}
     ddl: dict[str, list[SchemaChange]] = {name: [] for name in tables}
     reader = ChangeReader(streams, dialect)

@@ -35,17 +35,17 @@ LOOKUP_BATCH = 2000  # events located among chunk boundaries per sort_keys call
 @dataclass(frozen=True)
 class TableStream:
     """What reading one table's changes needs: its columns and key, its offset map, and its floor (the
-    lake holds every change of the table up to it, so the read starts after it). ``reread``: every chunk was
-    read again after it (``StateDir.rereads``), so a change the source cannot show there no longer matters."""
+    lake holds every change of the table up to it, so the read starts after it). ``resnapshot_hw``: every chunk was
+    read again after it (``StateDir.resnapshots``), so a change the source cannot show there no longer matters."""
 
     meta: TableMeta
     offsets: TableOffsets
     floor: SourcePosition
-    reread: SourcePosition | None = None
+    resnapshot_hw: SourcePosition | None = None
 
     def needs(self, pos: SourcePosition) -> bool:
         """Whether the lake needs the table's change at ``pos``: past the floor, and past some chunk's read."""
-        return pos > max(self.floor, self.offsets.min_hw, self.reread or self.floor).as_snapshot()
+        return pos > max(self.floor, self.offsets.min_hw, self.resnapshot_hw or self.floor).as_snapshot()
 
 
 def table_floor(state: StateDir, sink: str, dialect, name: str, min_hw: SourcePosition,

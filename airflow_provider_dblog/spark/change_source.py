@@ -177,7 +177,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         names = sorted(offsets) if self.spec == ALL_TABLES else [t for t in self.spec.split(",") if t]
         recorded = self.state.tail_positions()
         plans = self.state.tables()  # read once: on object storage each read of the plan is a request
-        rereads = self.state.rereads()
+        resnapshots = self.state.resnapshots()
         out = {}
         for name in names:
             meta, min_hw = (plans.get(name) or self.state.table(name)).meta, offsets[name].min_hw
@@ -186,7 +186,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # a new plan of the table moves its first floor on (``first_floor``: from its plan's position)
             floors = [self.state.first_floor(name, min_hw, plans), self._first_floors[name]] + (
                 [recorded[name][0]] if name in recorded else [])
-            out[name] = TableStream(meta, offsets[name], max(floors), rereads.get(name))
+            out[name] = TableStream(meta, offsets[name], max(floors), resnapshots.get(name))
         return out
 
     def _available_from(self) -> tuple[SourcePosition | None, dict[str, TableStream]]:

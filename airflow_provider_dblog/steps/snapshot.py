@@ -44,7 +44,7 @@ def snapshot_batch(state_dir: str, batch_index: int, sink: str, force: bool = Fa
     saved = persist_groups(state, sink, plans, groups, executor.read_chunks(sink, plans, groups, dialect, label=label))
     if force:  # a re-snapshot: a table read again whole no longer needs the changes before it
         for group in groups:
-            state.record_reread(group.table)
+            state.record_resnapshot(plans[group.table])
     return saved
 
 

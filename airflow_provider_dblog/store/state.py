@@ -346,27 +346,28 @@ class StateDir:
                 raw[name] = {"pos": pos.to_dict(), "at": now, **({"gtid": gtid} if gtid else {})}
         self.files.write_json(self.TAIL_POSITIONS, {"tables": raw})
 
-    REREADS = "rereads.json"
+    RESNAPSHOTS = "resnapshots.json"
 
-    def rereads(self) -> dict[str, SourcePosition]:
+    def resnapshots(self) -> dict[str, SourcePosition]:
         """Per table re-snapshotted whole: the lowest high watermark of its chunks' latest reads. Every row the
         lake holds of the table was read after it, so a change there that the source's log cannot show (a
         statement-logged UPDATE, a partial row image) no longer matters: that is what a re-snapshot fixes."""
-        if not self.files.exists(self.REREADS):
+        if not self.files.exists(self.RESNAPSHOTS):
             return {}
-        return {name: SourcePosition.from_dict(d) for name, d in self.files.read_json(self.REREADS)["tables"].items()}
+        return {name: SourcePosition.from_dict(d)
+                for name, d in self.files.read_json(self.RESNAPSHOTS)["tables"].items()}
 
-    def record_reread(self, table: str) -> None:
-        """After a forced read of chunks of ``table``: when every chunk of its plan has a report, the lowest HW of
-        them (``rereads``; it never moves back)."""
-        plan, reports = self.table(table), self.reports(table)
+    def record_resnapshot(self, plan: TablePlan) -> None:
+        """After a forced read of chunks of ``plan``'s table: when every chunk of the plan has a report, the lowest
+        HW of them (``resnapshots``; it never moves back)."""
+        table, reports = plan.meta.qualified, self.reports(plan.meta.qualified)
         if any(c.id not in reports for c in plan.chunks):
             return
         lowest = min(SourcePosition.from_dict(reports[c.id]["hw"]) for c in plan.chunks)
-        raw = self.files.read_json(self.REREADS)["tables"] if self.files.exists(self.REREADS) else {}
+        raw = self.files.read_json(self.RESNAPSHOTS)["tables"] if self.files.exists(self.RESNAPSHOTS) else {}
         if table not in raw or SourcePosition.from_dict(raw[table]) < lowest:
             raw[table] = lowest.to_dict()
-            self.files.write_json(self.REREADS, {"tables": raw})
+            self.files.write_json(self.RESNAPSHOTS, {"tables": raw})
 
     def gtid_of(self, table: str, position: SourcePosition) -> str | None:
         """The GTID state recorded with ``position`` as the table's tail position or catch-up end (None:

@@ -265,11 +265,12 @@ def _names_tables(info: str, wanted: set[str]) -> tuple[str, set[str]]:
     named = {n.lower() for n in captured_ddl(statement, default_db, wanted)[1]}
     if named:
         return "DDL statement", named
-    dml = dml_tables(statement, default_db)
+    text = plain_statement(statement)
+    dml = dml_tables(text, default_db)
     named = {n.lower() for n in dml[1]} & wanted if dml is not None else set()
     if named:
         return "statement-logged DML", named
-    if dml is not None or _CALLING.match(plain_statement(statement)):  # its triggers or functions: any table
+    if dml is not None or _CALLING.match(text):  # its triggers or functions: any table
         return "statement-logged statement of other tables", set(wanted)
     return "", set()
 
@@ -743,9 +744,9 @@ def statement_problems(default_db: str, statement: str, pos: SourcePosition, met
     one line that stops a read needing its changes: the tables it names, the captured tables a watched parent it
     names cascades into, and those it reaches through triggers, views and stored functions (``side_effects``;
     ``catalog()`` reads them, only for such a statement)."""
-    parsed = dml_tables(statement, default_db)
+    text = plain_statement(statement)
+    parsed = dml_tables(text, default_db)
     if parsed is None:
-        text = plain_statement(statement)
         if not _CALLING.match(text):
             return {}
         parsed = (text.split(None, 1)[0].lower(), [])
@@ -763,7 +764,7 @@ def statement_problems(default_db: str, statement: str, pos: SourcePosition, met
             problems.setdefault(child, f"{child} changed through a foreign-key cascade by a statement-logged "
                                        f"{kind.upper()} of {parents[name.lower()]} at {pos} {ran}"
                                        + STATEMENT_FIX.format(table=child))
-    for table in sorted(reached(named, plain_statement(statement), catalog(), metas) - set(problems)):
+    for table in sorted(reached(named, text, catalog(), metas) - set(problems)):
         problems[table] = (f"{table} may have been changed by a statement-logged {kind.upper()} at {pos} through "
                            f"triggers, views or stored functions {ran}" + STATEMENT_FIX.format(table=table))
     return problems
@@ -789,6 +790,5 @@ def refuse_event(event_type: int, pos: SourcePosition) -> None:
     """Stop before a binlog event dblog cannot decode, unless it is known to change no row."""
     if event_type in IGNORED_EVENT_TYPES:
         return
-    what = REFUSED_EVENT_TYPES.get(event_type, "an event type dblog does not know: it may hold row changes; "
-                                                "report it with the server's version")
-    raise DblogError(f"binlog event type {event_type} at {pos} is {what}; dblog stops before it")
+    raise DblogError(f"binlog event type {event_type} at {pos} is an event type dblog does not know: it may hold row "
+                     f"changes; report it with the server's version; dblog stops before it")

@@ -37,11 +37,11 @@ class Routines:
 def read_routines(client: MySqlClient) -> Routines:
     """Every trigger, view and stored routine the server shows this user."""
     try:
-        triggers: dict[str, str | None] = {}
+        bodies: dict[str, list[str | None]] = {}
         for db, table, body in client.query("SELECT EVENT_OBJECT_SCHEMA, EVENT_OBJECT_TABLE, ACTION_STATEMENT "
                                             "FROM information_schema.TRIGGERS"):
-            key = f"{db}.{table}".lower()
-            triggers[key] = None if body is None or triggers.get(key, "") is None else f"{triggers.get(key, '')}\n{body}"
+            bodies.setdefault(f"{db}.{table}".lower(), []).append(body)
+        triggers = {key: None if None in texts else "\n".join(texts) for key, texts in bodies.items()}
         views = {f"{db}.{name}".lower(): body for db, name, body in client.query(
             "SELECT TABLE_SCHEMA, TABLE_NAME, VIEW_DEFINITION FROM information_schema.VIEWS")}
         routines = {f"{db}.{name}".lower(): body for db, name, body in client.query(
@@ -69,23 +69,20 @@ def reached(named: Iterable[str], statement: str, routines: Routines, captured: 
     change through triggers, views and stored functions, followed through every view and routine they name."""
     captured = list(captured)
     bare = {c: c.split(".", 1)[1].lower() for c in captured}
-    objects = {**routines.views, **routines.routines}
+    # every text a statement may run, by key: a table's triggers, a view, a routine; each with the bare name that
+    # a text naming it would use
+    texts = {**{f"trigger:{t}": body for t, body in routines.triggers.items()}, **routines.views, **routines.routines}
+    names = {key: key.removeprefix("trigger:").split(".", 1)[1] for key in texts}
     todo = [f"trigger:{n.lower()}" for n in named if n.lower() in routines.triggers]
     todo += [n.lower() for n in named if n.lower() in routines.views] + called(statement, routines)
     seen, out = set(todo), set()
     while todo:
-        item = todo.pop()
-        text = routines.triggers[item[len("trigger:"):]] if item.startswith("trigger:") else objects[item]
+        text = texts[todo.pop()]
         if text is None:  # a body this user may not read: any captured table
             return set(captured)
         out.update(c for c, name in bare.items() if _mentions(text, name))
-        for other in objects:  # views and routines it names: their triggers and bodies too
-            if other not in seen and _mentions(text, other.split(".", 1)[1]):
-                seen.add(other)
-                todo.append(other)
-        for table in routines.triggers:  # tables it writes that have triggers of their own
-            trigger = f"trigger:{table}"
-            if trigger not in seen and _mentions(text, table.split(".", 1)[1]):
-                seen.add(trigger)
-                todo.append(trigger)
+        for key, name in names.items():  # the views, routines and triggered tables it names: their texts too
+            if key not in seen and _mentions(text, name):
+                seen.add(key)
+                todo.append(key)
     return out
