@@ -22,7 +22,7 @@ def value_sql(col: Column) -> str | None:
     """The SQL of a column's canonical text (``core.checksums.value_text`` on its lake type)."""
     q, t, target = quote_ident(col.name), col.data_type, arrow_type(col)
     if pa.types.is_floating(target):
-        return None
+        return float_sql(q)
     if pa.types.is_binary(target):
         return f"MD5({q})"
     if pa.types.is_date32(target):
@@ -37,13 +37,22 @@ def value_sql(col: Column) -> str | None:
     return f"CAST({q} AS CHAR)"  # integers and decimals: their digits
 
 
+def float_sql(q: str) -> str:
+    """A FLOAT/DOUBLE's exact binary form (``core.checksums.float_text``): the power of two from LOG2, put right
+    when rounding moved it across one (and kept within a double's range: LOG2 of the largest double rounds to
+    1024), then the significand by exact division and multiplication. A FLOAT widens to a DOUBLE exactly."""
+    a = f"ABS({q})"
+    near = f"GREATEST(LEAST(FLOOR(LOG2({a})), 1023), -1074)"
+    power = f"({near} + ({a} / POW(2, {near}) >= 2) - ({a} / POW(2, {near}) < 1))"
+    return (f"IF({q} = 0, '0', CONCAT(IF({q} < 0, '-', ''), CAST({a} / POW(2, {power}) * 4503599627370496 AS "
+            f"UNSIGNED), 'p', {power} - 52))")
+
+
 def checksum_sql(meta: TableMeta, chunk: ChunkRange) -> str:
     values = [v for c in meta.columns if (v := value_sql(c)) is not None]
     flags = "CONCAT(" + ", ".join(f"ISNULL({known_date_sql(c)})" for c in meta.columns) + ")"  # zero dates: NULL
     text = f"CONCAT_WS(CHAR(31), {', '.join([*values, flags])})"
-    floats = [quote_ident(c.name) for c in meta.columns if pa.types.is_floating(arrow_type(c))]
-    float_sums = "".join(f", SUM({f}), SUM(ABS({f}))" for f in floats)
-    return (f"SELECT COUNT(*), SUM(CAST(CONV(LEFT(MD5({text}), 16), 16, 10) AS UNSIGNED)){float_sums} "
+    return (f"SELECT COUNT(*), SUM(CAST(CONV(LEFT(MD5({text}), 16), 16, 10) AS UNSIGNED)) "
             f"FROM {table_sql(meta)} WHERE {range_condition(meta, chunk.lo, chunk.hi)}")
 
 
@@ -64,10 +73,7 @@ def checksum_chunks(client: MySqlClient, meta: TableMeta, chunks: Sequence[Chunk
             for chunk in chunks:
                 cur.execute(checksum_sql(meta, chunk))
                 row = cur.fetchone()
-                floats = row[2:]
-                out[chunk.id] = ChunkChecksum(int(row[0]), int(row[1] or 0),
-                                              tuple(float(v or 0) for v in floats[0::2]),
-                                              tuple(float(v or 0) for v in floats[1::2]))
+                out[chunk.id] = ChunkChecksum(int(row[0]), int(row[1] or 0))
         except pymysql.MySQLError as exc:
             raise DblogError(f"checksum of {meta.qualified} failed: {exc.args[-1]}") from None
         finally:

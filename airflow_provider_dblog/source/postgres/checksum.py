@@ -40,9 +40,8 @@ SNAPSHOT_ROUNDS = 5  # snapshots taken again while one sees a later commit but n
 def value_sql(name: str, target: pa.DataType) -> str | None:
     """The SQL of a column's canonical text (``core.checksums.value_text`` on its lake type)."""
     q = quote_ident(name)
-    if pa.types.is_floating(target):  # finite values are summed apart (NULL: no text)
-        return (f"CASE WHEN {q} = 'NaN' THEN 'n' WHEN {q} = 'Infinity' THEN '+i' WHEN {q} = '-Infinity' "
-                f"THEN '-i' END")
+    if pa.types.is_floating(target):
+        return float_sql(q)
     if pa.types.is_binary(target):
         return f"md5({q})"
     if pa.types.is_date32(target):
@@ -56,20 +55,29 @@ def value_sql(name: str, target: pa.DataType) -> str | None:
     return f"{q}::text"  # integers, decimals: their digits
 
 
+def float_sql(q: str) -> str:
+    """A real/double precision's exact binary form (``core.checksums.float_text``; NaN and the infinities as
+    ``n``, ``+i``, ``-i``): the power of two from ``ln``, put right when rounding moved it across one, then the
+    significand by exact division and multiplication. A real widens to a double exactly."""
+    a = f"abs({q}::float8)"
+    near = f"greatest(least(floor(ln({a}) / ln(2::float8)), 1023), -1074)"
+    power = f"({near} + ({a} / power(2::float8, {near}) >= 2)::int - ({a} / power(2::float8, {near}) < 1)::int)"
+    return (f"CASE WHEN {q} = 'NaN' THEN 'n' WHEN {q} = 'Infinity' THEN '+i' WHEN {q} = '-Infinity' THEN '-i' "
+            f"WHEN {q} = 0 THEN '0' ELSE (CASE WHEN {q} < 0 THEN '-' ELSE '' END) || "
+            f"({a} / power(2::float8, {power}) * 4503599627370496::float8)::bigint::text || 'p' || "
+            f"({power} - 52)::int::text END")
+
+
 def checksum_sql(meta: TableMeta, schema: pa.Schema, chunk: ChunkRange) -> tuple[str, list]:
     values = [v for f in schema if (v := value_sql(f.name, f.type)) is not None]
     # num_nulls, not IS NULL: a composite value is IS NULL when all its fields are null, and neither IS NULL
     # nor IS NOT NULL when some are; the lake holds its text either way
     flags = "concat(" + ", ".join(f"num_nulls({quote_ident(f.name)})::text" for f in schema) + ")"
     text = f"concat_ws(chr(31), {', '.join([*values, flags])})"
-    floats = [quote_ident(f.name) for f in schema if pa.types.is_floating(f.type)]
-    finite = [f"CASE WHEN {f} IN ('NaN', 'Infinity', '-Infinity') THEN 0 ELSE {f} END" for f in floats]
-    float_sums = "".join(f", SUM({f})::float8, SUM(abs({f}))::float8" for f in finite)
     digest = (f"SUM(('x' || substr(h, 1, 8))::bit(32)::bigint::numeric * 4294967296 + "
               f"('x' || substr(h, 9, 8))::bit(32)::bigint)")
     where, params = range_condition(meta, chunk.lo, chunk.hi)
-    items = ", ".join([f"md5({text}) AS h", *(quote_ident(f.name) for f in schema if pa.types.is_floating(f.type))])
-    return (f"SELECT COUNT(*), {digest}{float_sums} FROM (SELECT {items} FROM {table_sql(meta)} WHERE {where}) r",
+    return (f"SELECT COUNT(*), {digest} FROM (SELECT md5({text}) AS h FROM {table_sql(meta)} WHERE {where}) r",
             params)
 
 
@@ -114,10 +122,7 @@ def checksum_chunks(client: PostgresClient, stream: SlotReader, meta: TableMeta,
                 for chunk in chunks:
                     cur.execute(*checksum_sql(meta, schema, chunk))
                     row = cur.fetchone()
-                    floats = row[2:]
-                    out[chunk.id] = ChunkChecksum(int(row[0]), int(row[1] or 0),
-                                                  tuple(float(v or 0) for v in floats[0::2]),
-                                                  tuple(float(v or 0) for v in floats[1::2]))
+                    out[chunk.id] = ChunkChecksum(int(row[0]), int(row[1] or 0))
         except psycopg2.Error as exc:
             client.drop_snapshot()
             raise DblogError(f"checksum of {meta.qualified} failed: {first_line(exc, client.config.password)}") from None
