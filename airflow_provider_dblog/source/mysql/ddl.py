@@ -47,13 +47,16 @@ def plain_statement(statement: str) -> str:
     return text
 
 
+# CREATE / DROP of a TEMPORARY table (MIXED or STATEMENT sessions log them; a session that ends logs a DROP of
+# its temporary tables): before, one named like a captured table read the captured table again
+_TEMPORARY = re.compile(r"^(?:CREATE\s+(?:OR\s+REPLACE\s+)?|DROP\s+)TEMPORARY\s+TABLE\b", re.I)
 _STATEMENTS = [
     ("alter", re.compile(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?({_QUALIFIED}){_WAIT}", re.I)),
     ("truncate", re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?({_QUALIFIED})", re.I)),
-    ("drop", re.compile(r"^DROP\s+(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)),
+    ("drop", re.compile(r"^DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)),
     ("drop_database", re.compile(rf"^DROP\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?({_NAME})", re.I)),
     ("rename", re.compile(r"^RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)),
-    ("create", re.compile(rf"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?"
+    ("create", re.compile(rf"^CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?"
                           rf"({_QUALIFIED})", re.I)),
 ]
 
@@ -94,6 +97,8 @@ def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
     columns (``DROP DATABASE d`` drops ``d.*``). ``RENAME TABLE a TO b`` names both ``a`` and ``b`` (a table swap renames onto a captured name);
     ``ALTER TABLE a EXCHANGE PARTITION p WITH TABLE b`` is a ``rewrite`` of both (``_ROWS_REPLACED``)."""
     text = plain_statement(statement)
+    if _TEMPORARY.match(text):  # a session's own table, even under a captured table's name: never that table
+        return None
     for kind, pattern in _STATEMENTS:
         match = pattern.match(text)
         if match is None:
