@@ -1565,3 +1565,22 @@ def test_a_temporary_table_under_a_captured_tables_name_is_not_that_table(mariad
     assert code == 0, err[-3000:]
     assert "again" not in err and "schema change" not in err, err[-3000:]
     _both_verifies_equal(state, sink, f"{db}.t")
+
+
+@pytest.mark.parametrize("column, alter", [
+    ("g INT AS (v * 2) VIRTUAL", "MODIFY g INT AS (v * 3) VIRTUAL"),
+    ("g INT AS (v * 2) STORED", "MODIFY g INT AS (v * 3) STORED"),
+    ("g VARCHAR(30) AS (CONCAT('x', v)) VIRTUAL", "CHANGE g g2 VARCHAR(30) AS (CONCAT('y', v)) VIRTUAL"),
+], ids=["virtual", "stored", "change"])
+def test_a_generated_columns_new_expression_reads_the_table_again(mariadb, db, tmp_path, column, alter):
+    """``ALTER TABLE … MODIFY g … AS (new expression)`` changes every row's value of ``g`` without a row event
+    (a VIRTUAL column is computed when read; a STORED one is rewritten in place). Before: followed in place as a
+    modify that keeps values (same declared type), the tail exited 0 and the lake kept the old expression's
+    values (verify: 59 and 60 rows different)."""
+    mariadb.sql(f"CREATE TABLE {db}.u (id INT PRIMARY KEY, v INT, {column})",
+                f"INSERT INTO {db}.u (id, v) SELECT seq, seq FROM seq_1_to_60", db=db)
+    state, sink = captured(mariadb.uri(), f"{db}.u", tmp_path, 20)
+    mariadb.sql(f"ALTER TABLE {db}.u {alter}", f"UPDATE {db}.u SET v = 0 WHERE id = 1")
+    _followed_then_equal(state, sink, f"{db}.u", in_place=False)
+    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", f"{db}.u")
+    assert code == 0, err[-3000:]

@@ -107,6 +107,14 @@ def test_alter_actions_know_what_changes_rows():
     ("SET STATEMENT lock_wait_timeout=5 FOR ALTER TABLE t /*M!100000 ADD e INT DEFAULT 3 */",
      [("add", "e", "3")]),
     ("ALTER TABLE t ADD é INT", [("add", "é", None)]),
+    # a generated column's new expression changes every row's value without a row event: read again
+    ("ALTER TABLE t MODIFY g INT AS (v * 3) VIRTUAL", [("other", "MODIFY g INT AS (v * 3) VIRTUAL", None)]),
+    ("ALTER TABLE t CHANGE g g2 INT GENERATED ALWAYS AS (v + 1) STORED",
+     [("other", "CHANGE g g2 INT GENERATED ALWAYS AS (v + 1) STORED", None)]),
+    ("ALTER TABLE t MODIFY COLUMN g VARCHAR(9) AS (CONCAT('x', v)) PERSISTENT",
+     [("other", "MODIFY COLUMN g VARCHAR(9) AS (CONCAT('x', v)) PERSISTENT", None)]),
+    ("ALTER TABLE t MODIFY id INT AUTO_INCREMENT", [("other", "MODIFY id INT AUTO_INCREMENT", None)]),
+    ("ALTER TABLE t MODIFY c VARCHAR(9) DEFAULT 'AS (x) STORED' INVISIBLE", [("modify", "c", None)]),
 ])
 def test_alter_actions_read_statements_as_the_server_logs_them(statement, expected):
     assert [(a.kind, a.name, a.default) for a in alter_actions(statement)] == expected
