@@ -61,6 +61,7 @@ def main(argv=None) -> int:
         conn = connect(server)
         with conn.cursor() as cur:
             cur.execute("CREATE DATABASE IF NOT EXISTS bench")
+            cur.execute("USE bench")
             cur.execute("DROP TABLE IF EXISTS bench.floats")
             cur.execute("CREATE TABLE bench.floats (id INT PRIMARY KEY, d1 DOUBLE, d2 DOUBLE, f FLOAT, note VARCHAR(20))")
             cur.execute(f"INSERT INTO bench.floats SELECT seq, seq / 7, RAND(seq) * 1e6, seq / 3, CONCAT('note ', seq) "
