@@ -34,6 +34,8 @@ def value_sql(col: Column) -> str | None:
         return f"({q} + 0)"
     if pa.types.is_string(target):
         return f"CAST({q} AS CHAR)" if t in ("decimal", "time") else f"CONVERT({q} USING utf8mb4)"
+    if "zerofill" in col.column_type:  # printed padded with zeros ('0000000001'): the number's digits
+        return f"CAST({q} + 0 AS CHAR)"
     return f"CAST({q} AS CHAR)"  # integers and decimals: their digits
 
 
