@@ -6,8 +6,8 @@ an exact binlog position P (no row leaves the server). The lake's side is ``curr
 version, brought to the same position P: each chunk there is exact as of S = max(its read's HW, the
 tail's position), so the binlog's changes of its keys in (S, P] are applied to it (the greatest position
 per key wins, as everywhere in the lake), and its checksum is computed the same way. The two agree
-exactly when the chunk's rows do; FLOAT/DOUBLE are compared by their sums with a tolerance (their text
-differs between engines), so they never raise a false alarm. A schema change in (S, P] the lake has not
+exactly when the chunk's rows do, FLOAT/DOUBLE to their last bit (their exact binary form, not their print,
+which differs between engines). A schema change in (S, P] the lake has not
 followed yet makes the table unverifiable for now: one line, run the tail first.
 """
 from __future__ import annotations
