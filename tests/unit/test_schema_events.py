@@ -115,6 +115,13 @@ def test_alter_actions_know_what_changes_rows():
      [("other", "MODIFY COLUMN g VARCHAR(9) AS (CONCAT('x', v)) PERSISTENT", None)]),
     ("ALTER TABLE t MODIFY id INT AUTO_INCREMENT", [("other", "MODIFY id INT AUTO_INCREMENT", None)]),
     ("ALTER TABLE t MODIFY c VARCHAR(9) DEFAULT 'AS (x) STORED' INVISIBLE", [("modify", "c", None)]),
+    # ALTER IGNORE with a new unique key deletes the rows it would duplicate: read again
+    ("ALTER IGNORE TABLE t ADD UNIQUE (c)", [("other", "ADD UNIQUE (c)", None)]),
+    ("alter online ignore table t add constraint u unique key (c), algorithm=copy",
+     [("other", "add constraint u unique key (c)", None), ("keep", "", None)]),
+    ("ALTER IGNORE TABLE t ADD COLUMN c INT DEFAULT 5 UNIQUE", [("other", "ADD COLUMN c INT DEFAULT 5 UNIQUE", None)]),
+    ("ALTER IGNORE TABLE t ADD INDEX (c), ADD d VARCHAR(9) DEFAULT 'UNIQUE'", [("keep", "", None), ("add", "d", "UNIQUE")]),
+    ("ALTER TABLE t ADD UNIQUE (c)", [("keep", "", None)]),  # without IGNORE it fails on a duplicate: no row changes
 ])
 def test_alter_actions_read_statements_as_the_server_logs_them(statement, expected):
     assert [(a.kind, a.name, a.default) for a in alter_actions(statement)] == expected
