@@ -121,6 +121,9 @@ def test_alter_actions_know_what_changes_rows():
      [("other", "add constraint u unique key (c)", None), ("keep", "", None)]),
     ("ALTER IGNORE TABLE t ADD COLUMN c INT DEFAULT 5 UNIQUE", [("other", "ADD COLUMN c INT DEFAULT 5 UNIQUE", None)]),
     ("ALTER IGNORE TABLE t ADD INDEX (c), ADD d VARCHAR(9) DEFAULT 'UNIQUE'", [("keep", "", None), ("add", "d", "UNIQUE")]),
+    ("ALTER IGNORE TABLE t MODIFY a VARCHAR(10) COLLATE utf8mb4_general_ci",  # 'k1' and 'K1' now one key
+     [("other", "MODIFY a VARCHAR(10) COLLATE utf8mb4_general_ci", None)]),
+    ("ALTER IGNORE TABLE t DROP COLUMN b, DROP INDEX i", [("other", "DROP COLUMN b", None), ("keep", "", None)]),
     ("ALTER TABLE t ADD UNIQUE (c)", [("keep", "", None)]),  # without IGNORE it fails on a duplicate: no row changes
 ])
 def test_alter_actions_read_statements_as_the_server_logs_them(statement, expected):
