@@ -34,7 +34,10 @@ class SourceConfig:
 
     @classmethod
     def parse(cls, uri: str) -> "SourceConfig":
-        parsed = urlparse(uri)
+        try:
+            parsed = urlparse(uri)
+        except ValueError:  # an unclosed [IPv6] host: said without the URI (it may hold the password)
+            raise DblogError(f"bad --source: the host is not a name or an address ({SOURCE_FORMS})") from None
         if parsed.scheme not in SOURCE_SCHEMES or not parsed.hostname or not parsed.username:
             raise DblogError(f"bad --source: expected {SOURCE_FORMS}")
         scheme = SOURCE_SCHEMES[parsed.scheme]

@@ -79,6 +79,9 @@ def test_source_uri_parsing_keeps_the_password_out_of_public_forms():
     assert "p@ss" not in cfg.public_uri and "p@ss" not in repr(cfg)
     with pytest.raises(DblogError, match="expected mysql://"):
         SourceConfig.parse("mysql://hostonly")
+    with pytest.raises(DblogError, match="the host is not a name or an address") as refused:
+        SourceConfig.parse("postgresql://app:Secr3tPW@[::1:5432/db")  # before: "ValueError: Invalid IPv6 URL"
+    assert "Secr3tPW" not in str(refused.value)
 
 
 def test_every_character_set_the_decoders_take_has_a_python_codec():
