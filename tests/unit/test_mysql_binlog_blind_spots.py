@@ -1,5 +1,5 @@
-"""What the MySQL binlog does not say plainly, as pure rules: foreign-key cascades (which tables a parent's
-change reaches without an event), XA statements and prepared groups (held until their outcome), and the tables a
+"""What the MySQL binlog does not say plainly, as pure rules: foreign-key cascades and MERGE tables (which tables
+a parent's change reaches without an event), XA statements and prepared groups (held until their outcome), and the tables a
 statement-logged statement reaches through triggers, views and stored functions."""
 from __future__ import annotations
 
@@ -32,6 +32,14 @@ def test_only_deletes_and_updates_of_referenced_columns_change_children():
     assert changed_through("update", [({"id": 1, "code": "a"}, {"id": 1, "code": "b"})], through) == {"s.d"}
     assert changed_through("update", [({"id": 1, "code": "a"}, {"id": 2, "code": "a"})], through) == set()  # no rule
     assert changed_through("update", None, through) == {"s.d"}  # not decoded: any UPDATE counts
+
+
+def test_every_row_change_through_a_merge_table_changes_its_children():
+    merge = Cascade("MERGE", "s.c", "s.m", (), True, True, every_change=True)
+    for kind in ("write", "update", "delete"):
+        assert changed_through(kind, (), [(merge, "s.c")]) == {"s.c"}
+    assert changed_through("update", [({"id": 1}, {"id": 1})], [(merge, "s.c")]) == {"s.c"}
+    assert {p: [t for _, t in through] for p, through in watched_parents([merge], ["s.c"]).items()} == {"s.m": ["s.c"]}
 
 
 def test_xa_statements_as_the_binlog_writes_them():

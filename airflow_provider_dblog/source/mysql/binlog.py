@@ -543,7 +543,8 @@ class BinlogStream:
             later = self._decided_later(xa, end, metas) if end is not None and not window and part == 0 else set()
             read_to = end if end is not None else boundary  # a read to the binlog's end: its last boundary
             for name in sorted(cascaded | later):  # the committer reads the table again
-                why = ("a foreign-key cascade from a parent's DELETE or key UPDATE, which InnoDB does not log"
+                why = ("a foreign-key cascade from a parent's DELETE or key UPDATE, which InnoDB does not log, or a "
+                       "write through a MERGE table over it"
                        if name in cascaded else "an XA transaction prepared in this read and committed after it")
                 yield "ddl", read_to, SchemaChange(name, "rewrite", f"(rows of {name} changed without a row "
                                                                     f"event of it in the read: {why})", start, read_to)

@@ -7,9 +7,15 @@ So a read watches every table a captured table's rows cascade from (directly, or
 them, whose own cascaded changes are not logged either): a parent's DELETE, or an UPDATE of the columns a
 cascading key references, marks the captured table changed without an event, and the committer reads it
 again (a ``rewrite``, as for PostgreSQL's changes outside the WAL). Correct, and loud in the log; its cost is
-one read of the child table per read of the binlog that holds such a parent change."""
+one read of the child table per read of the binlog that holds such a parent change.
+
+A MERGE (``MRG_MyISAM``) table over captured MyISAM tables is watched the same way: a write through it is logged
+as rows events of the MERGE table only (the child gets a table map and no rows), so each of its rows events marks
+its captured children changed (before: the tail went on with exit 0, and the lake missed the insert, kept the
+deleted row and the old values)."""
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
@@ -18,6 +24,8 @@ import pymysql
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
+from airflow_provider_dblog.source.mysql.ddl import qualified_names
+from airflow_provider_dblog.source.mysql.types import quote_ident
 
 ACTIONS = ("CASCADE", "SET NULL", "SET DEFAULT")  # the rules that change child rows (RESTRICT, NO ACTION refuse)
 REFRESH_SECONDS = 60.0
@@ -33,6 +41,7 @@ class Cascade:
     referenced: tuple[str, ...]  # the parent's columns
     on_delete: bool
     on_update: bool
+    every_change: bool = False  # a MERGE table over ``child``: each of its rows events lands in its children
 
 
 def cascades(client: MySqlClient, databases: Sequence[str]) -> list[Cascade]:
@@ -64,6 +73,27 @@ def cascades(client: MySqlClient, databases: Sequence[str]) -> list[Cascade]:
             for (schema, table, name), e in found.items()]
 
 
+_UNION = re.compile(r"\bUNION\s*=\s*\(([^)]*)\)", re.I)
+
+
+def merge_unions(client: MySqlClient) -> list[Cascade]:
+    """Per MERGE table of the server and per table of its UNION, an edge that changes the child on every row
+    change (the MERGE table's ``SHOW CREATE TABLE`` names its tables; ``db.t`` or ``t`` of its own database)."""
+    try:
+        merges = client.query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+                              "WHERE ENGINE = 'MRG_MyISAM'")
+        edges = []
+        for schema, table in merges:
+            created = client.query(f"SHOW CREATE TABLE {quote_ident(schema)}.{quote_ident(table)}")
+            union = _UNION.search(created[0][1]) if created else None
+            for child in qualified_names(union.group(1), schema) if union else ():
+                edges.append(Cascade("MERGE", child, f"{schema}.{table}", (), True, True, every_change=True))
+        return edges
+    except pymysql.MySQLError as exc:
+        raise DblogError(f"reading the MERGE tables on {client.config.address} failed: {exc.args[-1]}; dblog needs "
+                         f"them to follow writes through a MERGE table the binlog logs as its own") from None
+
+
 def watched_parents(edges: Iterable[Cascade], captured: Iterable[str]) -> dict[str, list[tuple[Cascade, str]]]:
     """Per table whose row changes may cascade into a captured table: (the key it cascades through, the
     captured table that may change). Chains count: a captured grandchild changes when its parent's rows are
@@ -91,7 +121,7 @@ def changed_through(kind: str, images: Sequence[tuple] | None, through: Sequence
     are not decoded (then any UPDATE counts)."""
     changed = set()
     for edge, table in through:
-        if kind == "delete" and edge.on_delete:
+        if edge.every_change or (kind == "delete" and edge.on_delete):
             changed.add(table)
         elif kind == "update" and edge.on_update and (images is None or any(
                 any(before.get(c) != after.get(c) for c in edge.referenced) for before, after in images)):
@@ -116,7 +146,7 @@ class CascadeCatalog:
     def _edges(self, databases: Sequence[str]) -> list[Cascade]:
         """The cascading keys of ``databases`` and of every database a chain of them reaches (a captured
         ``a.g`` whose parent ``b.c`` cascades from ``b.p``)."""
-        read, edges, todo = set(), [], set(databases)
+        read, edges, todo = set(), merge_unions(self.client), set(databases)
         while todo:
             read |= todo
             found = cascades(self.client, sorted(todo))

@@ -77,6 +77,11 @@ def _qualify(name: str, default_db: str) -> str:
     return f"{default_db}.{_unquote(found.group(1))}"
 
 
+def qualified_names(text: str, default_db: str) -> list[str]:
+    """``db.table`` of each (maybe qualified, maybe quoted) name of a comma-separated list."""
+    return [_qualify(name, default_db) for name in re.findall(_QUALIFIED, text)]
+
+
 # storage engines whose rows the binlog does not follow: ``schema.engine_refusal`` says why
 REFUSED_ENGINES = ("BLACKHOLE", "MRG_MYISAM", "MERGE", "FEDERATED", "CONNECT", "SPIDER", "SPHINX", "OQGRAPH",
                    "COLUMNSTORE", "CSV", "SEQUENCE")
