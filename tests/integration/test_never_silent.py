@@ -1626,8 +1626,9 @@ def test_alter_ignore_that_deletes_duplicates_reads_the_table_again(mariadb, db,
 def test_writes_through_a_merge_table_read_its_captured_tables_again(mariadb, db, tmp_path, path, request):
     """A MERGE (MRG_MyISAM) table over captured MyISAM tables: an INSERT, UPDATE or DELETE through it is logged as
     rows events of the MERGE table only (each child gets a table map, no rows). Before: the tail exited 0 and the
-    lake missed the insert, kept the deleted row and the old values (verify: 1 missing, 1 extra, 10 different).
-    Now each such rows event reads the captured children again, as for a foreign-key cascade."""
+    lake missed the insert, kept the deleted row and the old values (verify: 1 missing, 1 extra, 10 different),
+    and a TRUNCATE of the MERGE table, which empties its children, left all their rows in the lake. Now each such
+    rows event or TRUNCATE reads the captured children again, as for a foreign-key cascade."""
     mariadb.sql("CREATE TABLE c1 (id INT PRIMARY KEY, v INT) ENGINE=MyISAM",
                 "CREATE TABLE c2 (id INT PRIMARY KEY, v INT) ENGINE=MyISAM",
                 "INSERT INTO c1 SELECT seq, seq FROM seq_1_to_30", "INSERT INTO c2 SELECT seq, seq FROM seq_31_to_60",
@@ -1649,3 +1650,9 @@ def test_writes_through_a_merge_table_read_its_captured_tables_again(mariadb, db
     for table in ("c1", "c2"):
         code, result = _verify_rows(state, sink, f"{db}.{table}")
         assert code == 0 and result["equal"], result
+    mariadb.sql("TRUNCATE TABLE m", db=db)  # empties both children (before: the lake kept their 60 rows, exit 0)
+    code, _, err = tail()
+    assert code == 0, err[-3000:]
+    for table in ("c1", "c2"):
+        code, result = _verify_rows(state, sink, f"{db}.{table}")
+        assert code == 0 and result["equal"] and result["source_rows"] == 0, result
