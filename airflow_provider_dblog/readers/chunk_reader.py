@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 
 READ_ATTEMPTS = 3   # a failed SELECT: again with the columns the source has then
 AGAIN_ATTEMPTS = 10  # a window that cannot place what happened in it (``ReadChunkAgain``)
-AGAIN_FIX = ("Windows rarely hold such events; when each one does (DDL or XA commits without pause), read the "
-             "chunk again at a quieter moment (dblog resnapshot --table TABLE --chunks N)")
+AGAIN_FIX = ("Windows rarely hold such events; when each one does (DDL, XA commits or a parent's cascading DELETEs "
+             "without pause), read the chunk again at a quieter moment (dblog resnapshot --table TABLE --chunks N), "
+             "or plan smaller chunks (--chunk-size): a shorter window")
 
 
 @dataclass(frozen=True)

@@ -275,6 +275,14 @@ def _names_tables(info: str, wanted: set[str]) -> tuple[str, set[str]]:
     return "", set()
 
 
+def unlogged_rows(table: str, cascaded: bool) -> str:
+    """Why rows of ``table`` changed without a row event of it in a read."""
+    why = ("a foreign-key cascade from a parent's DELETE or key UPDATE, which InnoDB does not log, or a write "
+           "through a MERGE table over it" if cascaded else "an XA transaction prepared in this read and "
+                                                            "committed after it")
+    return f"rows of {table} changed without a row event of it in the read: {why}"
+
+
 def truncated_parents(default_db: str, statement: str, watched: Mapping[str, object]) -> list[str]:
     """The watched tables a ``TRUNCATE`` names: truncating a MERGE table empties its children with no event of
     theirs (before: the lake kept all their rows, exit 0). An InnoDB parent of a foreign key refuses TRUNCATE."""
@@ -360,7 +368,9 @@ class BinlogStream:
             packed = compressed_tables(self.client, list(metas))  # (``compressed`` is the events' module)
             if packed:
                 raise DblogError(compressed_refusal(packed))
-        watched = {} if window or not metas else self.cascades.watched(metas)  # parents of cascading keys
+        # parents of cascading keys and MERGE tables: in a chunk's window too (their changes there make the chunk
+        # be read again: the SELECT may predate them, and the window holds no event of the chunk's rows for them)
+        watched = {} if not metas else self.cascades.watched(metas)
         cascaded: set[str] = set()  # captured tables a parent's change cascaded into (not logged)
         counted = set(metas) | set(extra_tables)  # rows events shared out by their count (the same in every share)
         wanted = counted | set(watched)
@@ -372,14 +382,19 @@ class BinlogStream:
             rows_events += 1
             return part == 0 if xa.holding else rows_events % parts == part
 
+        unplaced: list[tuple[str, SourcePosition]] = []  # a window's cascades, said as soon as they are seen
+
         def cascade(qualified: str, kind: str, updated, pos: SourcePosition) -> None:
             marks = [("cascade", pos, (name,)) for name in changed_through(kind, updated, watched[qualified])]
-            cascaded.update(payload[0] for _, _, payload in xa.hold(marks))  # held in an XA group
+            for _, at, (name,) in xa.hold(marks):  # held in an XA group
+                cascaded.add(name)
+                unplaced.extend([(name, at)] if window else [])
 
         def released(moved: list) -> Iterator:  # a committed XA group's items; its cascades count now
             for item in moved:
                 if item[0] == "cascade":
                     cascaded.add(item[2][0])
+                    unplaced.extend([(item[2][0], item[1])] if window else [])
                 else:
                     yield item
 
@@ -405,6 +420,9 @@ class BinlogStream:
                                list({t.split(".")[0] for t in wanted}), list({t.split(".", 1)[1] for t in wanted}))
         try:
             for stream, event in events:
+                while unplaced:  # a window read that ends at a mark of its own must see them before it stops
+                    name, at = unplaced.pop(0)
+                    yield "ddl", at, SchemaChange(name, UNREADABLE, unlogged_rows(name, True), start, at)
                 log_pos = event.packet.log_pos
                 if not log_pos or isinstance(event, RotateEvent):
                     continue  # a rotate's log_pos belongs to the file it closes, log_file is already the next
@@ -554,14 +572,13 @@ class BinlogStream:
                                                   qualified))
             yield from runs.flush()
             events.close()
+            for name, at in unplaced:
+                yield "ddl", at, SchemaChange(name, UNREADABLE, unlogged_rows(name, True), start, at)
             later = self._decided_later(xa, end, metas) if end is not None and not window and part == 0 else set()
             read_to = end if end is not None else boundary  # a read to the binlog's end: its last boundary
-            for name in sorted(cascaded | later):  # the committer reads the table again
-                why = ("a foreign-key cascade from a parent's DELETE or key UPDATE, which InnoDB does not log, or a "
-                       "write through a MERGE table over it"
-                       if name in cascaded else "an XA transaction prepared in this read and committed after it")
-                yield "ddl", read_to, SchemaChange(name, "rewrite", f"(rows of {name} changed without a row "
-                                                                    f"event of it in the read: {why})", start, read_to)
+            for name in [] if window else sorted(cascaded | later):  # the committer reads the table again
+                yield "ddl", read_to, SchemaChange(name, "rewrite", f"({unlogged_rows(name, name in cascaded)})",
+                                                   start, read_to)
         except pymysql.MySQLError as exc:
             if exc.args and exc.args[0] == DUMP_REFUSED:
                 ensure_available(self.client, start)
