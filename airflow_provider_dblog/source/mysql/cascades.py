@@ -15,6 +15,7 @@ its captured children changed (before: the tail went on with exit 0, and the lak
 deleted row and the old values)."""
 from __future__ import annotations
 
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.ddl import qualified_names
 from airflow_provider_dblog.source.mysql.types import quote_ident
+
+log = logging.getLogger("dblog")
 
 ACTIONS = ("CASCADE", "SET NULL", "SET DEFAULT")  # the rules that change child rows (RESTRICT, NO ACTION refuse)
 REFRESH_SECONDS = 60.0
@@ -82,16 +85,20 @@ def merge_unions(client: MySqlClient) -> list[Cascade]:
     try:
         merges = client.query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
                               "WHERE ENGINE = 'MRG_MyISAM'")
-        edges = []
-        for schema, table in merges:
-            created = client.query(f"SHOW CREATE TABLE {quote_ident(schema)}.{quote_ident(table)}")
-            union = _UNION.search(created[0][1]) if created else None
-            for child in qualified_names(union.group(1), schema) if union else ():
-                edges.append(Cascade("MERGE", child, f"{schema}.{table}", (), True, True, every_change=True))
-        return edges
     except pymysql.MySQLError as exc:
         raise DblogError(f"reading the MERGE tables on {client.config.address} failed: {exc.args[-1]}; dblog needs "
                          f"them to follow writes through a MERGE table the binlog logs as its own") from None
+    edges = []
+    for schema, table in merges:
+        try:
+            created = client.query(f"SHOW CREATE TABLE {quote_ident(schema)}.{quote_ident(table)}")
+        except pymysql.MySQLError as exc:  # a MERGE table that cannot open its tables takes no write either
+            log.debug("MERGE table %s.%s left out: %s", schema, table, exc.args[-1])
+            continue
+        union = _UNION.search(created[0][1]) if created else None
+        for child in qualified_names(union.group(1), schema) if union else ():
+            edges.append(Cascade("MERGE", child, f"{schema}.{table}", (), True, True, every_change=True))
+    return edges
 
 
 def watched_parents(edges: Iterable[Cascade], captured: Iterable[str]) -> dict[str, list[tuple[Cascade, str]]]:
