@@ -1634,8 +1634,8 @@ def test_writes_through_a_merge_table_read_its_captured_tables_again(mariadb, db
                 "CREATE TABLE c1 (id INT PRIMARY KEY, v INT) ENGINE=MyISAM",
                 "CREATE TABLE c2 (id INT PRIMARY KEY, v INT) ENGINE=MyISAM",
                 "INSERT INTO c1 SELECT seq, seq FROM seq_1_to_30", "INSERT INTO c2 SELECT seq, seq FROM seq_31_to_60",
-                "CREATE TABLE m (id INT NOT NULL, v INT, KEY (id)) ENGINE=MRG_MyISAM UNION=(c1, `c2`) "
-                "INSERT_METHOD=LAST", db=db)
+                "CREATE TABLE m (id INT NOT NULL, v INT COMMENT 'UNION=(broken)', KEY (id)) ENGINE=MRG_MyISAM "
+                "UNION=(c1, `c2`) INSERT_METHOD=LAST COMMENT 'UNION=(broken)'", db=db)
     state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
     code, _, err = dblog("run", "--source", mariadb.uri(), "--tables", f"{db}.c1,{db}.c2", "--state", state,
                          "--sink", sink, "--chunk-size", "10")

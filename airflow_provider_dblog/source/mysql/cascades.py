@@ -95,7 +95,8 @@ def merge_unions(client: MySqlClient) -> list[Cascade]:
         except pymysql.MySQLError as exc:  # a MERGE table that cannot open its tables takes no write either
             log.debug("MERGE table %s.%s left out: %s", schema, table, exc.args[-1])
             continue
-        union = _UNION.search(created[0][1]) if created else None
+        options = created[0][1].rsplit("\n) ", 1)[-1] if created else ""  # the table's options: no column comment
+        union = _UNION.search(options)
         for child in qualified_names(union.group(1), schema) if union else ():
             edges.append(Cascade("MERGE", child, f"{schema}.{table}", (), True, True, every_change=True))
     return edges
