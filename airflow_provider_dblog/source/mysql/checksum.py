@@ -18,7 +18,7 @@ from airflow_provider_dblog.source.mysql.sql import range_condition, table_sql
 from airflow_provider_dblog.source.mysql.types import arrow_type, known_date_sql, quote_ident
 
 
-def value_sql(col: Column) -> str | None:
+def value_sql(col: Column) -> str:
     """The SQL of a column's canonical text (``core.checksums.value_text`` on its lake type)."""
     q, t, target = quote_ident(col.name), col.data_type, arrow_type(col)
     if pa.types.is_floating(target):
@@ -51,7 +51,7 @@ def float_sql(q: str) -> str:
 
 
 def checksum_sql(meta: TableMeta, chunk: ChunkRange) -> str:
-    values = [v for c in meta.columns if (v := value_sql(c)) is not None]
+    values = [value_sql(c) for c in meta.columns]
     flags = "CONCAT(" + ", ".join(f"ISNULL({known_date_sql(c)})" for c in meta.columns) + ")"  # zero dates: NULL
     text = f"CONCAT_WS(CHAR(31), {', '.join([*values, flags])})"
     return (f"SELECT COUNT(*), SUM(CAST(CONV(LEFT(MD5({text}), 16), 16, 10) AS UNSIGNED)) "

@@ -37,7 +37,7 @@ from airflow_provider_dblog.source.postgres.stream import SlotReader
 SNAPSHOT_ROUNDS = 5  # snapshots taken again while one sees a later commit but not an earlier one
 
 
-def value_sql(name: str, target: pa.DataType) -> str | None:
+def value_sql(name: str, target: pa.DataType) -> str:
     """The SQL of a column's canonical text (``core.checksums.value_text`` on its lake type)."""
     q = quote_ident(name)
     if pa.types.is_floating(target):
@@ -69,7 +69,7 @@ def float_sql(q: str) -> str:
 
 
 def checksum_sql(meta: TableMeta, schema: pa.Schema, chunk: ChunkRange) -> tuple[str, list]:
-    values = [v for f in schema if (v := value_sql(f.name, f.type)) is not None]
+    values = [value_sql(f.name, f.type) for f in schema]
     # num_nulls, not IS NULL: a composite value is IS NULL when all its fields are null, and neither IS NULL
     # nor IS NOT NULL when some are; the lake holds its text either way
     flags = "concat(" + ", ".join(f"num_nulls({quote_ident(f.name)})::text" for f in schema) + ")"
