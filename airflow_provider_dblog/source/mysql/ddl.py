@@ -225,6 +225,11 @@ def _default_value(definition: str, default: re.Match):
     return text
 
 
+def _without_strings(definition: str) -> str:
+    """A clause with each string literal emptied (a DEFAULT or COMMENT saying 'AS (x) STORED' is no keyword)."""
+    return re.sub(r"'(?:[^']|'')*'", "''", definition)
+
+
 def _clauses(body: str) -> list[str]:
     """Top-level comma-separated clauses (commas inside parentheses or quotes belong to their clause)."""
     out, depth, quote, current = [], 0, "", ""
@@ -259,7 +264,7 @@ def alter_actions(statement: str) -> list[ColumnAction]:
     ignore = "IGNORE" in head.group(1).upper()
     actions = []
     for clause in _clauses(text[head.end():]):
-        if ignore and (_UNIQUE.search(re.sub(r"'(?:[^']|'')*'", "''", clause)) or _REBUILT.match(clause)):
+        if ignore and (_UNIQUE.search(_without_strings(clause)) or _REBUILT.match(clause)):
             # ALTER IGNORE deletes the rows a unique key would then hold twice (a new unique index, column or key
             # part; a column's values cut, or compared by a new collation), without a row event: read again
             # (before: followed in place, tail exit 0, the lake kept 50 and 29 rows the source had deleted)
@@ -280,7 +285,7 @@ def alter_actions(statement: str) -> list[ColumnAction]:
         name, rest = _column_name(rest)
         if kind == "add":
             default = _DEFAULT.search(rest)
-            bare = re.sub(r"'(?:[^']|'')*'", "''", rest)  # the definition without its string literals
+            bare = _without_strings(rest)
             if _COMPUTED.search(bare) or (re.match(r"\s*TIMESTAMP\b", bare, re.I) and not _NULLABLE.search(bare)):
                 # a generated or AUTO_INCREMENT column, or a TIMESTAMP that may take CURRENT_TIMESTAMP by
                 # itself: the value of the rows already there is the server's to say (a re-read)
@@ -297,7 +302,7 @@ def alter_actions(statement: str) -> list[ColumnAction]:
             actions.append(ColumnAction("rename", name, _unquote(to.group(1))) if to else ColumnAction("other", clause))
         else:  # CHANGE a b TYPE: a rename when the names differ, and a new type either way; MODIFY a TYPE
             new, definition = _column_name(rest) if kind == "change" else (name, rest)
-            if _COMPUTED.search(re.sub(r"'(?:[^']|'')*'", "''", definition)):
+            if _COMPUTED.search(_without_strings(definition)):
                 # a generated column's new expression (every row's value may change, without a row event), or an
                 # AUTO_INCREMENT that numbers the zeros: read again (before: followed in place, verify: 59 rows
                 # different)
