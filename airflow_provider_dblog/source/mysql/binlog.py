@@ -384,17 +384,25 @@ class BinlogStream:
 
         unplaced: list[tuple[str, SourcePosition]] = []  # a window's cascades, said as soon as they are seen
 
+        def cascaded_at(name: str, at: SourcePosition) -> None:
+            cascaded.add(name)
+            if window:
+                unplaced.append((name, at))
+
+        def placed() -> Iterator[tuple]:  # a window's cascades so far: the chunk is read again
+            while unplaced:
+                name, at = unplaced.pop(0)
+                yield "ddl", at, SchemaChange(name, UNREADABLE, unlogged_rows(name, True), start, at)
+
         def cascade(qualified: str, kind: str, updated, pos: SourcePosition) -> None:
             marks = [("cascade", pos, (name,)) for name in changed_through(kind, updated, watched[qualified])]
             for _, at, (name,) in xa.hold(marks):  # held in an XA group
-                cascaded.add(name)
-                unplaced.extend([(name, at)] if window else [])
+                cascaded_at(name, at)
 
         def released(moved: list) -> Iterator:  # a committed XA group's items; its cascades count now
             for item in moved:
                 if item[0] == "cascade":
-                    cascaded.add(item[2][0])
-                    unplaced.extend([(item[2][0], item[1])] if window else [])
+                    cascaded_at(item[2][0], item[1])
                 else:
                     yield item
 
@@ -420,9 +428,7 @@ class BinlogStream:
                                list({t.split(".")[0] for t in wanted}), list({t.split(".", 1)[1] for t in wanted}))
         try:
             for stream, event in events:
-                while unplaced:  # a window read that ends at a mark of its own must see them before it stops
-                    name, at = unplaced.pop(0)
-                    yield "ddl", at, SchemaChange(name, UNREADABLE, unlogged_rows(name, True), start, at)
+                yield from placed()  # a window read that ends at a mark of its own must see them before it stops
                 log_pos = event.packet.log_pos
                 if not log_pos or isinstance(event, RotateEvent):
                     continue  # a rotate's log_pos belongs to the file it closes, log_file is already the next
@@ -572,8 +578,7 @@ class BinlogStream:
                                                   qualified))
             yield from runs.flush()
             events.close()
-            for name, at in unplaced:
-                yield "ddl", at, SchemaChange(name, UNREADABLE, unlogged_rows(name, True), start, at)
+            yield from placed()
             later = self._decided_later(xa, end, metas) if end is not None and not window and part == 0 else set()
             read_to = end if end is not None else boundary  # a read to the binlog's end: its last boundary
             for name in [] if window else sorted(cascaded | later):  # the committer reads the table again
