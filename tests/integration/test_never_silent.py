@@ -1482,18 +1482,6 @@ def test_a_statement_logged_load_data_stops_the_tail_until_the_table_is_read_aga
     assert code == 0 and result["equal"] and result["source_rows"] == 210, result
 
 
-def _random_floats(count: int, seed: int) -> list[float]:
-    """``count`` doubles from random bit patterns (every exponent, subnormals included), finite, and the edges."""
-    import random
-    import struct
-
-    rnd = random.Random(seed)
-    values = [struct.unpack("<d", struct.pack("<Q", rnd.getrandbits(64)))[0] for _ in range(count)]
-    edges = [5e-324, 2.2250738585072014e-308, 2.225073858507201e-308, 1.7976931348623157e308, -0.0, 1.0, 2.0,
-             0.5, 2.0 ** 53 - 1, 0.1, 1 / 3, 2.0 ** 1023, 1.9999999999999998, 0.9999999999999999]
-    return [v for v in values if v == v and abs(v) != float("inf")] + edges
-
-
 def test_checksum_verify_compares_floats_to_their_last_bit(mariadb, db, tmp_path):
     """FLOAT and DOUBLE are in the checksum as their exact binary form, which MariaDB computes the same as the lake
     (checked here on 2,000 random bit patterns and the edges: subnormals, the largest double, powers of two). So a
@@ -1501,26 +1489,20 @@ def test_checksum_verify_compares_floats_to_their_last_bit(mariadb, db, tmp_path
     and the values the snapshot and the tail wrote are no false alarm. Before, floats were only summed per
     chunk within 1e-6 of the sum of their magnitudes: both drifts below went unseen (verify: 0 differ)."""
     import numpy as np
-    import pyarrow as pa
     import pymysql
 
-    from airflow_provider_dblog.core.checksums import float_text
     from airflow_provider_dblog.source.mysql.checksum import float_sql
+    from tests.support.float_bits import assert_float_text_is_the_lakes, random_floats
 
-    values = _random_floats(2000, 7)
+    values = random_floats(2000, 7)
     singles = [float(np.float32(v)) if abs(v) < 3.4e38 else 1.5 for v in values]
     mariadb.sql(f"CREATE TABLE {db}.bits (id INT PRIMARY KEY, d DOUBLE, f FLOAT)", db=db)
     conn = pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root", database=db, autocommit=True)
     try:
         with conn.cursor() as cur:
-            cur.executemany("INSERT INTO bits VALUES (%s, %s, %s)",
-                            [(i, d, f) for i, (d, f) in enumerate(zip(values, singles))] + [(len(values), None, None)])
-            cur.execute(f"SELECT {float_sql('d')}, {float_sql('f')} FROM bits ORDER BY id")
-            source = cur.fetchall()
+            assert_float_text_is_the_lakes(cur, "bits", float_sql, values, singles)
     finally:
         conn.close()
-    assert [r[0] for r in source] == float_text(pa.array(values + [None], pa.float64())).to_pylist()
-    assert [r[1] for r in source] == float_text(pa.array(singles + [None], pa.float32())).to_pylist()
 
     mariadb.sql(f"CREATE TABLE {db}.m (id INT PRIMARY KEY, d DOUBLE, f FLOAT, note VARCHAR(20))",
                 f"INSERT INTO {db}.m SELECT seq, 100 + seq / 7, seq / 3, 'n' FROM seq_1_to_2000", db=db)

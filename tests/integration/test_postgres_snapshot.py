@@ -410,11 +410,10 @@ def test_the_checksums_float_text_is_the_lakes_to_the_last_bit(postgres, pg_db):
     magnitudes. The server's ``extra_float_digits=0`` (the fixture's) plays no part: no float is printed."""
     import numpy as np
 
-    from airflow_provider_dblog.core.checksums import float_text
     from airflow_provider_dblog.source.postgres.checksum import float_sql
-    from tests.integration.test_never_silent import _random_floats
+    from tests.support.float_bits import assert_float_text_is_the_lakes, random_floats
 
-    values = _random_floats(2000, 11) + [float("nan"), float("inf"), float("-inf"), 0.0]
+    values = random_floats(2000, 11) + [float("nan"), float("inf"), float("-inf"), 0.0]
     with np.errstate(over="ignore"):
         singles = [float(np.float32(v)) for v in values]  # beyond a real's range: its infinities
     conn = psycopg2.connect(postgres.dsn(pg_db))
@@ -422,11 +421,6 @@ def test_the_checksums_float_text_is_the_lakes_to_the_last_bit(postgres, pg_db):
     try:
         with conn.cursor() as cur:
             cur.execute("CREATE TABLE public.bits (id int PRIMARY KEY, d double precision, f real)")
-            cur.executemany("INSERT INTO public.bits VALUES (%s, %s, %s)",
-                            [(i, d, f) for i, (d, f) in enumerate(zip(values, singles))] + [(len(values), None, None)])
-            cur.execute(f"SELECT {float_sql('d')}, {float_sql('f')} FROM public.bits ORDER BY id")
-            source = cur.fetchall()
+            assert_float_text_is_the_lakes(cur, "public.bits", float_sql, values, singles)
     finally:
         conn.close()
-    assert [r[0] for r in source] == float_text(pa.array(values + [None], pa.float64())).to_pylist()
-    assert [r[1] for r in source] == float_text(pa.array(singles + [None], pa.float32())).to_pylist()
