@@ -145,10 +145,16 @@ class CascadeCatalog:
         self._read: tuple[float, tuple, list[Cascade]] | None = None
 
     def watched(self, captured: Iterable[str]) -> Mapping[str, list[tuple[Cascade, str]]]:
+        """Per watched parent of ``captured``. The keys of databases already read serve a read of fewer of them
+        (a chunk's window after the tail's read of every table: before, each switch between the two read the
+        catalog again)."""
         tables = tuple(sorted(set(captured)))
-        databases = tuple(sorted({t.split(".", 1)[0] for t in tables}))
-        if self._read is None or self._read[1] != databases or time.monotonic() - self._read[0] > REFRESH_SECONDS:
-            self._read = (time.monotonic(), databases, self._edges(databases))
+        databases = {t.split(".", 1)[0] for t in tables}
+        fresh = self._read is not None and time.monotonic() - self._read[0] <= REFRESH_SECONDS
+        known = set(self._read[1]) if fresh else set()
+        if self._read is None or not databases <= known:
+            read = tuple(sorted(known | databases))
+            self._read = (time.monotonic(), read, self._edges(read))
         return watched_parents(self._read[2], tables)
 
     def _edges(self, databases: Sequence[str]) -> list[Cascade]:
