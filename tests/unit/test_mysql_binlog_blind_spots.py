@@ -6,7 +6,8 @@ from __future__ import annotations
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaVersion
 from airflow_provider_dblog.core.tables import Column, TableMeta
-from airflow_provider_dblog.source.mysql.cascades import Cascade, changed_through, watched_parents
+from airflow_provider_dblog.source.mysql.cascades import Cascade, changed_through, keys_changed, watched_parents
+from airflow_provider_dblog.source.mysql.mapped_tables import MappedWithoutRows
 from airflow_provider_dblog.source.mysql.side_effects import Routines, called, reached
 from airflow_provider_dblog.source.mysql.xa import PreparedXa, xa_statement
 
@@ -40,6 +41,48 @@ def test_every_row_change_through_a_merge_table_changes_its_children():
         assert changed_through(kind, (), [(merge, "s.c")]) == {"s.c"}
     assert changed_through("update", [({"id": 1}, {"id": 1})], [(merge, "s.c")]) == {"s.c"}
     assert {p: [t for _, t in through] for p, through in watched_parents([merge], ["s.c"]).items()} == {"s.m": ["s.c"]}
+
+
+def test_ddl_that_changes_foreign_keys_reads_the_tables_the_catalog_may_not_show_cascading():
+    """The catalog is the server's now; a key added and dropped, or a parent renamed, within a read's range is not in
+    it: the tables a cascade through it may have changed are read again."""
+    watched = watched_parents([edge("s.c", "s.p"), edge("s.g", "s.c")], ["s.c", "s.g"])  # p -> c -> g, both captured
+    captured = ["s.c", "s.g", "s.x"]
+    # a key dropped (or a constraint, which may have been one): that table and those it cascades into
+    assert keys_changed("s", "ALTER TABLE c DROP FOREIGN KEY fk", watched, captured) == ["s.c", "s.g"]
+    assert keys_changed("other", "ALTER TABLE `s`.`X` DROP CONSTRAINT k", watched, captured) == ["s.x"]
+    assert keys_changed("s", "ALTER TABLE unrelated DROP FOREIGN KEY fk", watched, captured) == []
+    # a cascading key the catalog does not know (an unqualified REFERENCES names the child's database)
+    assert keys_changed("other", "ALTER TABLE s.x ADD CONSTRAINT f FOREIGN KEY (a) REFERENCES q (id) ON DELETE CASCADE",
+                        watched, captured) == ["s.x"]
+    assert keys_changed("s", "CREATE TABLE x (a INT REFERENCES q (id) ON UPDATE SET NULL)", watched, captured) == ["s.x"]
+    assert keys_changed("s", "ALTER TABLE c ADD FOREIGN KEY (a) REFERENCES p (id) ON DELETE CASCADE", watched,
+                        captured) == []  # known: watched from the read's start
+    assert keys_changed("s", "ALTER TABLE x ADD FOREIGN KEY (a) REFERENCES q (id) ON DELETE RESTRICT", watched,
+                        captured) == []  # changes no child row
+    assert keys_changed("s", "ALTER TABLE x ADD COLUMN note TEXT COMMENT 'REFERENCES q ON DELETE CASCADE'", watched,
+                        captured) == []  # a comment is no key
+    # a watched parent renamed (either side of a pair): what it cascades into
+    assert keys_changed("s", "RENAME TABLE p TO p_old, p_new TO p", watched, captured) == ["s.c", "s.g"]
+    assert keys_changed("s", "ALTER TABLE old_name RENAME TO c", watched, captured) == ["s.g"]
+    assert keys_changed("s", "RENAME TABLE a TO b", watched, captured) == []
+    assert keys_changed("s", "UPDATE p SET id = 2", watched, captured) == []
+
+
+def test_a_myisam_table_mapped_by_a_statement_without_its_rows_is_named():
+    """A write through a MERGE table maps its children and logs the MERGE table's rows only (dropped from the read:
+    another table's); the next map of a table already mapped, a map after rows, or a commit ends the statement."""
+    maps = MappedWithoutRows(["s.C", "s.d"])
+    assert maps.mapped("s.c") == [] and maps.mapped("s.other") == []
+    assert maps.mapped("s.c") == ["s.C"]  # mapped again: the first statement wrote no row of it
+    maps.wrote("s.c")
+    assert maps.mapped("s.d") == []  # after rows: another statement, and c was written
+    assert maps.ended() == ["s.d"]
+    assert maps.ended() == []
+    maps.mapped("s.d")
+    maps.wrote("s.d")
+    assert maps.ended() == []
+    assert MappedWithoutRows([]).mapped("s.c") == []
 
 
 def test_xa_statements_as_the_binlog_writes_them():

@@ -11,7 +11,9 @@ import pymysql
 from pymysqlreplication.event import (
     ExecuteLoadQueryEvent, MariadbGtidEvent, NotImplementedEvent, QueryEvent, RotateEvent, XAPrepareEvent, XidEvent,
 )
-from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent, PartialUpdateRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent,
+)
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.errors import DblogError, UnseenXaCommit
@@ -22,8 +24,9 @@ from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.mysql.connection import MySqlClient, binlog_status_sql
 from airflow_provider_dblog.source.mysql import compressed
-from airflow_provider_dblog.source.mysql.cascades import CascadeCatalog, changed_through
+from airflow_provider_dblog.source.mysql.cascades import CascadeCatalog, changed_through, keys_changed
 from airflow_provider_dblog.source.mysql.ddl import ddl_tables, dml_tables, plain_statement
+from airflow_provider_dblog.source.mysql.mapped_tables import MappedWithoutRows
 from airflow_provider_dblog.source.mysql.replication import DUMP_REFUSED, binlog_events
 from airflow_provider_dblog.source.mysql.xa import (
     MARIADB_PREPARED_XA, PreparedXa, undecided_error, unseen_xa_commit, xa_statement,
@@ -166,10 +169,11 @@ def split_points(client: MySqlClient, start: SourcePosition, end: SourcePosition
 
 def scan_table_events(client: MySqlClient, start: SourcePosition, end: SourcePosition, tables: Iterable[str],
                       max_events: int = MAX_SCAN_EVENTS, page: int = SCAN_PAGE,
-                      parents: Mapping[str, Sequence[str]] | None = None) -> RangeScan:
+                      parents: Mapping[str, Sequence[str]] | None = None, myisam: Sequence[str] = ()
+                      ) -> RangeScan:
     """Whether ``[start, end)`` holds no row event of ``tables`` (the first change found says why not)."""
     scans = scan_each_table(client, dict.fromkeys(tables, start), end, max_events, page, first_only=True,
-                            parents=parents)
+                            parents=parents, myisam=myisam)
     dirty = [scan for scan in scans.values() if not scan.clean]
     return min(dirty, key=lambda scan: scan.events) if dirty else RangeScan(True, max(
         (scan.events for scan in scans.values()), default=0))
@@ -177,13 +181,15 @@ def scan_table_events(client: MySqlClient, start: SourcePosition, end: SourcePos
 
 def scan_each_table(client: MySqlClient, floors: Mapping[str, SourcePosition], end: SourcePosition,
                     max_events: int = MAX_SCAN_EVENTS, page: int = SCAN_PAGE, first_only: bool = False,
-                    parents: Mapping[str, Sequence[str]] | None = None) -> dict[str, RangeScan]:
+                    parents: Mapping[str, Sequence[str]] | None = None, myisam: Sequence[str] = ()
+                    ) -> dict[str, RangeScan]:
     """Per table, whether ``[its floor, end)`` holds no row event or DDL statement of it: one pass over the
     binlog from the smallest floor, whatever the number of tables (stops when every table has a change, or
     at the first with ``first_only``, leaving out the tables not scanned to the end). Every rows event follows a ``Table_map`` naming its table, so a range
     without one of them holds no change of it. Names compare case-insensitively: a false match only costs
     the caller the normal read, a missed one would lose changes. ``parents``: per table whose changes may
-    cascade into some of ``floors`` without an event of theirs (``cascades``), those tables."""
+    cascade into some of ``floors`` without an event of theirs (``cascades``), those tables. ``myisam``: those of
+    ``floors`` a TRUNCATE of a table the scan does not know may empty (a MERGE table's, gone since)."""
     names = {t.lower(): t for t in floors}
     into = {p.lower(): [c.lower() for c in children] for p, children in (parents or {}).items()}
     out: dict[str, RangeScan] = {t: RangeScan(True, 0) for t, floor in floors.items() if end <= floor}
@@ -225,6 +231,8 @@ def scan_each_table(client: MySqlClient, floors: Mapping[str, SourcePosition], e
                           f"row events of {match.group('name') if match else '?'} at {event.file}:{event.pos}")
             elif event.kind in ("Query", "Query_compressed"):
                 what, named = _names_tables(event.info, set(todo) | set(into))
+                if not what and myisam and "TRUNCATE" in event.info.upper():
+                    what, named = "TRUNCATE of a table that may be a MERGE table's", {m.lower() for m in myisam}
                 if what:
                     named = {*named, *(c for n in named for c in into.get(n, ()))}
                     dirty(past_floor(named), seen, f"a {what} at {event.file}:{event.pos}")
@@ -371,6 +379,7 @@ class BinlogStream:
         # parents of cascading keys and MERGE tables: in a chunk's window too (their changes there make the chunk
         # be read again: the SELECT may predate them, and the window holds no event of the chunk's rows for them)
         watched = {} if not metas else self.cascades.watched(metas)
+        maps = MappedWithoutRows(self.cascades.myisam(metas))  # MyISAM: a MERGE table the catalog misses
         cascaded: set[str] = set()  # captured tables a parent's change cascaded into (not logged)
         counted = set(metas) | set(extra_tables)  # rows events shared out by their count (the same in every share)
         wanted = counted | set(watched)
@@ -394,10 +403,17 @@ class BinlogStream:
                 name, at = unplaced.pop(0)
                 yield "ddl", at, SchemaChange(name, UNREADABLE, unlogged_rows(name, True), start, at)
 
-        def cascade(qualified: str, kind: str, updated, pos: SourcePosition) -> None:
-            marks = [("cascade", pos, (name,)) for name in changed_through(kind, updated, watched[qualified])]
-            for _, at, (name,) in xa.hold(marks):  # held in an XA group
+        def unlogged(names: Iterable[str], pos: SourcePosition) -> None:  # captured tables changed without events
+            for _, at, (name,) in xa.hold([("cascade", pos, (name,)) for name in names]):  # held in an XA group
                 cascaded_at(name, at)
+
+        def cascade(qualified: str, kind: str, updated, pos: SourcePosition) -> None:
+            unlogged(changed_through(kind, updated, watched[qualified]), pos)
+
+        def statement_end(pos: SourcePosition) -> None:
+            unwritten = maps.ended()
+            if part == 0:
+                unlogged(unwritten, pos)
 
         def released(moved: list) -> Iterator:  # a committed XA group's items; its cascades count now
             for item in moved:
@@ -424,7 +440,8 @@ class BinlogStream:
         boundary = start  # the last transaction end seen: where a DDL statement starts
         xa = PreparedXa()  # XA groups' items wait for their XA COMMIT
         self.gtids = {}
-        events = binlog_events(self.client, self.server_id_range, start, _STREAM_EVENTS,
+        events = binlog_events(self.client, self.server_id_range, start,
+                               (*_STREAM_EVENTS, TableMapEvent) if maps.watched else _STREAM_EVENTS,
                                list({t.split(".")[0] for t in wanted}), list({t.split(".", 1)[1] for t in wanted}))
         try:
             for stream, event in events:
@@ -438,6 +455,11 @@ class BinlogStream:
                 if pos <= start.as_snapshot():
                     continue
                 statement = None
+                if isinstance(event, TableMapEvent):
+                    unwritten = maps.mapped(f"{event.schema}.{event.table}")
+                    if part == 0:
+                        unlogged(unwritten, pos)
+                    continue
                 if isinstance(event, MariadbGtidEvent):
                     self.gtids[event.domain_id] = event.gtid
                     if event.flags & MARIADB_PREPARED_XA:
@@ -459,6 +481,7 @@ class BinlogStream:
                         rows = compressed.rows(event)
                         table = stream.table_map.get(rows.table_id)  # the library keeps wanted tables' maps only
                         qualified = f"{table.schema}.{table.table}" if table is not None else ""
+                        maps.wrote(qualified)
                         if qualified not in wanted or not decodes(qualified):
                             continue
                         if qualified in watched:  # its images are not decoded here: any UPDATE counts
@@ -494,6 +517,7 @@ class BinlogStream:
                 elif isinstance(event, QueryEvent):
                     statement = query_statement(event)
                 if statement is not None:
+                    statement_end(pos)
                     default_db, query = statement
                     if query == "COMMIT":
                         boundary = pos
@@ -520,6 +544,9 @@ class BinlogStream:
                     if part == 0:
                         for parent in truncated_parents(default_db, query, watched):  # a MERGE table's children
                             cascade(parent, "delete", (), pos)
+                        unlogged(keys_changed(default_db, query, watched, metas), pos)
+                        unlogged(self.cascades.truncated_unknown(default_db, query, watched,
+                                                                 sorted(maps.watched.values())), pos)
                         changes = schema_changes(default_db, query, boundary, pos, metas)
                         if changes:
                             yield from runs.flush()
@@ -532,10 +559,12 @@ class BinlogStream:
                     if query != "BEGIN":
                         boundary = pos
                 elif isinstance(event, XidEvent):
+                    statement_end(pos)
                     boundary = pos
                     yield "commit", pos, None
                 elif isinstance(event, PartialUpdateRowsEvent):  # a subclass of UpdateRowsEvent: first
                     qualified = f"{event.schema}.{event.table}"
+                    maps.wrote(qualified)
                     if qualified in metas:
                         yield from runs.flush(qualified)
                         yield from unreadable({qualified: f"the update rows event of {qualified} at {pos} holds partial "
@@ -544,6 +573,7 @@ class BinlogStream:
                                                           + PARTIAL_JSON_FIX.format(table=qualified)}, pos)
                 elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                     qualified = f"{event.schema}.{event.table}"
+                    maps.wrote(qualified)
                     if qualified not in wanted or not decodes(qualified):
                         continue
                     kind = _KINDS[type(event)]
@@ -578,6 +608,7 @@ class BinlogStream:
                                                   qualified))
             yield from runs.flush()
             events.close()
+            statement_end(end if end is not None else boundary)
             yield from placed()
             later = self._decided_later(xa, end, metas) if end is not None and not window and part == 0 else set()
             read_to = end if end is not None else boundary  # a read to the binlog's end: its last boundary

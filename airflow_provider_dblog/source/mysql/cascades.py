@@ -25,7 +25,9 @@ import pymysql
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
-from airflow_provider_dblog.source.mysql.ddl import qualified_names
+from airflow_provider_dblog.source.mysql.ddl import (
+    QUALIFIED, ddl_tables, plain_statement, qualified_names, without_strings,
+)
 from airflow_provider_dblog.source.mysql.types import quote_ident
 
 log = logging.getLogger("dblog")
@@ -79,17 +81,23 @@ def cascades(client: MySqlClient, databases: Sequence[str]) -> list[Cascade]:
 _UNION = re.compile(r"\bUNION\s*=\s*\(([^)]*)\)", re.I)
 
 
-def merge_unions(client: MySqlClient) -> list[Cascade]:
-    """Per MERGE table of the server and per table of its UNION, an edge that changes the child on every row
-    change (the MERGE table's ``SHOW CREATE TABLE`` names its tables; ``db.t`` or ``t`` of its own database)."""
+def merge_unions(client: MySqlClient, databases: Sequence[str]) -> tuple[list[Cascade], set[str]]:
+    """(per MERGE table of the server and per table of its UNION, an edge that changes the child on every row
+    change; the MyISAM tables of ``databases``, which a MERGE table may write without the catalog knowing it).
+    The MERGE table's ``SHOW CREATE TABLE`` names its tables: ``db.t`` or ``t`` of its own database."""
+    marks = ", ".join(["%s"] * len(databases)) or "NULL"
     try:
-        merges = client.query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-                              "WHERE ENGINE = 'MRG_MyISAM'")
+        tables = client.query("SELECT TABLE_SCHEMA, TABLE_NAME, ENGINE FROM information_schema.TABLES "
+                              f"WHERE ENGINE = 'MRG_MyISAM' OR (ENGINE = 'MyISAM' AND TABLE_SCHEMA IN ({marks}))",
+                              list(databases))
     except pymysql.MySQLError as exc:
         raise DblogError(f"reading the MERGE tables on {client.config.address} failed: {exc.args[-1]}; dblog needs "
                          f"them to follow writes through a MERGE table the binlog logs as its own") from None
-    edges = []
-    for schema, table in merges:
+    edges, myisam = [], set()
+    for schema, table, engine in tables:
+        if str(engine).upper() == "MYISAM":
+            myisam.add(f"{schema}.{table}".lower())
+            continue
         try:
             created = client.query(f"SHOW CREATE TABLE {quote_ident(schema)}.{quote_ident(table)}")
         except pymysql.MySQLError as exc:  # a MERGE table that cannot open its tables takes no write either
@@ -99,7 +107,7 @@ def merge_unions(client: MySqlClient) -> list[Cascade]:
         union = _UNION.search(options)
         for child in qualified_names(union.group(1), schema) if union else ():
             edges.append(Cascade("MERGE", child, f"{schema}.{table}", (), True, True, every_change=True))
-    return edges
+    return edges, myisam
 
 
 def watched_parents(edges: Iterable[Cascade], captured: Iterable[str]) -> dict[str, list[tuple[Cascade, str]]]:
@@ -137,12 +145,57 @@ def changed_through(kind: str, images: Sequence[tuple] | None, through: Sequence
     return changed
 
 
+_DROPS_KEY = re.compile(r"\bDROP\s+(?:FOREIGN\s+KEY|CONSTRAINT)\b", re.I)
+_REFERENCES = re.compile(rf"\bREFERENCES\s+({QUALIFIED})", re.I)
+_CHANGING_RULE = re.compile(r"\bON\s+(?:DELETE|UPDATE)\s+(?:CASCADE|SET\s+NULL|SET\s+DEFAULT)\b", re.I)
+
+
+def keys_changed(default_db: str, statement: str, watched: Mapping[str, Sequence[tuple[Cascade, str]]],
+                 captured: Iterable[str]) -> list[str]:
+    """The captured tables whose rows a DDL statement's change of foreign keys may have left the catalog blind
+    to: the catalog is the server's now, a read covers a range before it. A key dropped (or a constraint: it may
+    have been one) after a parent's DELETE cascaded through it; a cascading key the catalog does not know (added
+    and dropped, or added since its last read); a parent renamed since (the key follows it, the events before
+    name it as it was). Each such table, and those its rows cascade into, is read again (before: the tail went
+    on with exit 0 and the lake kept the cascaded rows)."""
+    upper = statement.upper()
+    if not any(word in upper for word in ("FOREIGN", "CONSTRAINT", "REFERENCES", "RENAME")):
+        return []
+    parsed = ddl_tables(statement, default_db)
+    if parsed is None:
+        return []
+    kind, tables = parsed
+    lowered = {name.lower(): name for name in watched}
+    mine = {name.lower(): name for name in captured}
+
+    def reached(table: str) -> set[str]:  # ``table`` if captured, and the captured tables it cascades into
+        low = table.lower()
+        return ({mine[low]} if low in mine else set()) | {child for _, child in watched.get(lowered.get(low, ""), ())}
+
+    if kind == "rename":  # either name of a pair may be a watched parent's now
+        return sorted(set().union(*(reached(name) - {mine.get(name.lower())} for name in tables)))
+    if kind not in ("alter", "create"):
+        return []
+    table = tables[0]
+    text = without_strings(plain_statement(statement))
+    if kind == "alter" and _DROPS_KEY.search(text):
+        return sorted(reached(table))
+    if not _CHANGING_RULE.search(text):
+        return []
+    own_db = table.split(".", 1)[0]  # an unqualified REFERENCES names a table of the child's database
+    known = {edge.parent.lower() for through in watched.values() for edge, _ in through
+             if edge.child.lower() == table.lower()}
+    if all(name.lower() in known for name in qualified_names(" ".join(_REFERENCES.findall(text)), own_db)):
+        return []
+    return sorted(reached(table))
+
+
 class CascadeCatalog:
     """The foreign keys of the captured databases, read again after ``REFRESH_SECONDS`` (a key added later)."""
 
     def __init__(self, client: MySqlClient):
         self.client = client
-        self._read: tuple[float, tuple, list[Cascade]] | None = None
+        self._read: tuple[float, tuple, list[Cascade], set[str]] | None = None
 
     def watched(self, captured: Iterable[str]) -> Mapping[str, list[tuple[Cascade, str]]]:
         """Per watched parent of ``captured``. The keys of databases already read serve a read of fewer of them
@@ -154,16 +207,43 @@ class CascadeCatalog:
         known = set(self._read[1]) if fresh else set()
         if self._read is None or not databases <= known:
             read = tuple(sorted(known | databases))
-            self._read = (time.monotonic(), read, self._edges(read))
+            self._read = (time.monotonic(), read, *self._edges(read))
         return watched_parents(self._read[2], tables)
 
-    def _edges(self, databases: Sequence[str]) -> list[Cascade]:
+    def myisam(self, captured: Iterable[str]) -> list[str]:
+        """The ``captured`` tables on MyISAM as of the last ``watched`` (a MERGE table may write them)."""
+        return sorted(t for t in captured if self._read is not None and t.lower() in self._read[3])
+
+    def truncated_unknown(self, default_db: str, statement: str, watched: Mapping[str, object],
+                          myisam: Sequence[str]) -> list[str]:
+        """The captured MyISAM tables a ``TRUNCATE`` of a table the catalog does not show may have emptied: one
+        gone since, or a MERGE table it has not read yet (truncating a MERGE table empties its tables, with no
+        event of theirs). A table that is there now on another engine truncated itself only."""
+        if not myisam or "TRUNCATE" not in statement.upper():
+            return []
+        parsed = ddl_tables(statement, default_db)
+        if parsed is None or parsed[0] != "truncate":
+            return []
+        known = {name.lower() for name in (*watched, *myisam)}
+        for name in parsed[1]:
+            if name.lower() in known:
+                continue
+            schema, table = name.split(".", 1)
+            engine = self.client.query("SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND "
+                                       "TABLE_NAME = %s", [schema, table])
+            if not engine or str(engine[0][0]).upper() == "MRG_MYISAM":
+                return list(myisam)
+        return []
+
+    def _edges(self, databases: Sequence[str]) -> tuple[list[Cascade], set[str]]:
         """The cascading keys of ``databases`` and of every database a chain of them reaches (a captured
-        ``a.g`` whose parent ``b.c`` cascades from ``b.p``)."""
-        read, edges, todo = set(), merge_unions(self.client), set(databases)
+        ``a.g`` whose parent ``b.c`` cascades from ``b.p``), the MERGE tables' unions; the MyISAM tables of
+        ``databases``."""
+        edges, myisam = merge_unions(self.client, databases)
+        read, todo = set(), set(databases)
         while todo:
             read |= todo
             found = cascades(self.client, sorted(todo))
             edges.extend(found)
             todo = {e.parent.split(".", 1)[0] for e in found} - read
-        return edges
+        return edges, myisam

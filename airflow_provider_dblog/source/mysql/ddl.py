@@ -11,7 +11,7 @@ from airflow_provider_dblog.core.schema_events import ColumnAction
 # is no table name in any mode, so reading one as a name is never wrong), or unquoted, which MySQL and MariaDB
 # allow to hold any character from U+0080 to U+FFFF (before, ``TRUNCATE tablé`` named a table ``tabl``)
 _NAME = r"(?:`(?:[^`]|``)+`|\"(?:[^\"]|\"\")+\"|[A-Za-z0-9_$\u0080-\uffff]+)"
-_QUALIFIED = rf"{_NAME}(?:\s*\.\s*{_NAME})?"
+QUALIFIED = rf"{_NAME}(?:\s*\.\s*{_NAME})?"  # a table's name, ``db.t`` or ``t``
 # one lexeme of a statement: quoted text whole (a comment's marks inside a string or a name are text), the opening
 # of an executable comment (``/*!50100``, MariaDB's ``/*M!100000``), a comment, or a run of other characters
 _LEXEME = re.compile(r"'(?:[^'\\]|\\.|'')*'?|\"(?:[^\"\\]|\\.|\"\")*\"?|`(?:[^`]|``)*`?|/\*M?!\d*|\*/|/\*.*?(?:\*/|$)|"
@@ -51,13 +51,13 @@ def plain_statement(statement: str) -> str:
 # its temporary tables): before, one named like a captured table read the captured table again
 _TEMPORARY = re.compile(r"^(?:CREATE\s+(?:OR\s+REPLACE\s+)?|DROP\s+)TEMPORARY\s+TABLE\b", re.I)
 _STATEMENTS = [
-    ("alter", re.compile(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?({_QUALIFIED}){_WAIT}", re.I)),
-    ("truncate", re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?({_QUALIFIED})", re.I)),
+    ("alter", re.compile(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+(?:IF\s+EXISTS\s+)?({QUALIFIED}){_WAIT}", re.I)),
+    ("truncate", re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?({QUALIFIED})", re.I)),
     ("drop", re.compile(r"^DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)),
     ("drop_database", re.compile(rf"^DROP\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?({_NAME})", re.I)),
     ("rename", re.compile(r"^RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)),
     ("create", re.compile(rf"^CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?"
-                          rf"({_QUALIFIED})", re.I)),
+                          rf"({QUALIFIED})", re.I)),
 ]
 
 
@@ -79,7 +79,7 @@ def _qualify(name: str, default_db: str) -> str:
 
 def qualified_names(text: str, default_db: str) -> list[str]:
     """``db.table`` of each (maybe qualified, maybe quoted) name of a comma-separated list."""
-    return [_qualify(name, default_db) for name in re.findall(_QUALIFIED, text)]
+    return [_qualify(name, default_db) for name in re.findall(QUALIFIED, text)]
 
 
 # storage engines whose rows the binlog does not follow: ``schema.engine_refusal`` says why
@@ -93,8 +93,8 @@ _ROWS_REPLACED = re.compile(r"\b(?:DROP|TRUNCATE|EXCHANGE|CONVERT)\s+PARTITION\b
                             r"\bIMPORT\s+(?:PARTITION\b.*?\b)?TABLESPACE\b|"
                             # an engine whose rows the binlog does not follow (the re-read's describe refuses it)
                             r"\bENGINE\s*=?\s*['\"`]?(?:" + "|".join(REFUSED_ENGINES) + r")\b", re.I | re.S)
-_TABLE_RENAME = re.compile(rf"^RENAME\s+(?:(?:TO|AS)\s+)?(?!(?:COLUMN|INDEX|KEY)\s)({_QUALIFIED})\s*$", re.I)
-_OTHER_TABLE = re.compile(rf"\b(?:WITH|TO|CONVERT)\s+TABLE\s+({_QUALIFIED})", re.I)
+_TABLE_RENAME = re.compile(rf"^RENAME\s+(?:(?:TO|AS)\s+)?(?!(?:COLUMN|INDEX|KEY)\s)({QUALIFIED})\s*$", re.I)
+_OTHER_TABLE = re.compile(rf"\b(?:WITH|TO|CONVERT)\s+TABLE\s+({QUALIFIED})", re.I)
 
 
 def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
@@ -150,7 +150,7 @@ def dml_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
     kind = match.group(1).split()[0].lower()
     rest = _MODIFIERS.sub(" ", " " + match.group(2), count=1)
     if kind == "load":
-        into = re.search(rf"\bINTO\s+TABLE\s+({_QUALIFIED})", rest, re.I)
+        into = re.search(rf"\bINTO\s+TABLE\s+({QUALIFIED})", rest, re.I)
         return kind, [_qualify(into.group(1), default_db)] if into else []
     if kind == "delete":
         using = re.search(r"\bUSING\b", rest, re.I)
@@ -163,7 +163,7 @@ def dml_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
             rest = re.split(r"\bFROM\b", rest, maxsplit=1, flags=re.I)[0]
     elif kind in ("insert", "replace"):
         rest = re.sub(r"^\s*INTO\b", " ", rest, flags=re.I)
-        target = re.match(rf"\s*({_QUALIFIED})", rest)
+        target = re.match(rf"\s*({QUALIFIED})", rest)
         return kind, [_qualify(target.group(1), default_db)] if target else []
     end = _REFERENCE_END.search(rest)
     # parentheses group table references (``UPDATE (t) SET``, ``(a JOIN b ON ...)``): before, the list ended at the
@@ -171,7 +171,7 @@ def dml_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
     references = _JOIN_WORDS.sub(",", re.sub(r"[()]", " ", rest[:end.start()] if end else rest))
     names = []
     for reference in references.split(","):
-        first = re.match(rf"\s*({_QUALIFIED})", reference)
+        first = re.match(rf"\s*({QUALIFIED})", reference)
         if first:
             names.append(_qualify(first.group(1), default_db))
     return kind, names
@@ -225,9 +225,9 @@ def _default_value(definition: str, default: re.Match):
     return text
 
 
-def _without_strings(definition: str) -> str:
+def without_strings(definition: str) -> str:
     """A clause with each string literal emptied (a DEFAULT or COMMENT saying 'AS (x) STORED' is no keyword)."""
-    return re.sub(r"'(?:[^']|'')*'", "''", definition)
+    return re.sub(r"'(?:[^'\\]|\\.|'')*'", "''", definition)
 
 
 def _clauses(body: str) -> list[str]:
@@ -258,13 +258,13 @@ def _column_name(text: str) -> tuple[str, str]:
 def alter_actions(statement: str) -> list[ColumnAction]:
     """The clauses of an ``ALTER TABLE`` statement, as far as they change rows."""
     text = plain_statement(statement)
-    head = re.match(rf"^ALTER\s+((?:ONLINE\s+|IGNORE\s+)*)TABLE\s+(?:IF\s+EXISTS\s+)?{_QUALIFIED}{_WAIT}\s*", text, re.I)
+    head = re.match(rf"^ALTER\s+((?:ONLINE\s+|IGNORE\s+)*)TABLE\s+(?:IF\s+EXISTS\s+)?{QUALIFIED}{_WAIT}\s*", text, re.I)
     if head is None:
         return [ColumnAction("other")]
     ignore = "IGNORE" in head.group(1).upper()
     actions = []
     for clause in _clauses(text[head.end():]):
-        if ignore and (_UNIQUE.search(_without_strings(clause)) or _REBUILT.match(clause)):
+        if ignore and (_UNIQUE.search(without_strings(clause)) or _REBUILT.match(clause)):
             # ALTER IGNORE deletes the rows a unique key would then hold twice (a new unique index, column or key
             # part; a column's values cut, or compared by a new collation), without a row event: read again
             # (before: followed in place, tail exit 0, the lake kept 50 and 29 rows the source had deleted)
@@ -285,7 +285,7 @@ def alter_actions(statement: str) -> list[ColumnAction]:
         name, rest = _column_name(rest)
         if kind == "add":
             default = _DEFAULT.search(rest)
-            bare = _without_strings(rest)
+            bare = without_strings(rest)
             if _COMPUTED.search(bare) or (re.match(r"\s*TIMESTAMP\b", bare, re.I) and not _NULLABLE.search(bare)):
                 # a generated or AUTO_INCREMENT column, or a TIMESTAMP that may take CURRENT_TIMESTAMP by
                 # itself: the value of the rows already there is the server's to say (a re-read)
@@ -302,7 +302,7 @@ def alter_actions(statement: str) -> list[ColumnAction]:
             actions.append(ColumnAction("rename", name, _unquote(to.group(1))) if to else ColumnAction("other", clause))
         else:  # CHANGE a b TYPE: a rename when the names differ, and a new type either way; MODIFY a TYPE
             new, definition = _column_name(rest) if kind == "change" else (name, rest)
-            if _COMPUTED.search(_without_strings(definition)):
+            if _COMPUTED.search(without_strings(definition)):
                 # a generated column's new expression (every row's value may change, without a row event), or an
                 # AUTO_INCREMENT that numbers the zeros: read again (before: followed in place, verify: 59 rows
                 # different)

@@ -193,10 +193,12 @@ class MySqlDialect:
         return binlog.split_points(self.client, start, end, parts)
 
     def scan_changes(self, start: SourcePosition, end: SourcePosition, tables: Sequence[str]) -> RangeScan:
-        return binlog.scan_table_events(self.client, start, end, tables, parents=self._cascade_parents(tables))
+        return binlog.scan_table_events(self.client, start, end, tables, parents=self._cascade_parents(tables),
+                                        myisam=self.stream.cascades.myisam(tables))
 
     def scan_each(self, floors: Mapping[str, SourcePosition], end: SourcePosition) -> dict[str, RangeScan]:
-        return binlog.scan_each_table(self.client, floors, end, parents=self._cascade_parents(floors))
+        return binlog.scan_each_table(self.client, floors, end, parents=self._cascade_parents(floors),
+                                      myisam=self.stream.cascades.myisam(floors))
 
     def _cascade_parents(self, tables) -> dict[str, list[str]]:
         """Per table whose changes cascade into some of ``tables`` unlogged, those tables: a scan for changes
