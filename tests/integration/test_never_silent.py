@@ -1642,6 +1642,26 @@ def test_writes_through_a_merge_table_read_its_captured_tables_again(mariadb, db
         assert code == 0 and result["equal"] and result["source_rows"] == 0, result
 
 
+def test_a_repair_that_drops_rows_it_cannot_read_reads_the_table_again(mariadb, db, tmp_path):
+    """REPAIR TABLE of a damaged MyISAM table keeps the rows it can read and logs no event for those it drops
+    (the server says "Number of rows changed from 100 to 50"). Before: tail exit 0, the lake kept all 100 rows
+    (verify: 50 extra). Now REPAIR TABLE (and ALTER TABLE ... REPAIR PARTITION) reads the table again."""
+    import os
+
+    mariadb.sql("CREATE TABLE c (id INT PRIMARY KEY, v CHAR(20)) ENGINE=MyISAM ROW_FORMAT=FIXED",
+                "INSERT INTO c SELECT seq, 'x' FROM seq_1_to_100", db=db)
+    state, sink = captured(mariadb.uri(), f"{db}.c", tmp_path, 25)
+    mariadb.sql(f"FLUSH TABLES {db}.c")
+    data = mariadb.datadir / "data" / db / "c.MYD"
+    os.truncate(data, data.stat().st_size // 2)  # the second half of its rows is lost to a crash
+    repaired = mariadb.sql(f"REPAIR TABLE {db}.c")
+    assert any("changed from 100 to 50" in str(row) for row in repaired), repaired
+    code, _, err = _tail(state, sink)
+    assert code == 0 and f"REWRITE of {db}.c" in err, err[-3000:]
+    code, result = _verify_rows(state, sink, f"{db}.c")
+    assert code == 0 and result["equal"] and result["source_rows"] == 50, result
+
+
 _KEY_GONE = {  # a cascade through a key the catalog (the server's now) no longer shows by the read
     "added_and_dropped": ("ALTER TABLE c ADD CONSTRAINT fk FOREIGN KEY (pid) REFERENCES p (id) ON DELETE CASCADE",
                           "DELETE FROM p WHERE id = 1", "ALTER TABLE c DROP FOREIGN KEY fk"),

@@ -28,6 +28,12 @@ def MYSQL_ACTIONS(change: SchemaChange) -> list:  # what MySqlDialect.column_act
     ("ALTER TABLE t DROP PARTITION p0, p1", ("rewrite", ["db.t"])),
     ("ALTER TABLE s.t TRUNCATE PARTITION ALL", ("rewrite", ["s.t"])),
     ("ALTER TABLE t EXCHANGE PARTITION p2 WITH TABLE s.`x y` WITHOUT VALIDATION", ("rewrite", ["db.t", "s.x y"])),
+    # a MyISAM/Aria repair drops or changes the rows it cannot read, with no row event
+    ("REPAIR TABLE c", ("rewrite", ["db.c"])),
+    ("REPAIR NO_WRITE_TO_BINLOG TABLE a, s.`b c` QUICK EXTENDED", ("rewrite", ["db.a", "s.b c"])),
+    ("REPAIR TABLE t USE_FRM", ("rewrite", ["db.t"])),
+    ("ALTER TABLE t REPAIR PARTITION p0, p1", ("rewrite", ["db.t"])),
+    ("REPAIR VIEW v", None),
     ("ALTER TABLE t CONVERT PARTITION p1 TO TABLE y", ("rewrite", ["db.t", "db.y"])),
     ("ALTER TABLE t CONVERT TABLE z TO PARTITION p9 VALUES LESS THAN (900)", ("rewrite", ["db.t", "db.z"])),
     ("ALTER TABLE t IMPORT TABLESPACE", ("rewrite", ["db.t"])),

@@ -58,6 +58,9 @@ _STATEMENTS = [
     ("rename", re.compile(r"^RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?(.+)$", re.I | re.S)),
     ("create", re.compile(rf"^CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?"
                           rf"({QUALIFIED})", re.I)),
+    # a MyISAM/Aria repair keeps the rows it can read and logs none it dropped or changed: a ``rewrite``
+    ("repair", re.compile(r"^REPAIR\s+(?:NO_WRITE_TO_BINLOG\s+|LOCAL\s+)?TABLES?\s+(.+?)"
+                          r"(?:\s+(?:QUICK|EXTENDED|USE_FRM|FORCE)\b.*)?$", re.I | re.S)),
 ]
 
 
@@ -88,7 +91,7 @@ REFUSED_ENGINES = ("BLACKHOLE", "MRG_MYISAM", "MERGE", "FEDERATED", "CONNECT", "
 
 # ALTER TABLE clauses that remove, swap or replace a table's rows without a row event: the table (and the
 # other table they name) is read again, whatever the behaviour (``rewrite``)
-_ROWS_REPLACED = re.compile(r"\b(?:DROP|TRUNCATE|EXCHANGE|CONVERT)\s+PARTITION\b|\bCONVERT\s+TABLE\b|"
+_ROWS_REPLACED = re.compile(r"\b(?:DROP|TRUNCATE|EXCHANGE|CONVERT|REPAIR)\s+PARTITION\b|\bCONVERT\s+TABLE\b|"
                             r"\bDROP\s+SYSTEM\s+VERSIONING\b|"  # the history rows applied while it was versioned
                             r"\bIMPORT\s+(?:PARTITION\b.*?\b)?TABLESPACE\b|"
                             # an engine whose rows the binlog does not follow (the re-read's describe refuses it)
@@ -121,8 +124,8 @@ def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
         if kind == "drop_database":  # every table of it: ``db.*``
             return "drop", [f"{_unquote(match.group(1))}.*"]
         body = re.split(r"\s+(?:RESTRICT|CASCADE)\s*$", match.group(1).strip(), flags=re.I)[0]
-        if kind == "drop":
-            return kind, [_qualify(n, default_db) for n in body.split(",") if n.strip()]
+        if kind in ("drop", "repair"):
+            return {"repair": "rewrite"}.get(kind, kind), [_qualify(n, default_db) for n in body.split(",") if n.strip()]
         names = []
         for pair in body.split(","):
             sides = re.split(rf"{_WAIT}\s+TO\s+", pair.strip(), flags=re.I)
