@@ -33,8 +33,9 @@ class MappedWithoutRows:
 
     def wrote(self, table: str) -> None:
         """A rows event of ``table``."""
-        self._rows_seen = True
-        self._written.add(table.lower())
+        if self.watched:  # (no captured MyISAM table: nothing to track, once per rows event)
+            self._rows_seen = True
+            self._written.add(table.lower())
 
     def ended(self) -> list[str]:
         """A statement or commit event, or the read's end: the tables the open statement left unwritten."""
