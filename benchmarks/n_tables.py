@@ -279,11 +279,12 @@ def table_text(results: dict[int, dict], checks: dict) -> str:
              "tail (in driver) | tail peak procs (python) | tail peak RSS | load1 before snapshot / tail |",
              "|" + "---:|" * 11]
     for n, r in sorted(results.items()):
-        s, t = r["snapshot"], r["tail"]
+        s = r["snapshot"]
+        t = r.get("tail") or r.get("tail_driver") or {}  # --paths driver: the peaks are the driver's tail's
         per = f"{t['ms_per_change']:.2f} ms" if "rows" in t else "-"
         startup = f"{t['startup_s']:.1f} s" if t.get("startup_s") is not None else "-"
         lines.append(f"| {n} | {r['rows_per_table']:,} | {s['seconds']:.1f} s | {s['spark_applications']} | "
-                     f"{_tail_cell(t)} | {startup} | {per} | {_tail_cell(r.get('tail_driver'))} | "
+                     f"{_tail_cell(r.get('tail'))} | {startup} | {per} | {_tail_cell(r.get('tail_driver'))} | "
                      f"{t['peak_processes']} ({t['peak_python_processes']}) | {t['peak_rss_mb']:,} MB | "
                      f"{s['load1_before']:.1f} / {t['load1_before']:.1f} |")
     for name, check in checks.items():
