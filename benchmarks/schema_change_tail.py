@@ -18,17 +18,18 @@ import time
 import common
 
 
-def workload(server, table: str, events: int, every: int, ddl: bool) -> int:
-    """Row changes (and DDL statements when ``ddl``) on ``table``; returns the DDL statements written."""
+def workload(server, table: str, events: int, every: int, ddl: bool, step: int = 1000) -> int:
+    """Row changes (and DDL statements when ``ddl``) on ``table``, ``step`` rows per statement (each its own
+    transaction); returns the DDL statements written."""
     conn = common.connect(server)
     statements = 0
     with conn.cursor() as cur:
         rows = int(server.sql(f"SELECT COUNT(*) FROM {table}")[0][0])
-        for n, lo in enumerate(range(0, events, 1000)):
+        for n, lo in enumerate(range(0, events, step)):
             start = lo % rows
-            cur.execute(f"UPDATE {table} SET a = a + 1 WHERE id > %s AND id <= %s", (start, start + 1000))
-            if ddl and (lo + 1000) % every == 0:
-                k = (lo + 1000) // every
+            cur.execute(f"UPDATE {table} SET a = a + 1 WHERE id > %s AND id <= %s", (start, start + step))
+            if ddl and (lo + step) % every == 0:
+                k = (lo + step) // every
                 if k % 2:
                     cur.execute(f"ALTER TABLE {table} ADD COLUMN x{k} INT DEFAULT {k}")
                 else:

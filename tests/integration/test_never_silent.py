@@ -1709,6 +1709,8 @@ _MERGE_GONE = {  # writes through a MERGE table the catalog (the server's now) n
     "union_changed": ("DELETE FROM old_m WHERE id < 5", "INSERT INTO old_m VALUES (100, 100)",
                       "ALTER TABLE old_m UNION=(other)"),
     "truncated_and_dropped": ("TRUNCATE TABLE other", "TRUNCATE TABLE old_m", "DROP TABLE old_m"),
+    # a legacy MERGE setup moved to InnoDB: the table is not MyISAM by the read (its maps count from the ALTER)
+    "moved_to_innodb": ("DELETE FROM old_m WHERE id < 5", "DROP TABLE old_m", "ALTER TABLE c ENGINE=InnoDB"),
 }
 
 
@@ -1720,8 +1722,9 @@ def test_writes_through_a_merge_table_the_catalog_no_longer_shows_read_its_table
     writes, one truncated then dropped: the catalog of MERGE tables (the server's now) did not show them, and the
     lake kept the captured MyISAM table's old rows, tail exit 0 (verify: 4 extra). A write through a MERGE table
     maps its tables and logs its own rows only: a captured MyISAM table mapped by a statement without a row of its
-    own is now read again; a TRUNCATE of a table that is gone (or a MERGE table) reads the MyISAM tables again.
-    A direct write, or a TRUNCATE of another table that is there, reads nothing again."""
+    own is now read again, and so is one moved off MyISAM later in the read (the MERGE table's last writes, then
+    ``ALTER TABLE c ENGINE=InnoDB``: 4 extra before); a TRUNCATE of a table that is gone (or a MERGE table) reads
+    the MyISAM tables again. A direct write, or a TRUNCATE of another table that is there, reads nothing again."""
     mariadb.sql("CREATE TABLE c (id INT PRIMARY KEY, v INT) ENGINE=MyISAM",
                 "CREATE TABLE other (id INT PRIMARY KEY, v INT) ENGINE=MyISAM",
                 "INSERT INTO c SELECT seq, seq FROM seq_1_to_30",

@@ -7,6 +7,7 @@ from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaVersion
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.mysql.cascades import Cascade, changed_through, keys_changed, watched_parents
+from airflow_provider_dblog.source.mysql.ddl import altered_engine
 from airflow_provider_dblog.source.mysql.mapped_tables import MappedWithoutRows
 from airflow_provider_dblog.source.mysql.side_effects import Routines, called, reached
 from airflow_provider_dblog.source.mysql.xa import PreparedXa, xa_statement
@@ -71,18 +72,38 @@ def test_ddl_that_changes_foreign_keys_reads_the_tables_the_catalog_may_not_show
 
 def test_a_myisam_table_mapped_by_a_statement_without_its_rows_is_named():
     """A write through a MERGE table maps its children and logs the MERGE table's rows only (dropped from the read:
-    another table's); the next map of a table already mapped, a map after rows, or a commit ends the statement."""
-    maps = MappedWithoutRows(["s.C", "s.d"])
-    assert maps.mapped("s.c") == [] and maps.mapped("s.other") == []
-    assert maps.mapped("s.c") == ["s.C"]  # mapped again: the first statement wrote no row of it
+    another table's); the next map of a table already mapped, a map after rows, or a commit ends the statement. A
+    table that is not MyISAM now counts once an ENGINE change of it in the read says it may have been."""
+    at = [SourcePosition("b.1", n) for n in range(10)]
+    maps = MappedWithoutRows(["s.C", "s.d", "s.i"], myisam=["s.c", "s.d"])
+    assert maps.myisam_tables == ["s.C", "s.d"]
+    assert maps.mapped("s.c", at[0]) == [] and maps.mapped("s.other", at[0]) == []
+    assert maps.mapped("s.c", at[1]) == ["s.C"]  # mapped again: the first statement wrote no row of it
     maps.wrote("s.c")
-    assert maps.mapped("s.d") == []  # after rows: another statement, and c was written
-    assert maps.ended() == ["s.d"]
-    assert maps.ended() == []
-    maps.mapped("s.d")
+    assert maps.mapped("s.d", at[2]) == []  # after rows: another statement, and c was written
+    assert maps.ended(at[3]) == ["s.d"]
+    assert maps.ended(at[4]) == []
+    maps.mapped("s.d", at[5])
     maps.wrote("s.d")
-    assert maps.ended() == []
-    assert MappedWithoutRows([]).mapped("s.c") == []
+    assert maps.ended(at[5]) == []
+    # InnoDB now: a suspect (a parent's statement maps its foreign-key children too) until its engine changes
+    maps.mapped("s.i", at[6])
+    assert maps.ended(at[7]) == []
+    maps.mapped("s.i", at[8])
+    assert maps.ended(at[9]) == []
+    assert maps.engine_changed("s.I", "InnoDB") == [("s.i", at[7])]  # the first unwritten map's statement end
+    assert maps.engine_changed("s.i", "InnoDB") == []
+    assert maps.engine_changed("s.c", "InnoDB") == [] and maps.myisam_tables == ["s.d"]
+    assert maps.engine_changed("s.i", "MyISAM") == [] and maps.myisam_tables == ["s.d", "s.i"]
+    maps.mapped("s.i", at[9])
+    assert maps.ended(at[9]) == ["s.i"]
+
+
+def test_the_engine_an_alter_puts_a_table_on():
+    assert altered_engine("ALTER TABLE c ENGINE=InnoDB") == "InnoDB"
+    assert altered_engine("ALTER TABLE c ADD COLUMN x INT, ENGINE = 'MyISAM'") == "MyISAM"
+    assert altered_engine("ALTER TABLE c COMMENT 'ENGINE=MyISAM'") is None
+    assert altered_engine("CREATE TABLE c (id INT) ENGINE=MyISAM") is None
 
 
 def test_xa_statements_as_the_binlog_writes_them():

@@ -25,7 +25,7 @@ from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.mysql.connection import MySqlClient, binlog_status_sql
 from airflow_provider_dblog.source.mysql import compressed
 from airflow_provider_dblog.source.mysql.cascades import CascadeCatalog, changed_through, keys_changed
-from airflow_provider_dblog.source.mysql.ddl import ddl_tables, dml_tables, plain_statement
+from airflow_provider_dblog.source.mysql.ddl import altered_engine, ddl_tables, dml_tables, plain_statement
 from airflow_provider_dblog.source.mysql.mapped_tables import MappedWithoutRows
 from airflow_provider_dblog.source.mysql.replication import DUMP_REFUSED, binlog_events
 from airflow_provider_dblog.source.mysql.xa import (
@@ -379,7 +379,7 @@ class BinlogStream:
         # parents of cascading keys and MERGE tables: in a chunk's window too (their changes there make the chunk
         # be read again: the SELECT may predate them, and the window holds no event of the chunk's rows for them)
         watched = {} if not metas else self.cascades.watched(metas)
-        maps = MappedWithoutRows(self.cascades.myisam(metas))  # MyISAM: a MERGE table the catalog misses
+        maps = MappedWithoutRows(metas, self.cascades.myisam(metas))  # MyISAM: a MERGE table the catalog misses
         cascaded: set[str] = set()  # captured tables a parent's change cascaded into (not logged)
         counted = set(metas) | set(extra_tables)  # rows events shared out by their count (the same in every share)
         wanted = counted | set(watched)
@@ -411,7 +411,7 @@ class BinlogStream:
             unlogged(changed_through(kind, updated, watched[qualified]), pos)
 
         def statement_end(pos: SourcePosition) -> None:
-            unwritten = maps.ended()
+            unwritten = maps.ended(pos)
             if part == 0:
                 unlogged(unwritten, pos)
 
@@ -441,7 +441,7 @@ class BinlogStream:
         xa = PreparedXa()  # XA groups' items wait for their XA COMMIT
         self.gtids = {}
         events = binlog_events(self.client, self.server_id_range, start,
-                               (*_STREAM_EVENTS, TableMapEvent) if maps.watched else _STREAM_EVENTS,
+                               (*_STREAM_EVENTS, TableMapEvent) if metas else _STREAM_EVENTS,
                                list({t.split(".")[0] for t in wanted}), list({t.split(".", 1)[1] for t in wanted}))
         try:
             for stream, event in events:
@@ -456,7 +456,7 @@ class BinlogStream:
                     continue
                 statement = None
                 if isinstance(event, TableMapEvent):
-                    unwritten = maps.mapped(f"{event.schema}.{event.table}")
+                    unwritten = maps.mapped(f"{event.schema}.{event.table}", pos)
                     if part == 0:
                         unlogged(unwritten, pos)
                     continue
@@ -546,10 +546,14 @@ class BinlogStream:
                             cascade(parent, "delete", (), pos)
                         unlogged(keys_changed(default_db, query, watched, metas), pos)
                         unlogged(self.cascades.truncated_unknown(default_db, query, watched,
-                                                                 sorted(maps.watched.values())), pos)
+                                                                 maps.myisam_tables), pos)
                         changes = schema_changes(default_db, query, boundary, pos, metas)
                         if changes:
                             yield from runs.flush()
+                            engine = altered_engine(query)  # a MERGE table may have written it while MyISAM
+                            for change in changes if engine else ():
+                                for name, at in maps.engine_changed(change.table, engine):
+                                    unlogged([name], at)
                         yield from (("ddl", pos, change) for change in changes)
                         if not changes:  # a watched parent's statement-logged rows would hide a cascade too
                             problems = statement_problems(default_db, query, pos, metas, watched, catalog)

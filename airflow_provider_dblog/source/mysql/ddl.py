@@ -134,6 +134,18 @@ def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
     return None
 
 
+_ENGINE = re.compile(r"\bENGINE\s*=?\s*['\"`]?", re.I)
+
+
+def altered_engine(statement: str) -> str | None:
+    """The storage engine an ``ALTER TABLE`` statement puts its table on, or None (``ENGINE='MyISAM'`` is a
+    string; a COMMENT 'ENGINE=x' is none)."""
+    text = plain_statement(statement)
+    found = _ENGINE.search(without_strings(text)) if re.match(r"^ALTER\b", text, re.I) else None
+    name = re.match(r"[A-Za-z_]+", text[found.end():]) if found else None
+    return name.group() if name else None
+
+
 # ---- statement-logged DML (binlog_format STATEMENT or MIXED) ----------------------------------------
 _DML = re.compile(r"^(INSERT|REPLACE|UPDATE|DELETE|LOAD\s+(?:DATA|XML))\b(.*)$", re.I | re.S)
 _MODIFIERS = re.compile(r"^(?:\s+(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|QUICK|IGNORE|CONCURRENT|LOCAL))*\s*", re.I)
@@ -229,8 +241,9 @@ def _default_value(definition: str, default: re.Match):
 
 
 def without_strings(definition: str) -> str:
-    """A clause with each string literal emptied (a DEFAULT or COMMENT saying 'AS (x) STORED' is no keyword)."""
-    return re.sub(r"'(?:[^'\\]|\\.|'')*'", "''", definition)
+    """A clause with each string literal blanked, its length kept (a DEFAULT or COMMENT saying 'AS (x) STORED' is
+    no keyword)."""
+    return re.sub(r"'(?:[^'\\]|\\.|'')*'", lambda found: "'" + " " * (len(found.group()) - 2) + "'", definition)
 
 
 def _clauses(body: str) -> list[str]:
