@@ -25,7 +25,9 @@ from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.mysql.connection import MySqlClient, binlog_status_sql
 from airflow_provider_dblog.source.mysql import compressed
 from airflow_provider_dblog.source.mysql.cascades import CascadeCatalog, changed_through, keys_changed
-from airflow_provider_dblog.source.mysql.ddl import altered_engine, ddl_tables, dml_tables, plain_statement
+from airflow_provider_dblog.source.mysql.ddl import (
+    altered_engine, ddl_tables, dml_tables, plain_statement, truncated_tables,
+)
 from airflow_provider_dblog.source.mysql.mapped_tables import MappedWithoutRows
 from airflow_provider_dblog.source.mysql.replication import DUMP_REFUSED, binlog_events
 from airflow_provider_dblog.source.mysql.xa import (
@@ -291,16 +293,12 @@ def unlogged_rows(table: str, cascaded: bool) -> str:
     return f"rows of {table} changed without a row event of it in the read: {why}"
 
 
-def truncated_parents(default_db: str, statement: str, watched: Mapping[str, object]) -> list[str]:
-    """The watched tables a ``TRUNCATE`` names: truncating a MERGE table empties its children with no event of
-    theirs (before: the lake kept all their rows, exit 0). An InnoDB parent of a foreign key refuses TRUNCATE."""
-    if not watched or "TRUNCATE" not in statement.upper():
-        return []
-    parsed = ddl_tables(statement, default_db)
-    if parsed is None or parsed[0] != "truncate":
-        return []
-    lowered = {name.lower(): name for name in watched}
-    return [lowered[n.lower()] for n in parsed[1] if n.lower() in lowered]
+def truncated_parents(truncated: Sequence[str], watched: Mapping[str, object]) -> list[str]:
+    """The watched tables among those a ``TRUNCATE`` names (``ddl.truncated_tables``): truncating a MERGE table
+    empties its children with no event of theirs (before: the lake kept all their rows, exit 0). An InnoDB parent
+    of a foreign key refuses TRUNCATE."""
+    lowered = {name.lower(): name for name in watched} if truncated else {}
+    return [lowered[n.lower()] for n in truncated if n.lower() in lowered]
 
 
 def captured_ddl(statement: str, default_db: str, tables) -> tuple[str, list[str]]:
@@ -542,11 +540,11 @@ class BinlogStream:
                                 yield "commit", pos, None
                         continue
                     if part == 0:
-                        for parent in truncated_parents(default_db, query, watched):  # a MERGE table's children
+                        truncated = truncated_tables(query, default_db)
+                        for parent in truncated_parents(truncated, watched):  # a MERGE table's children
                             cascade(parent, "delete", (), pos)
+                        unlogged(self.cascades.truncated_unknown(truncated, watched, maps.myisam_tables), pos)
                         unlogged(keys_changed(default_db, query, watched, metas), pos)
-                        unlogged(self.cascades.truncated_unknown(default_db, query, watched,
-                                                                 maps.myisam_tables), pos)
                         changes = schema_changes(default_db, query, boundary, pos, metas)
                         if changes:
                             yield from runs.flush()

@@ -198,34 +198,38 @@ class CascadeCatalog:
         self._read: tuple[float, tuple, list[Cascade], set[str]] | None = None
 
     def watched(self, captured: Iterable[str]) -> Mapping[str, list[tuple[Cascade, str]]]:
-        """Per watched parent of ``captured``. The keys of databases already read serve a read of fewer of them
-        (a chunk's window after the tail's read of every table: before, each switch between the two read the
-        catalog again)."""
+        """Per watched parent of ``captured``."""
         tables = tuple(sorted(set(captured)))
+        return watched_parents(self._current(tables)[2], tables)
+
+    def myisam(self, captured: Iterable[str]) -> list[str]:
+        """The ``captured`` tables on MyISAM (a MERGE table may write them)."""
+        tables = sorted(set(captured))
+        myisam = self._current(tables)[3] if tables else set()
+        return [t for t in tables if t.lower() in myisam]
+
+    def _current(self, tables: Sequence[str]) -> tuple[float, tuple, list[Cascade], set[str]]:
+        """The catalog read for the databases of ``tables``, read again after ``REFRESH_SECONDS``. The keys of
+        databases already read serve a read of fewer of them (a chunk's window after the tail's read of every
+        table: before, each switch between the two read the catalog again)."""
         databases = {t.split(".", 1)[0] for t in tables}
         fresh = self._read is not None and time.monotonic() - self._read[0] <= REFRESH_SECONDS
         known = set(self._read[1]) if fresh else set()
         if self._read is None or not databases <= known:
             read = tuple(sorted(known | databases))
             self._read = (time.monotonic(), read, *self._edges(read))
-        return watched_parents(self._read[2], tables)
+        return self._read
 
-    def myisam(self, captured: Iterable[str]) -> list[str]:
-        """The ``captured`` tables on MyISAM as of the last ``watched`` (a MERGE table may write them)."""
-        return sorted(t for t in captured if self._read is not None and t.lower() in self._read[3])
-
-    def truncated_unknown(self, default_db: str, statement: str, watched: Mapping[str, object],
+    def truncated_unknown(self, truncated: Sequence[str], watched: Mapping[str, object],
                           myisam: Sequence[str]) -> list[str]:
-        """The captured MyISAM tables a ``TRUNCATE`` of a table the catalog does not show may have emptied: one
-        gone since, or a MERGE table it has not read yet (truncating a MERGE table empties its tables, with no
-        event of theirs). A table that is there now on another engine truncated itself only."""
-        if not myisam or "TRUNCATE" not in statement.upper():
-            return []
-        parsed = ddl_tables(statement, default_db)
-        if parsed is None or parsed[0] != "truncate":
+        """The captured MyISAM tables a ``TRUNCATE`` (of the ``truncated`` tables: ``ddl.truncated_tables``) of a
+        table the catalog does not show may have emptied: one gone since, or a MERGE table it has not read yet
+        (truncating a MERGE table empties its tables, with no event of theirs). A table that is there now on
+        another engine truncated itself only."""
+        if not myisam or not truncated:
             return []
         known = {name.lower() for name in (*watched, *myisam)}
-        for name in parsed[1]:
+        for name in truncated:
             if name.lower() in known:
                 continue
             schema, table = name.split(".", 1)

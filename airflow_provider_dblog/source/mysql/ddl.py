@@ -125,13 +125,22 @@ def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
             return "drop", [f"{_unquote(match.group(1))}.*"]
         body = re.split(r"\s+(?:RESTRICT|CASCADE)\s*$", match.group(1).strip(), flags=re.I)[0]
         if kind in ("drop", "repair"):
-            return {"repair": "rewrite"}.get(kind, kind), [_qualify(n, default_db) for n in body.split(",") if n.strip()]
+            names = [_qualify(n, default_db) for n in body.split(",") if n.strip()]
+            return ("rewrite" if kind == "repair" else kind), names
         names = []
         for pair in body.split(","):
             sides = re.split(rf"{_WAIT}\s+TO\s+", pair.strip(), flags=re.I)
             names.extend(_qualify(s, default_db) for s in sides if s.strip())
         return kind, names
     return None
+
+
+def truncated_tables(statement: str, default_db: str) -> list[str]:
+    """The tables a ``TRUNCATE`` statement names; none for any other statement."""
+    if "TRUNCATE" not in statement.upper():
+        return []
+    parsed = ddl_tables(statement, default_db)
+    return parsed[1] if parsed is not None and parsed[0] == "truncate" else []
 
 
 _ENGINE = re.compile(r"\bENGINE\s*=?\s*['\"`]?", re.I)
