@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 SNAPSHOT_ROW = 99_999_999
 CLOSED_ROW = SNAPSHOT_ROW - 1
@@ -41,6 +42,7 @@ _FILE_RE = re.compile(r"^(?P<base>.+)\.(?P<seq>\d+)$")
 _ENCODED_RE = re.compile(r"^(\d{8})\.(\d{12})\.(\d{8})$")
 
 
+@lru_cache(maxsize=1024)  # every binlog event's position names its file
 def file_sequence(file: str) -> int:
     match = _FILE_RE.match(file)
     if not match:

@@ -441,6 +441,7 @@ class BinlogStream:
         events = binlog_events(self.client, self.server_id_range, start,
                                (*_STREAM_EVENTS, TableMapEvent) if metas else _STREAM_EVENTS,
                                list({t.split(".")[0] for t in wanted}), list({t.split(".", 1)[1] for t in wanted}))
+        first, last = start.as_snapshot(), None if end is None else end.as_snapshot()  # the range's ends
         try:
             for stream, event in events:
                 yield from placed()  # a window read that ends at a mark of its own must see them before it stops
@@ -448,9 +449,9 @@ class BinlogStream:
                 if not log_pos or isinstance(event, RotateEvent):
                     continue  # a rotate's log_pos belongs to the file it closes, log_file is already the next
                 pos = self.client.position(stream.log_file, log_pos)
-                if end is not None and pos > end.as_snapshot():
+                if last is not None and pos > last:
                     break
-                if pos <= start.as_snapshot():
+                if pos <= first:
                     continue
                 statement = None
                 if isinstance(event, TableMapEvent):

@@ -144,24 +144,3 @@ class MySqlClient:
     @property
     def is_mariadb(self) -> bool:
         return "mariadb" in self.version.lower()
-
-
-class ChecksumPinnedConnection(SharedTlsConnection):
-    """A replication connection for binlog files written with (``binlog_checksum=True``) or without CRC32s,
-    whatever the server logs now. python-mysql-replication (1.0.17, pinned) asks ``SHOW GLOBAL VARIABLES LIKE
-    'BINLOG_CHECKSUM'`` and sets ``@master_binlog_checksum`` from ``@@global.binlog_checksum``; on this
-    connection those two statements state the file's setting instead. ``source/mysql/replication.py`` checks
-    every file's setting against how its events were read, so a library that asks otherwise fails loudly."""
-
-    def __init__(self, *args, binlog_checksum: bool, **kwargs):
-        self._binlog_checksum = binlog_checksum
-        super().__init__(*args, **kwargs)
-
-    def query(self, sql, unbuffered=False):
-        text = " ".join(sql.split()).upper() if isinstance(sql, str) else ""
-        setting = "CRC32" if self._binlog_checksum else "NONE"
-        if text == "SHOW GLOBAL VARIABLES LIKE 'BINLOG_CHECKSUM'":
-            sql = f"SELECT 'binlog_checksum', '{setting}'"
-        elif text.startswith("SET @MASTER_BINLOG_CHECKSUM"):
-            sql = f"SET @master_binlog_checksum = '{setting}'"
-        return super().query(sql, unbuffered)

@@ -1,13 +1,13 @@
-"""The replication-protocol reader: python-mysql-replication's ``BinLogStreamReader``, each binlog file read
-with the checksum setting that file was written with.
+"""The replication-protocol reader (``event_stream``: dblog's dump loop over python-mysql-replication's event
+parsers), each binlog file read with the checksum setting that file was written with.
 
-The library decides once per connection whether events carry a 4-byte CRC32, from the server's *current*
-``binlog_checksum``; the server sends each file's events as they were written. After a DBA's
+A dump reads every event as carrying a 4-byte CRC32 or not, decided once per connection (from the server's
+*current* ``binlog_checksum`` unless pinned); the server sends each file's events as they were written. After a DBA's
 ``SET GLOBAL binlog_checksum`` a range mixes files with and without checksums: read with the wrong setting,
 every event of a file loses (or keeps) 4 bytes and decodes wrong, silently (a change was lost), or the server
 stops the dump ("Slave can not handle replication events with the checksum ..."). Each file begins with a
 Format_description event naming its algorithm; where that differs from the connection's, the read goes on
-from that file on a new connection pinned to it (``ChecksumPinnedConnection``).
+from that file on a new connection pinned to it (``EventStream``'s ``checksums``).
 """
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from typing import Iterator, Sequence
 import pymysql
 # imported at module level, not where used: two reader threads importing the package at once can see one of
 # its modules half initialised (a circular import inside python-mysql-replication)
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import FormatDescriptionEvent
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import SourcePosition
-from airflow_provider_dblog.source.mysql.connection import ChecksumPinnedConnection, MySqlClient, SharedTlsConnection
+from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTlsConnection
+from airflow_provider_dblog.source.mysql.event_stream import EventStream
 
 log = logging.getLogger("dblog")
 _HEADER = 19  # an event's common header
@@ -33,7 +33,7 @@ DUMP_REFUSED = 1236  # ER_MASTER_FATAL_ERROR_READING_BINLOG
 
 
 def reads_checksums(event) -> bool:
-    """Whether the library read ``event`` as carrying a CRC32 (its body is the event less header and CRC)."""
+    """Whether ``event`` was read as carrying a CRC32 (its body is the event less header and CRC)."""
     return event.packet.event_size - event.event_size == _HEADER + _CHECKSUM
 
 
@@ -48,30 +48,24 @@ def _refused_for_checksums(exc: pymysql.MySQLError) -> bool:
 
 
 def _reader(client: MySqlClient, server_ids: tuple[int, int], at: SourcePosition, only_events: Sequence,
-            checksums: bool | None, schemas: Sequence[str] | None, tables: Sequence[str] | None):
+            checksums: bool | None, schemas: Sequence[str] | None, tables: Sequence[str] | None) -> EventStream:
     config = client.config
-    connection = SharedTlsConnection if checksums is None else partial(ChecksumPinnedConnection,
-                                                                       binlog_checksum=checksums)
-    return BinLogStreamReader(
-        connection_settings={"host": config.host, "port": config.port, "user": config.user,
-                             "passwd": config.password},
-        server_id=random.randint(*server_ids), resume_stream=True, blocking=False, pymysql_wrapper=connection,
-        log_file=at.file, log_pos=at.offset, is_mariadb=False,
-        only_events=[*only_events, FormatDescriptionEvent], filter_non_implemented_events=False,
-        only_schemas=None if schemas is None else list(schemas), only_tables=None if tables is None else list(tables),
-        enable_logging=False,
-    )
+    connect = partial(SharedTlsConnection, host=config.host, port=config.port, user=config.user,
+                      passwd=config.password, charset="utf8")
+    return EventStream(connect, "mariadb" if client.is_mariadb else "mysql", random.randint(*server_ids), at.file,
+                       at.offset, [*only_events, FormatDescriptionEvent], checksums,
+                       None if schemas is None else list(schemas), None if tables is None else list(tables))
 
 
 def binlog_events(client: MySqlClient, server_ids: tuple[int, int], start: SourcePosition, only_events: Sequence,
                   schemas: Sequence[str] | None = None, tables: Sequence[str] | None = None
-                  ) -> Iterator[tuple[BinLogStreamReader, object]]:
+                  ) -> Iterator[tuple[EventStream, object]]:
     """(reader, event) for the events of ``only_events`` from ``start`` to the binlog's end, every file
     decoded with its own checksum setting; ``reader`` holds the file being read (``log_file``) and its table
-    maps. Format_description events come too when asked for. A server that refuses a pinned setting (which
-    ``ChecksumPinnedConnection`` could not make the library ask for) stops the read in one line."""
+    maps. Format_description events come too when asked for. A server that refuses a pinned setting stops the read in
+    one line."""
     wanted_fd = FormatDescriptionEvent in only_events
-    checksums: bool | None = None  # None: as the library asks the server (its current binlog_checksum)
+    checksums: bool | None = None  # None: as the server logs now (its current binlog_checksum)
     at = start
     tried: set = set()
     while True:
@@ -113,6 +107,5 @@ def binlog_events(client: MySqlClient, server_ids: tuple[int, int], start: Sourc
 def _pin_failed(client: MySqlClient, file: str, written: bool) -> str:
     setting = "CRC32" if written else "NONE"
     return (f"binlog {file} on {client.config.address} was written with binlog_checksum={setting} and the "
-            f"replication reader could not be made to read it so (python-mysql-replication follows the server's "
-            f"current setting): SET GLOBAL binlog_checksum='{setting}' until the tail is past {file}; the lake "
+            f"replication reader could not be made to read it so (the server refused the pinned setting): SET GLOBAL binlog_checksum='{setting}' until the tail is past {file}; the lake "
             f"keeps nothing past it")

@@ -1,0 +1,175 @@
+"""dblog's own binlog dump loop: python-mysql-replication's events, with each table map parsed once per read.
+
+The server sends a table map before every rows event of every transaction. The library parses each one in full
+(columns, optional metadata, a ``Table`` built from every column's ``data`` dict): 0.57 ms per map, more than
+half of a single-row transaction's cost in the tail (docs/benchmarks.md, thirty-first session). A map whose
+bytes are the same as one seen before in this read (same table id, same columns and metadata) parses to the
+same thing, so this loop takes it from a cache: the library's ``Table`` and column list are reused, and dblog's
+per-layout work (``rows.ByColumns``) is found by the list's identity as well.
+
+Everything else is the library's, as its ``BinLogStreamReader`` does it (the dump command, its parser per event
+through ``BinLogPacketWrapper``, a rotate's file and table-map reset, a Format_description's version): this loop
+owns only the read of packets. It reads the pinned pymysql's packets with ``_read_packet``/``_write_bytes``, as
+the library does.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Iterator, Sequence
+
+import pymysql
+from pymysqlreplication.constants.BINLOG import FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, TABLE_MAP_EVENT
+from pymysqlreplication.event import FormatDescriptionEvent, RotateEvent
+from pymysqlreplication.packet import BinLogPacketWrapper
+from pymysqlreplication.row_event import TableMapEvent
+
+COM_BINLOG_DUMP = 0x12
+BINLOG_DUMP_NON_BLOCK = 0x01
+RECONNECT_ERRORS = (2006, 2013)  # as the library: the stream reconnects at the last event's position
+_HEADER = struct.Struct("<xIBIIIH")  # the OK byte, then timestamp, type, server id, event size, log_pos, flags
+_CHECKSUM = 4
+MAP_CACHE_LIMIT = 4096
+
+
+class _Control:
+    """What the library's event parsers ask of their control connection: its character set and the server's
+    kind (names come from the table maps: FULL metadata; the library's information_schema fallback is off)."""
+
+    charset = "utf8"
+
+    def __init__(self, dbms: str):
+        self.dbms = dbms
+
+    def _get_dbms(self) -> str:
+        return self.dbms
+
+
+class _Header:
+    """The common header of a table map taken from the cache (``event.packet`` of a parsed event)."""
+
+    __slots__ = ("timestamp", "event_type", "server_id", "event_size", "log_pos", "flags")
+
+    def __init__(self, data) -> None:
+        (self.timestamp, self.event_type, self.server_id, self.event_size, self.log_pos,
+         self.flags) = _HEADER.unpack_from(data)
+
+
+class MappedAgain(TableMapEvent):
+    """A table map whose bytes were parsed before in this read: the parsed event's values, this event's header."""
+
+    def __init__(self, parsed: TableMapEvent, header: _Header):  # noqa: the parse is the cached event's
+        self.__dict__.update(parsed.__dict__)
+        self.packet = header
+        self.timestamp = header.timestamp
+
+
+class EventStream:
+    """The events of ``only_events`` from ``log_file:log_pos`` to the binlog's end (a non-blocking dump), as the
+    library's ``BinLogStreamReader(resume_stream=True, blocking=False, is_mariadb=False)`` yields them; its
+    ``log_file`` and ``table_map`` too. ``checksums``: whether events carry a CRC32 (None: as the server logs now)."""
+
+    def __init__(self, connect, dbms: str, server_id: int, log_file: str, log_pos: int, only_events: Sequence,
+                 checksums: bool | None, only_schemas: Sequence[str] | None, only_tables: Sequence[str] | None):
+        self._connect_fn, self._server_id = connect, server_id
+        self.log_file, self.log_pos = log_file, log_pos
+        self._wanted = frozenset(only_events)
+        self._in_packet = frozenset([FormatDescriptionEvent, TableMapEvent, RotateEvent, *only_events])
+        self._checksums = checksums
+        self._only_schemas, self._only_tables = only_schemas, only_tables
+        self._control = _Control(dbms)
+        self.table_map: dict = {}
+        self._maps: dict[bytes, TableMapEvent] = {}  # a table map's body -> its parse
+        self._conn = None
+        self._use_checksum = False
+        self._full_metadata = False
+        self.mysql_version = (0, 0, 0)
+        self._post_header_lengths = None
+
+    def _open(self) -> None:
+        conn = self._connect_fn()
+        with conn.cursor() as cur:
+            if self._checksums is None:
+                cur.execute("SHOW GLOBAL VARIABLES LIKE 'BINLOG_CHECKSUM'")
+                row = cur.fetchone()
+                self._use_checksum = row is not None and row[1] != "NONE"
+            else:
+                self._use_checksum = self._checksums
+            if self._use_checksum:
+                cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum" if self._checksums is None
+                            else "SET @master_binlog_checksum = 'CRC32'")
+            cur.execute("SET @mariadb_slave_capability = 4")  # GTID events as they are (the library's reason)
+            cur.execute("SHOW VARIABLES LIKE 'BINLOG_ROW_METADATA'")
+            row = cur.fetchone()
+            self._full_metadata = row is not None and str(row[1]).upper() == "FULL"
+        name = self.log_file.encode()
+        conn._write_bytes(struct.pack("<iBIHI", len(name) + 11, COM_BINLOG_DUMP, self.log_pos,
+                                      BINLOG_DUMP_NON_BLOCK, self._server_id) + name)
+        conn._next_seq_id = 1
+        self._conn = conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __iter__(self) -> Iterator:
+        while True:
+            if self._conn is None:
+                self._open()
+            try:
+                packet = self._conn._read_packet()
+            except pymysql.OperationalError as exc:
+                if exc.args and exc.args[0] in RECONNECT_ERRORS:
+                    self.close()
+                    continue
+                raise
+            if packet.is_eof_packet():
+                self.close()
+                return
+            if not packet.is_ok_packet():
+                continue
+            data = packet._data
+            if data[5] == TABLE_MAP_EVENT:
+                body = bytes(data[20:len(data) - _CHECKSUM if self._use_checksum else len(data)])
+                parsed = self._maps.get(body)
+                if parsed is not None:
+                    header = _Header(data)
+                    self.table_map[parsed.table_id] = parsed.get_table()
+                    if header.log_pos:
+                        self.log_pos = header.log_pos
+                    if TableMapEvent in self._wanted:
+                        yield MappedAgain(parsed, header)
+                    continue
+            event = self._parse(packet)
+            if event is not None:
+                yield event
+
+    def _parse(self, packet):
+        wrapper = BinLogPacketWrapper(
+            packet, self.table_map, self._control, self.mysql_version, self._use_checksum, self._in_packet,
+            self._only_tables, None, self._only_schemas, None, False, False, False, self._full_metadata, False,
+            False, self._post_header_lengths)
+        event = wrapper.event
+        if wrapper.event_type == ROTATE_EVENT:
+            self.log_pos, self.log_file = event.position, event.next_binlog
+            if wrapper.timestamp != 0:  # a server restart may reuse table ids: maps are read again
+                self.table_map = {}
+        elif wrapper.log_pos:
+            self.log_pos = wrapper.log_pos
+        if wrapper.event_type == FORMAT_DESCRIPTION_EVENT and event is not None:
+            if (event.mysql_version, event.post_header_len) != (self.mysql_version, self._post_header_lengths):
+                self._maps.clear()  # a map's parse depends on them
+            self.mysql_version, self._post_header_lengths = event.mysql_version, event.post_header_len
+        if wrapper.event_type == TABLE_MAP_EVENT and event is not None:
+            self.table_map[event.table_id] = event.get_table()
+            self._remember(packet._data, event)
+        if event is None or event.__class__ not in self._wanted:
+            return None
+        return event
+
+    def _remember(self, data, event: TableMapEvent) -> None:
+        if not self._full_metadata or not event.optional_metadata.column_name_list:
+            return  # names from elsewhere than the map's bytes: parsed again each time
+        if len(self._maps) >= MAP_CACHE_LIMIT:
+            self._maps.clear()
+        self._maps[bytes(data[20:len(data) - _CHECKSUM if self._use_checksum else len(data)])] = event
