@@ -7,9 +7,10 @@ bytes are the same as one seen before in this read (same table id, same columns 
 same thing, so this loop takes it from a cache: the library's ``Table`` and column list are reused, and dblog's
 per-layout work (``rows.ByColumns``) is found by the list's identity as well.
 
-Everything else is the library's, as its ``BinLogStreamReader`` does it (the dump command, its parser per event
-through ``BinLogPacketWrapper``, a rotate's file and table-map reset, a Format_description's version): this loop
-owns only the read of packets. It reads the pinned pymysql's packets with ``_read_packet``/``_write_bytes``, as
+The two other events of every transaction, its GTID (MariaDB) and its XID, are read here too: a few bytes each,
+for which the library's wrapper and parser cost more than the event. Everything else is the library's, as its
+``BinLogStreamReader`` does it (the dump command, its parser per event through ``BinLogPacketWrapper``, a rotate's
+file and table-map reset, a Format_description's version). It reads the pinned pymysql's packets with ``_read_packet``/``_write_bytes``, as
 the library does.
 """
 from __future__ import annotations
@@ -18,8 +19,10 @@ import struct
 from typing import Iterator, Sequence
 
 import pymysql
-from pymysqlreplication.constants.BINLOG import FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, TABLE_MAP_EVENT
-from pymysqlreplication.event import FormatDescriptionEvent, RotateEvent
+from pymysqlreplication.constants.BINLOG import (
+    FORMAT_DESCRIPTION_EVENT, MARIADB_GTID_EVENT, ROTATE_EVENT, TABLE_MAP_EVENT, XID_EVENT,
+)
+from pymysqlreplication.event import FormatDescriptionEvent, MariadbGtidEvent, RotateEvent, XidEvent
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import TableMapEvent
 
@@ -28,6 +31,9 @@ BINLOG_DUMP_NON_BLOCK = 0x01
 RECONNECT_ERRORS = (2006, 2013)  # as the library: the stream reconnects at the last event's position
 _HEADER = struct.Struct("<xIBIIIH")  # the OK byte, then timestamp, type, server id, event size, log_pos, flags
 _CHECKSUM = 4
+_BODY = 20  # where an event's body starts in its packet
+_GTID = struct.Struct("<QIB")  # MariaDB's GTID event: sequence number, domain, flags
+_XID = struct.Struct("<Q")
 MAP_CACHE_LIMIT = 4096
 
 
@@ -57,10 +63,31 @@ class _Header:
 class MappedAgain(TableMapEvent):
     """A table map whose bytes were parsed before in this read: the parsed event's values, this event's header."""
 
-    def __init__(self, parsed: TableMapEvent, header: _Header):  # noqa: the parse is the cached event's
+    def __init__(self, parsed: TableMapEvent, header: _Header, table_map: dict):  # noqa: the parse is the cached one
         self.__dict__.update(parsed.__dict__)
-        self.packet = header
-        self.timestamp = header.timestamp
+        self.packet, self.timestamp, self.table_map = header, header.timestamp, table_map
+
+
+class Commit(XidEvent):
+    """An XID event (a transaction's commit: 8 bytes of body) read by dblog: the library's wrapper and parser
+    cost more than the event, one per transaction."""
+
+    def __init__(self, header: _Header, data):  # noqa: the body is read here
+        self.packet, self.timestamp, self.event_type = header, header.timestamp, header.event_type
+        (self.xid,) = _XID.unpack_from(data, _BODY)
+
+
+class MariadbGtid(MariadbGtidEvent):
+    """A MariaDB GTID event (a transaction's start) read by dblog, with the library's attributes."""
+
+    def __init__(self, header: _Header, data):  # noqa: the body is read here
+        self.packet, self.timestamp, self.event_type = header, header.timestamp, header.event_type
+        self.server_id = header.server_id
+        self.gtid_seq_no, self.domain_id, self.flags = _GTID.unpack_from(data, _BODY)
+        self.gtid = f"{self.domain_id}-{self.server_id}-{self.gtid_seq_no}"
+
+
+_OWN = {XID_EVENT: (XidEvent, Commit), MARIADB_GTID_EVENT: (MariadbGtidEvent, MariadbGtid)}
 
 
 class EventStream:
@@ -81,7 +108,7 @@ class EventStream:
         self._maps: dict[bytes, TableMapEvent] = {}  # a table map's body -> its parse
         self._conn = None
         self._use_checksum = False
-        self._full_metadata = False
+        self._full_metadata: bool | None = None  # the library parses a map's names only when FULL
         self.mysql_version = (0, 0, 0)
         self._post_header_lengths = None
 
@@ -98,9 +125,10 @@ class EventStream:
                 cur.execute("SET @master_binlog_checksum = @@global.binlog_checksum" if self._checksums is None
                             else "SET @master_binlog_checksum = 'CRC32'")
             cur.execute("SET @mariadb_slave_capability = 4")  # GTID events as they are (the library's reason)
-            cur.execute("SHOW VARIABLES LIKE 'BINLOG_ROW_METADATA'")
-            row = cur.fetchone()
-            self._full_metadata = row is not None and str(row[1]).upper() == "FULL"
+            if self._full_metadata is None:  # once per read, as the library: a reconnect parses maps as before
+                cur.execute("SHOW VARIABLES LIKE 'BINLOG_ROW_METADATA'")
+                row = cur.fetchone()
+                self._full_metadata = row is not None and str(row[1]).upper() == "FULL"
         name = self.log_file.encode()
         conn._write_bytes(struct.pack("<iBIHI", len(name) + 11, COM_BINLOG_DUMP, self.log_pos,
                                       BINLOG_DUMP_NON_BLOCK, self._server_id) + name)
@@ -129,8 +157,14 @@ class EventStream:
             if not packet.is_ok_packet():
                 continue
             data = packet._data
+            own = _OWN.get(data[5])
+            if own is not None and own[0] in self._wanted:
+                header = _Header(data)
+                self.log_pos = header.log_pos or self.log_pos
+                yield own[1](header, data)
+                continue
             if data[5] == TABLE_MAP_EVENT:
-                body = bytes(data[20:len(data) - _CHECKSUM if self._use_checksum else len(data)])
+                body = bytes(data[_BODY:len(data) - _CHECKSUM if self._use_checksum else len(data)])
                 parsed = self._maps.get(body)
                 if parsed is not None:
                     header = _Header(data)
@@ -138,7 +172,7 @@ class EventStream:
                     if header.log_pos:
                         self.log_pos = header.log_pos
                     if TableMapEvent in self._wanted:
-                        yield MappedAgain(parsed, header)
+                        yield MappedAgain(parsed, header, self.table_map)
                     continue
             event = self._parse(packet)
             if event is not None:
@@ -172,4 +206,4 @@ class EventStream:
             return  # names from elsewhere than the map's bytes: parsed again each time
         if len(self._maps) >= MAP_CACHE_LIMIT:
             self._maps.clear()
-        self._maps[bytes(data[20:len(data) - _CHECKSUM if self._use_checksum else len(data)])] = event
+        self._maps[bytes(data[_BODY:len(data) - _CHECKSUM if self._use_checksum else len(data)])] = event
