@@ -10,8 +10,8 @@ per-layout work (``rows.ByColumns``) is found by the list's identity as well.
 The two other events of every transaction, its GTID (MariaDB) and its XID, are read here too: a few bytes each,
 for which the library's wrapper and parser cost more than the event. Everything else is the library's, as its
 ``BinLogStreamReader`` does it (the dump command, its parser per event through ``BinLogPacketWrapper``, a rotate's
-file and table-map reset, a Format_description's version). It reads the pinned pymysql's packets with ``_read_packet``/``_write_bytes``, as
-the library does.
+file and table-map reset, a Format_description's version). It reads the pinned pymysql's packets with
+``_read_packet``/``_write_bytes``, as the library does.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class _Control:
 
 
 class _Header:
-    """The common header of a table map taken from the cache (``event.packet`` of a parsed event)."""
+    """An event's common header, for the events this loop makes itself (their ``event.packet``, as the library's)."""
 
     __slots__ = ("timestamp", "event_type", "server_id", "event_size", "log_pos", "flags")
 

@@ -107,5 +107,5 @@ def binlog_events(client: MySqlClient, server_ids: tuple[int, int], start: Sourc
 def _pin_failed(client: MySqlClient, file: str, written: bool) -> str:
     setting = "CRC32" if written else "NONE"
     return (f"binlog {file} on {client.config.address} was written with binlog_checksum={setting} and the "
-            f"replication reader could not be made to read it so (the server refused the pinned setting): SET GLOBAL binlog_checksum='{setting}' until the tail is past {file}; the lake "
-            f"keeps nothing past it")
+            f"replication reader could not be made to read it so (the server refused the pinned setting): "
+            f"SET GLOBAL binlog_checksum='{setting}' until the tail is past {file}; the lake keeps nothing past it")
