@@ -159,26 +159,31 @@ class EventStream:
             data = packet._data
             own = _OWN.get(data[5])
             if own is not None and own[0] in self._wanted:
-                header = _Header(data)
-                self.log_pos = header.log_pos or self.log_pos
-                yield own[1](header, data)
+                yield own[1](self._header(data), data)
                 continue
+            body = None
             if data[5] == TABLE_MAP_EVENT:
                 body = bytes(data[_BODY:len(data) - _CHECKSUM if self._use_checksum else len(data)])
                 parsed = self._maps.get(body)
                 if parsed is not None:
-                    header = _Header(data)
+                    header = self._header(data)
                     self.table_map[parsed.table_id] = parsed.get_table()
-                    if header.log_pos:
-                        self.log_pos = header.log_pos
                     if TableMapEvent in self._wanted:
                         yield MappedAgain(parsed, header, self.table_map)
                     continue
-            event = self._parse(packet)
+            event = self._parse(packet, body)
             if event is not None:
                 yield event
 
-    def _parse(self, packet):
+    def _header(self, data) -> _Header:
+        """The header of an event this loop reads itself; the read's position moves past it."""
+        header = _Header(data)
+        self.log_pos = header.log_pos or self.log_pos
+        return header
+
+    def _parse(self, packet, map_body: bytes | None):
+        """The library's event for ``packet`` (None when not wanted); ``map_body``: a table map's body, its key in
+        the cache."""
         wrapper = BinLogPacketWrapper(
             packet, self.table_map, self._control, self.mysql_version, self._use_checksum, self._in_packet,
             self._only_tables, None, self._only_schemas, None, False, False, False, self._full_metadata, False,
@@ -196,14 +201,14 @@ class EventStream:
             self.mysql_version, self._post_header_lengths = event.mysql_version, event.post_header_len
         if wrapper.event_type == TABLE_MAP_EVENT and event is not None:
             self.table_map[event.table_id] = event.get_table()
-            self._remember(packet._data, event)
+            self._remember(map_body, event)
         if event is None or event.__class__ not in self._wanted:
             return None
         return event
 
-    def _remember(self, data, event: TableMapEvent) -> None:
+    def _remember(self, body: bytes, event: TableMapEvent) -> None:
         if not self._full_metadata or not event.optional_metadata.column_name_list:
             return  # names from elsewhere than the map's bytes: parsed again each time
         if len(self._maps) >= MAP_CACHE_LIMIT:
             self._maps.clear()
-        self._maps[bytes(data[_BODY:len(data) - _CHECKSUM if self._use_checksum else len(data)])] = event
+        self._maps[body] = event
