@@ -1,9 +1,9 @@
-"""Chunk planning: boundaries chosen by the database, evenly spaced by value where the key allows it."""
+"""Chunk planning on MySQL/MariaDB: ``source.key_splitter`` with its questions asked in MySQL's SQL."""
 from __future__ import annotations
 
-from airflow_provider_dblog.core.chunks import ChunkRange, Key, chunks_from_boundaries, even_boundaries, even_step
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.chunks import ChunkRange, Key
 from airflow_provider_dblog.core.tables import TableMeta
+from airflow_provider_dblog.source.key_splitter import split_by_key
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.sql import compare, table_sql
 from airflow_provider_dblog.source.mysql.types import quote_ident
@@ -17,38 +17,35 @@ def _has_int_lead(meta: TableMeta) -> bool:
     return meta.column(meta.key_columns[0]).data_type in INTEGER_TYPES
 
 
+class _MySqlKeyQueries:
+    """``key_splitter.KeyQueries`` in MySQL's SQL (keys compared by the server: its collations)."""
+
+    def __init__(self, client: MySqlClient, meta: TableMeta):
+        self.client, self.meta = client, meta
+        self.table, self.keys = table_sql(meta), ", ".join(quote_ident(c) for c in meta.key_columns)
+        self.lead = quote_ident(meta.key_columns[0])
+
+    def lead_bounds(self):
+        return self.client.query(f"SELECT MIN({self.lead}), MAX({self.lead}) FROM {self.table}")[0]
+
+    def approximate_rows(self) -> int:
+        return approximate_rows(self.client, self.meta)
+
+    def first_key_at_or_after(self, lead: int) -> Key:
+        return self.client.query(f"SELECT {self.keys} FROM {self.table} WHERE {self.lead} >= {int(lead)} "
+                                 f"ORDER BY {self.keys} LIMIT 1")[0]
+
+    def key_after(self, previous: Key | None, rows: int) -> Key | None:
+        where = "" if previous is None else f"WHERE {compare(self.meta, previous, '>', '>')} "
+        row = self.client.query(f"SELECT {self.keys} FROM {self.table} {where}ORDER BY {self.keys} LIMIT {rows}, 1")
+        return row[0] if row else None
+
+
 def split_chunks(client: MySqlClient, meta: TableMeta, chunk_size: int,
                  factor_bounds: tuple[float, float] = (0.05, 100.0)) -> list[ChunkRange]:
-    if chunk_size <= 0:
-        raise DblogError("--chunk-size must be a positive number of rows")
-    keys = ", ".join(quote_ident(c) for c in meta.key_columns)
-    table = table_sql(meta)
-    if not meta.key_unique:
-        check_chunk_key(client.query, meta.qualified, table, meta.key_columns, quote_ident)
-    if _has_int_lead(meta) and meta.key_unique:
-        lead = quote_ident(meta.key_columns[0])
-        lo, hi = client.query(f"SELECT MIN({lead}), MAX({lead}) FROM {table}")[0]
-        if lo is None:
-            return chunks_from_boundaries([])
-        step = even_step(int(lo), int(hi), approximate_rows(client, meta), chunk_size, *factor_bounds)
-        if step is not None:
-            leads = even_boundaries(int(lo), int(hi), step)
-            if len(meta.key_columns) == 1:
-                return chunks_from_boundaries(leads)
-            # a composite key (order_id, line): each boundary is the first whole key at or after an
-            # evenly spaced leading value, one index seek each instead of a scan of the whole index
-            firsts = [client.query(f"SELECT {keys} FROM {table} WHERE {lead} >= {int(v)} ORDER BY {keys} "
-                                   f"LIMIT 1")[0] for (v,) in leads]
-            return chunks_from_boundaries(list(dict.fromkeys(tuple(k) for k in firsts)))
-    boundaries: list[Key] = []
-    row = client.query(f"SELECT {keys} FROM {table} ORDER BY {keys} LIMIT {chunk_size}, 1")
-    while row:
-        boundaries.append(tuple(row[0]))
-        after = compare(meta, boundaries[-1], ">", ">")
-        row = client.query(f"SELECT {keys} FROM {table} WHERE {after} ORDER BY {keys} LIMIT {chunk_size - 1}, 1"
-                           if chunk_size > 1 else
-                           f"SELECT {keys} FROM {table} WHERE {after} ORDER BY {keys} LIMIT 1")
-    return chunks_from_boundaries(boundaries)
+    if not meta.key_unique and chunk_size > 0:
+        check_chunk_key(client.query, meta.qualified, table_sql(meta), meta.key_columns, quote_ident)
+    return split_by_key(_MySqlKeyQueries(client, meta), meta, chunk_size, _has_int_lead(meta), factor_bounds)
 
 
 def approximate_rows(client: MySqlClient, meta: TableMeta) -> int:

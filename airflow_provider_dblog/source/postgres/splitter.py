@@ -1,19 +1,14 @@
-"""Chunk planning on PostgreSQL: boundaries chosen and compared by the database.
+"""Chunk planning on PostgreSQL: ``source.key_splitter`` with its questions asked in PostgreSQL's SQL.
 
-* A unique integer leading key column whose values are dense enough (Flink CDC's distribution factor):
-  boundaries evenly spaced by value from ``min``/``max`` (composite keys: the first whole key at or after
-  each spaced leading value, one index probe each).
-* Any other key (text under any collation, uuid, numeric, timestamps, composite keys, a ``--chunk-key``):
-  a walk along the key's order, ``SELECT key ... WHERE key > previous ORDER BY key OFFSET n-1 LIMIT 1``,
-  each step an index scan of one chunk's keys, so every chunk holds ``chunk_size`` rows (the last fewer).
-  PostgreSQL orders and compares the keys (row comparison for composite keys, the column's collation for
-  text); the boundaries are read as their text and typed with ``values.converter``.
+PostgreSQL orders and compares the keys (row comparison for composite keys, the column's collation for text,
+uuid, numeric, timestamps); a boundary is read as its text (``SELECT key ... WHERE key > previous ORDER BY key
+OFFSET n LIMIT 1``) and typed with ``values.converter``.
 """
 from __future__ import annotations
 
-from airflow_provider_dblog.core.chunks import ChunkRange, Key, chunks_from_boundaries, even_boundaries, even_step
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.chunks import ChunkRange, Key
 from airflow_provider_dblog.core.tables import TableMeta
+from airflow_provider_dblog.source.key_splitter import split_by_key
 from airflow_provider_dblog.source.postgres.connection import PostgresClient
 from airflow_provider_dblog.source.postgres.schema import relation_oid
 from airflow_provider_dblog.source.postgres.sql import compare, order_by_key, quote_ident, table_sql
@@ -34,39 +29,38 @@ def _typed(meta: TableMeta, texts) -> Key:
                  for c, t in zip(cols, texts))
 
 
+class _PostgresKeyQueries:
+    """``key_splitter.KeyQueries`` in PostgreSQL's SQL: keys read as text and typed (``values.converter``)."""
+
+    def __init__(self, client: PostgresClient, meta: TableMeta):
+        self.client, self.meta, self.table = client, meta, table_sql(meta)
+        self.lead = quote_ident(meta.key_columns[0])
+        self.select, self.order = f"SELECT {_key_texts(meta)} FROM {self.table}", f"ORDER BY {order_by_key(meta)}"
+
+    def lead_bounds(self):
+        return self.client.query(f"SELECT min({self.lead}), max({self.lead}) FROM {self.table}", ())[0]
+
+    def approximate_rows(self) -> int:
+        return approximate_rows(self.client, self.meta)
+
+    def first_key_at_or_after(self, lead: int) -> Key:
+        row = self.client.query(f"{self.select} WHERE {self.lead} >= %s {self.order} LIMIT 1", (lead,))
+        return _typed(self.meta, row[0])
+
+    def key_after(self, previous: Key | None, rows: int) -> Key | None:
+        where, params = ("", []) if previous is None else compare(self.meta, ">", previous)
+        row = self.client.query(f"{self.select} {'WHERE ' + where if where else ''} {self.order} OFFSET %s LIMIT 1",
+                                (*params, rows))
+        return _typed(self.meta, row[0]) if row else None
+
+
 def split_chunks(client: PostgresClient, meta: TableMeta, chunk_size: int,
                  factor_bounds: tuple[float, float] = (0.05, 100.0)) -> list[ChunkRange]:
-    if chunk_size <= 0:
-        raise DblogError("--chunk-size must be a positive number of rows")
-    table = table_sql(meta)
-    if not meta.key_unique:
-        check_chunk_key(lambda sql: client.query(sql, ()), meta.qualified, table, meta.key_columns, quote_ident)
-    lead_column = meta.column(meta.key_columns[0])
-    if lead_column.type_oid in INTEGER_OIDS and meta.key_unique:
-        lead = quote_ident(lead_column.name)
-        lo, hi = client.query(f"SELECT min({lead}), max({lead}) FROM {table}", ())[0]
-        if lo is None:
-            return chunks_from_boundaries([])
-        step = even_step(int(lo), int(hi), approximate_rows(client, meta), chunk_size, *factor_bounds)
-        if step is not None:
-            leads = even_boundaries(int(lo), int(hi), step)
-            if len(meta.key_columns) == 1:
-                return chunks_from_boundaries(leads)
-            firsts = []
-            for (value,) in leads:
-                row = client.query(f"SELECT {_key_texts(meta)} FROM {table} WHERE {lead} >= %s "
-                                   f"ORDER BY {order_by_key(meta)} LIMIT 1", (value,))
-                firsts.append(_typed(meta, row[0]))
-            return chunks_from_boundaries(list(dict.fromkeys(firsts)))
-    boundaries: list[Key] = []
-    select = f"SELECT {_key_texts(meta)} FROM {table}"
-    order = f"ORDER BY {order_by_key(meta)}"
-    row = client.query(f"{select} {order} OFFSET %s LIMIT 1", (chunk_size,))
-    while row:
-        boundaries.append(_typed(meta, row[0]))
-        after, params = compare(meta, ">", boundaries[-1])
-        row = client.query(f"{select} WHERE {after} {order} OFFSET %s LIMIT 1", (*params, chunk_size - 1))
-    return chunks_from_boundaries(boundaries)
+    if not meta.key_unique and chunk_size > 0:
+        check_chunk_key(lambda sql: client.query(sql, ()), meta.qualified, table_sql(meta), meta.key_columns,
+                        quote_ident)
+    integer_lead = meta.column(meta.key_columns[0]).type_oid in INTEGER_OIDS
+    return split_by_key(_PostgresKeyQueries(client, meta), meta, chunk_size, integer_lead, factor_bounds)
 
 
 def approximate_rows(client: PostgresClient, meta: TableMeta) -> int:
