@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
-from pymysqlreplication.row_event import TableMapEvent, WriteRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.source.mysql.binlog import current_position
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
-from airflow_provider_dblog.source.mysql.event_stream import MappedAgain
+from airflow_provider_dblog.source.mysql.event_stream import DeletedRows, MappedAgain, UpdatedRows, WrittenRows
 from airflow_provider_dblog.source.mysql.replication import binlog_events
+from airflow_provider_dblog.source.mysql.rows import body_of, full_image
 
 
 def test_a_table_map_seen_before_is_taken_from_the_cache_and_a_changed_one_is_parsed_again(mariadb, db):
@@ -59,3 +60,40 @@ def test_a_table_map_seen_before_is_taken_from_the_cache_and_a_changed_one_is_pa
     assert all(e.schema == db and e.table == "t" for e, _, _ in maps)
     assert rows == [{"id": i, "v": f"a{i}"} for i in range(3)] + [{"id": i, "v": f"b{i}", "w": i * 10}
                                                                   for i in range(3, 5)]
+
+
+def test_rows_events_whose_header_dblog_reads_say_what_the_library_says(mariadb, db):
+    """Full row images of a mapped table come as dblog's rows events (their header read by the loop): the same
+    kind, position, table, row images (the bytes dblog decodes) and rows (the library's decoding, asked lazily)
+    as the library's own reader gives. A MINIMAL image stays the library's event (the reader refuses it)."""
+    client = MySqlClient(SourceConfig.parse(mariadb.uri()))
+    mariadb.sql(f"CREATE TABLE {db}.r (id INT PRIMARY KEY, v VARCHAR(10), n DECIMAL(9,2), b BLOB)")
+    start = current_position(client)
+    mariadb.sql(f"INSERT INTO {db}.r SELECT seq, CONCAT('v', seq), seq / 3, REPEAT('x', seq) FROM seq_1_to_40",
+                f"UPDATE {db}.r SET v = 'changed', n = NULL WHERE id BETWEEN 5 AND 15",
+                f"DELETE FROM {db}.r WHERE id > 30", db=db)
+    mariadb.sql("SET SESSION binlog_row_image = 'MINIMAL'", f"UPDATE {db}.r SET v = 'minimal' WHERE id = 1", db=db)
+    kinds = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
+
+    def described(event):
+        images = body_of(event)
+        span = None if images is None else bytes(images[0][images[1]:images[2]])
+        return (type(event).__mro__[0 if type(event) in kinds else 2], event.packet.log_pos, event.schema, event.table,
+                span, event.rows)
+
+    ours = [described(e) for _, e in binlog_events(client, (900, 999), start, [TableMapEvent, *kinds], [db], ["r"])
+            if not isinstance(e, TableMapEvent)]
+    client.close()
+    library = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": mariadb.port, "user": "root", "passwd": ""}, server_id=997,
+        resume_stream=True, blocking=False, log_file=start.file, log_pos=start.offset, enable_logging=False,
+        only_events=kinds, only_schemas=[db], only_tables=["r"])
+    try:
+        theirs = [described(e) for e in library]
+    finally:
+        library.close()
+    assert ours == theirs and len(ours) >= 4
+    dblog_read = [e for _, e in binlog_events(MySqlClient(SourceConfig.parse(mariadb.uri())), (900, 999), start,
+                                              [TableMapEvent, *kinds], [db], ["r"]) if not isinstance(e, TableMapEvent)]
+    assert [type(e) for e in dblog_read] == [WrittenRows, UpdatedRows, DeletedRows, UpdateRowsEvent]
+    assert not full_image(dblog_read[-1]) and all(full_image(e) for e in dblog_read[:-1])

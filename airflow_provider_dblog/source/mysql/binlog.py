@@ -579,7 +579,7 @@ class BinlogStream:
                     maps.wrote(qualified)
                     if qualified not in wanted or not decodes(qualified):
                         continue
-                    kind = _KINDS[type(event)]
+                    kind = next(k for cls, k in _KINDS.items() if isinstance(event, cls))  # the library's or dblog's
                     parent = qualified in watched
                     if parent and qualified not in counted:  # watched only: the library decodes its images
                         cascade(qualified, kind, _lowered([(r["before_values"], r["after_values"]) for r in event.rows])

@@ -374,7 +374,11 @@ class RowImages:
 
 def body_of(event) -> tuple[bytes, int, int] | None:
     """(buffer, start, end) of the row images of a library event not read yet, or None when the
-    event is not a plain full-image one (a partial JSON update, a columns-present bitmap with gaps)."""
+    event is not a plain full-image one (a partial JSON update, a columns-present bitmap with gaps). A rows event
+    whose header dblog read (``event_stream``) says where its images are."""
+    images = getattr(event, "images", None)
+    if images is not None:
+        return images
     # private fields of python-mysql-replication 1.0.17 (pinned in pyproject; tests/integration/test_row_decoder.py)
     wrapper = event.packet
     packet = wrapper.packet
