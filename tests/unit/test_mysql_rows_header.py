@@ -59,7 +59,7 @@ def test_the_images_start_where_the_library_says(event_type, extra, bitmaps, crc
     assert ours.images[1:] == body_of(library)[1:]
     assert bytes(data[ours.images[1]:ours.images[2]]) == b"ROW IMAGES"
     assert ours.images[0] is data and ours.packet.log_pos == 4321 == stream.log_pos
-    assert (ours.schema, ours.table, ours.number_of_columns) == ("s", "t", 3)
+    assert (ours.schema, ours.table, ours.number_of_columns, ours.event_size) == ("s", "t", 3, library.event_size)
     assert ours.columns_present_bitmap == library.columns_present_bitmap
     assert getattr(ours, "columns_present_bitmap2", None) == getattr(library, "columns_present_bitmap2", None)
 

@@ -105,7 +105,7 @@ class _RowsHeader:
     def __init__(self, header: _Header, table_id: int, table, images: tuple, bitmaps: tuple,
                  stream: "EventStream"):  # noqa: the header is read by EventStream._rows_event
         self.packet, self.timestamp, self.event_type = header, header.timestamp, header.event_type
-        self.event_size = header.event_size
+        self.event_size = images[2] - _BODY  # as the library's: without the header and the checksum
         self.table_id, self.table_map, self.images = table_id, stream.table_map, images
         self.schema, self.table, self.columns = table.schema, table.table, table.columns
         self.number_of_columns = len(table.columns)
