@@ -65,13 +65,18 @@ def test_a_table_map_seen_before_is_taken_from_the_cache_and_a_changed_one_is_pa
 def test_rows_events_whose_header_dblog_reads_say_what_the_library_says(mariadb, db):
     """Full row images of a mapped table come as dblog's rows events (their header read by the loop): the same
     kind, position, table, row images (the bytes dblog decodes) and rows (the library's decoding, asked lazily)
-    as the library's own reader gives. A MINIMAL image stays the library's event (the reader refuses it)."""
+    as the library's own reader gives, and a table the read leaves out is left out alike. A MINIMAL image stays
+    the library's event (the reader refuses it)."""
     client = MySqlClient(SourceConfig.parse(mariadb.uri()))
-    mariadb.sql(f"CREATE TABLE {db}.r (id INT PRIMARY KEY, v VARCHAR(10), n DECIMAL(9,2), b BLOB)")
+    mariadb.sql(f"CREATE TABLE {db}.r (id INT PRIMARY KEY, v VARCHAR(10), n DECIMAL(9,2), b BLOB)",
+                f"CREATE TABLE {db}.other (id INT PRIMARY KEY, v INT)")
     start = current_position(client)
-    mariadb.sql(f"INSERT INTO {db}.r SELECT seq, CONCAT('v', seq), seq / 3, REPEAT('x', seq) FROM seq_1_to_40",
-                f"UPDATE {db}.r SET v = 'changed', n = NULL WHERE id BETWEEN 5 AND 15",
-                f"DELETE FROM {db}.r WHERE id > 30", db=db)
+    mariadb.sql(f"INSERT INTO {db}.other VALUES (1, 1)",  # a table the read leaves out, between the read's
+                f"INSERT INTO {db}.r SELECT seq, CONCAT('v', seq), seq / 3, REPEAT('x', seq) FROM seq_1_to_40",
+                f"UPDATE {db}.other SET v = 2",
+                f"BEGIN", f"UPDATE {db}.r SET v = 'changed', n = NULL WHERE id BETWEEN 5 AND 15",
+                f"INSERT INTO {db}.other VALUES (2, 2)", "COMMIT",
+                f"DELETE FROM {db}.r WHERE id > 30", f"DELETE FROM {db}.other", db=db)
     mariadb.sql("SET SESSION binlog_row_image = 'MINIMAL'", f"UPDATE {db}.r SET v = 'minimal' WHERE id = 1", db=db)
     kinds = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
 

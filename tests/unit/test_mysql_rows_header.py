@@ -8,10 +8,13 @@ from __future__ import annotations
 import struct
 
 import pytest
+from pymysql.protocol import MysqlPacket
 from pymysqlreplication.constants.BINLOG import (
-    DELETE_ROWS_EVENT_V1, UPDATE_ROWS_EVENT_V1, UPDATE_ROWS_EVENT_V2, WRITE_ROWS_EVENT_V1, WRITE_ROWS_EVENT_V2,
+    DELETE_ROWS_EVENT_V1, TABLE_MAP_EVENT, UPDATE_ROWS_EVENT_V1, UPDATE_ROWS_EVENT_V2, WRITE_ROWS_EVENT_V1,
+    WRITE_ROWS_EVENT_V2,
 )
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.packet import BinLogPacketWrapper
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_dblog.source.mysql.event_stream import _ROWS, EventStream
 from airflow_provider_dblog.source.mysql.rows import body_of
@@ -64,23 +67,48 @@ def test_the_images_start_where_the_library_says(event_type, extra, bitmaps, crc
     assert getattr(ours, "columns_present_bitmap2", None) == getattr(library, "columns_present_bitmap2", None)
 
 
-@pytest.mark.parametrize("case", ["minimal-image", "minimal-after-image", "unmapped-table", "map-of-other-width",
-                                  "filtered-schema"])
+@pytest.mark.parametrize("case", ["minimal-image", "minimal-after-image", "map-of-other-width", "filtered-schema"])
 def test_anything_else_is_left_to_the_library(case):
-    """Images without every column (MINIMAL, NOBLOB), a table id without a map, a map whose width is not the
-    event's, a table the read filters out: None (the library parses the event: the reader refuses or skips it)."""
-    event_type, bitmaps, table_id, width = UPDATE_ROWS_EVENT_V1, b"\x07\x07", 5, 3
+    """Images without every column (MINIMAL, NOBLOB), a map whose width is not the event's, a table the read
+    filters out: None (the library parses the event: the reader refuses or skips it)."""
+    event_type, bitmaps, width = UPDATE_ROWS_EVENT_V1, b"\x07\x07", 3
     if case == "minimal-image":
         bitmaps = b"\x01\x07"
     elif case == "minimal-after-image":
         bitmaps = b"\x07\x03"
-    elif case == "unmapped-table":
-        table_id = 6
     elif case == "map-of-other-width":
         width = 4
     stream = _stream(False, width)
     if case == "filtered-schema":
         stream._only_schemas = ["other"]
-    data = _event(event_type, b"", bitmaps, b"ROW IMAGES", False, table_id)
+    data = _event(event_type, b"", bitmaps, b"ROW IMAGES", False)
+    assert not stream._unmapped(data)
     assert stream._rows_event(data, _ROWS[event_type]) is None
     assert stream.log_pos == 4  # not read: the library's parse moves the position
+
+
+def test_a_rows_event_of_a_table_without_a_map_is_dropped_as_the_library_drops_it():
+    stream = _stream(False)
+    data = _event(WRITE_ROWS_EVENT_V1, b"", b"\x07", b"ROW IMAGES", False, table_id=6)
+    assert stream._unmapped(data) and stream._library_event(data, stream.table_map) is None
+
+
+def _table_map(schema: bytes, table: bytes) -> bytes:
+    body = (9).to_bytes(6, "little") + b"\x01\x00" + bytes([len(schema)]) + schema + b"\x00" + bytes([len(table)])
+    body += table + b"\x00" + b"\x01\x03\x00\x00"  # one INT column, no metadata, its null bitmap
+    return b"\x00" + struct.pack("<IBIIIH", 1700000000, TABLE_MAP_EVENT, 1, 19 + len(body), 99, 0) + body
+
+
+@pytest.mark.parametrize("schemas,tables,dropped", [
+    (None, None, False), (["shop"], None, False), (["other"], None, True), (None, ["orders"], False),
+    (None, ["items"], True), (["shop"], ["items"], True), (["shop", "x"], ["orders", "items"], False),
+])
+def test_a_table_map_the_filters_leave_out_is_dropped_as_the_library_drops_it(schemas, tables, dropped):
+    stream = _stream(False)
+    stream._only_schemas, stream._only_tables = schemas, tables
+    data = _table_map("shop".encode(), "orders".encode())
+    assert stream._filtered_out(data) is dropped
+    library = BinLogPacketWrapper(MysqlPacket(data, "utf8"), {}, stream._control, (0, 0, 0), False,
+                                  frozenset([TableMapEvent]), tables, None, schemas, None, False, False, False, False,
+                                  False, False, None).event
+    assert (library is None) is dropped
