@@ -57,12 +57,13 @@ def test_the_images_start_where_the_library_says(event_type, extra, bitmaps, crc
     data = _event(event_type, extra, bitmaps, b"ROW IMAGES", crc)
     stream = _stream(crc)
     ours = stream._rows_event(data, _ROWS[event_type])
-    library = stream._library_event(data, stream.table_map)
+    library = stream.library_event(data, stream.table_map)
     assert ours is not None and isinstance(ours, type(library)) and type(ours) is not type(library)
     assert ours.images[1:] == body_of(library)[1:]
     assert bytes(data[ours.images[1]:ours.images[2]]) == b"ROW IMAGES"
     assert ours.images[0] is data and ours.packet.log_pos == 4321 == stream.log_pos
     assert (ours.schema, ours.table, ours.number_of_columns, ours.event_size) == ("s", "t", 3, library.event_size)
+    assert ours.flags == library.flags == 1
     assert ours.columns_present_bitmap == library.columns_present_bitmap
     assert getattr(ours, "columns_present_bitmap2", None) == getattr(library, "columns_present_bitmap2", None)
 
@@ -90,7 +91,7 @@ def test_anything_else_is_left_to_the_library(case):
 def test_a_rows_event_of_a_table_without_a_map_is_dropped_as_the_library_drops_it():
     stream = _stream(False)
     data = _event(WRITE_ROWS_EVENT_V1, b"", b"\x07", b"ROW IMAGES", False, table_id=6)
-    assert stream._unmapped(data) and stream._library_event(data, stream.table_map) is None
+    assert stream._unmapped(data) and stream.library_event(data, stream.table_map) is None
 
 
 def _table_map(schema: bytes, table: bytes) -> bytes:
@@ -112,3 +113,33 @@ def test_a_table_map_the_filters_leave_out_is_dropped_as_the_library_drops_it(sc
                                   frozenset([TableMapEvent]), tables, None, schemas, None, False, False, False, False,
                                   False, False, None).event
     assert (library is None) is dropped
+
+
+@pytest.mark.parametrize("width", [8, 9, 20, 64, 250])
+def test_bitmaps_of_every_width(width):
+    full = ((1 << width) - 1).to_bytes((width + 7) // 8, "little")
+    data = _event(UPDATE_ROWS_EVENT_V2, b"", full + full, b"ROW IMAGES", True, columns=width)
+    stream = _stream(True, width)
+    ours, library = stream._rows_event(data, _ROWS[UPDATE_ROWS_EVENT_V2]), stream.library_event(data, stream.table_map)
+    assert ours.images[1:] == body_of(library)[1:] and ours.columns_present_bitmap2 == library.columns_present_bitmap2
+
+
+def test_a_post_header_of_another_length_is_left_to_the_library():
+    stream = _stream(False)
+    stream._post_header_lengths = [0] * 40
+    stream._post_header_lengths[WRITE_ROWS_EVENT_V2 - 1] = 12  # a server that writes two more bytes
+    data = _event(WRITE_ROWS_EVENT_V2, b"", b"\x07", b"ROW IMAGES", False)
+    assert stream._rows_event(data, _ROWS[WRITE_ROWS_EVENT_V2]) is None
+
+
+def test_rows_asked_later_are_parsed_with_the_settings_the_event_was_read_with():
+    """The checksum setting of the file an event came from, not the stream's after it moved on (a reconnect
+    after a DBA's change of binlog_checksum): else the CRC would be read as row data."""
+    stream = _stream(True)
+    data = _event(WRITE_ROWS_EVENT_V1, b"", b"\x07", b"ROW IMAGES", True)
+    ours = stream._rows_event(data, _ROWS[WRITE_ROWS_EVENT_V1])
+    stream._use_checksum = False  # the stream moved on to a file without checksums
+    kept = ours._library[2]
+    assert kept == ((0, 0, 0), True, None, None) and stream.parse_settings()[1] is False
+    assert stream.library_event(data, stream.table_map, kept).event_size == ours.event_size
+    assert stream.library_event(data, stream.table_map).event_size == ours.event_size + 4  # the CRC as row data

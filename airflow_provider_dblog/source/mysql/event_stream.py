@@ -12,7 +12,8 @@ for which the library's wrapper and parser cost more than the event. So is the h
 images of a mapped table (table id, flags, v2's extra data, the columns-present bitmaps): dblog decodes its images
 itself (``rows``, ``block_decoder``), and the library's parse of the header alone (building its ``Table``'s dict
 on the way) was the last per-transaction parse; its ``rows`` are still the library's, parsed when asked for.
-Anything else (MINIMAL images, an unmapped table id, 251 columns or more) is the library's event, and so is every
+Anything else (MINIMAL images, 251 columns or more) is the library's event (a rows event of a table the read keeps
+no map of, and a map the read's filters leave out, give no event, as the library gives none), and so is every
 other event, as its ``BinLogStreamReader`` does it (the dump command, its parser per event through
 ``BinLogPacketWrapper``, a rotate's file and table-map reset, a Format_description's version). It reads the pinned
 pymysql's packets with ``_read_packet``/``_write_bytes``, as the library does.
@@ -107,19 +108,20 @@ class _RowsHeader:
         self.packet, self.timestamp, self.event_type = header, header.timestamp, header.event_type
         self.event_size = images[2] - _BODY  # as the library's: without the header and the checksum
         self.table_id, self.table_map, self.images = table_id, stream.table_map, images
+        self.flags = int.from_bytes(images[0][_BODY + 6:_BODY + 8], "little")
         self.schema, self.table, self.columns = table.schema, table.table, table.columns
         self.number_of_columns = len(table.columns)
         self.columns_present_bitmap = bitmaps[0]
         if len(bitmaps) > 1:
             self.columns_present_bitmap2 = bitmaps[1]
-        self._library = (stream, {table_id: table})
+        self._library = (stream, {table_id: table}, stream.parse_settings())  # as they are now, not when asked
         self._parsed = None
 
     @property
     def rows(self):
         if self._parsed is None:
-            stream, table_map = self._library
-            self._parsed = stream._library_event(self.images[0], table_map)
+            stream, table_map, settings = self._library
+            self._parsed = stream.library_event(self.images[0], table_map, settings)
         return self._parsed.rows
 
 
@@ -292,13 +294,18 @@ class EventStream:
         end = len(data) - _CHECKSUM if self._use_checksum else len(data)
         return kind[1](self._header(data), table_id, table, (data, at + kind[3] * width, end), bitmaps, self)
 
-    def _library_event(self, data, table_map: dict):
-        """The library's parse of a rows event's packet ``data`` against ``table_map`` (the stream's position is
-        not moved: the event was read before)."""
+    def parse_settings(self) -> tuple:
+        """What the library's parse of an event depends on besides its bytes: the server's version, whether events
+        carry a checksum, FULL metadata, the post-header lengths (each may change as the read goes on)."""
+        return self.mysql_version, self._use_checksum, self._full_metadata, self._post_header_lengths
+
+    def library_event(self, data, table_map: dict, settings: tuple | None = None):
+        """The library's parse of a rows event's packet ``data`` against ``table_map`` with the ``settings`` it was
+        read with (``parse_settings``; None: the stream's now). The stream's position is not moved."""
+        version, checksum, full_metadata, lengths = settings or self.parse_settings()
         return BinLogPacketWrapper(
-            MysqlPacket(data, "utf8"), table_map, self._control, self.mysql_version, self._use_checksum,
-            self._in_packet, None, None, None, None, False, False, False, self._full_metadata, False, False,
-            self._post_header_lengths).event
+            MysqlPacket(data, "utf8"), table_map, self._control, version, checksum, self._in_packet, None, None,
+            None, None, False, False, False, full_metadata, False, False, lengths).event
 
     def _parse(self, packet, map_body: bytes | None):
         """The library's event for ``packet`` (None when not wanted); ``map_body``: a table map's body, its key in
