@@ -51,6 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import common  # noqa: E402
 from common import (  # noqa: E402
     BENCH_DIR, DBLOG, PYTHON, ROOT, SPARK_MASTER, PacedThread, bench_env, code_version, log, machine_info,
     percentile, run_timed, spark_conf,
@@ -674,6 +675,8 @@ def parse_args(argv=None):
     p.add_argument("--snapshot-rows", type=int, default=1_500_000)
     p.add_argument("--repeat", type=int, default=2, help="snapshot rounds")
     p.add_argument("--tpch-scale", type=float, default=1.0, help="TPC-H scale factor of the tpch part")
+    p.add_argument("--code-rev", help="measure this git revision of airflow_provider_dblog (a baseline beside the "
+                                      "working tree, exported under .bench/)")
     p.add_argument("--out", help="results JSON (default docs/benchmark-runs/REV-postgres-tail-results.json)")
     return p.parse_args(argv)
 
@@ -694,6 +697,8 @@ def main(argv=None) -> int:
         print(json.dumps(got))
         return 0
     args = parse_args(argv)
+    if args.code_rev:
+        common.export_revision(args.code_rev)
     args.parts = set(args.parts.split(","))
     work = BENCH_DIR / "postgres-tail"
     shutil.rmtree(work, ignore_errors=True)

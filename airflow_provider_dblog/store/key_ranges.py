@@ -19,10 +19,10 @@ file whose range is nearest below it (the chunk's first file if none is below), 
 """
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -79,20 +79,19 @@ def holds(file: RangeFile, keys: pa.Table, bounded: Sequence[str]) -> pa.Array:
     return mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
 
 
-def nearest_below(files: Sequence[RangeFile], keys: pa.Table, bounded: Sequence[str]) -> list[int]:
+def nearest_below(files: Sequence[RangeFile], keys: pa.Table, bounded: Sequence[str]) -> np.ndarray:
     """For each row of ``keys``, the index in ``files`` of the file whose lower bound (first bounded key
     column) is the greatest one at or below the key, else the file with the smallest lower bound."""
-    if not bounded:
-        return [0] * keys.num_rows
-    ordered = sorted((f.low[0], i) for i, f in enumerate(files) if f.low[0] is not None)
+    ordered = sorted((f.low[0], i) for i, f in enumerate(files) if f.low[0] is not None) if bounded else []
     if not ordered:
-        return [0] * keys.num_rows
+        return np.zeros(keys.num_rows, np.int64)
+    index = np.array([i for _, i in ordered], np.int64)
     lows = [lo for lo, _ in ordered]
-    out = []
-    for v in keys[bounded[0]].to_pylist():
-        at = bisect.bisect_right(lows, v) - 1
-        out.append(ordered[max(at, 0)][1])
-    return out
+    column = keys[bounded[0]]
+    # one search for all keys (text as Python strings: code point order, as Arrow sorts it)
+    at = np.searchsorted(pa.array(lows, column.type).to_numpy(zero_copy_only=False), column.to_numpy(),
+                         side="right") - 1
+    return index[np.maximum(at, 0)]
 
 
 def pieces(rows: pa.Table, file_rows: int = FILE_ROWS) -> list[pa.Table]:

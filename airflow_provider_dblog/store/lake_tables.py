@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -805,7 +806,7 @@ class LakeTables:
         bounded = self._bounded()
         read = _file_reader(self.current_uri, self.current_schema, chunk_id)
         keys = changes.select(list(self.keys))
-        owner = [-1] * changes.num_rows  # the file each change's key lives in or goes to
+        owner = np.full(changes.num_rows, -1, np.int64)  # the file each change's key lives in or goes to
         held_by = [key_ranges.holds(f, keys, bounded) for f in files]
         whole: dict[int, pa.Table] = {}  # small files are read whole once, for their keys and their rewrite
 
@@ -821,33 +822,31 @@ class LakeTables:
                 continue
             have = _key_table(rows_of(i, list(self.keys)), keys.schema)
             probe = keys.filter(mask).append_column("_i", pc.indices_nonzero(mask).cast(pa.int64()))
-            for at in probe.join(have, list(self.keys), join_type="left semi")["_i"].to_pylist():
-                owner[at] = i
-        new = [j for j, o in enumerate(owner) if o < 0]
-        if new:
+            owner[probe.join(have, list(self.keys), join_type="left semi")["_i"].to_numpy()] = i
+        new = np.flatnonzero(owner < 0)
+        if new.size:
             hw_pos = hw.as_snapshot().encode() if hw else ""
-            ops, poss = changes["_op"].to_pylist(), changes["_pos"].to_pylist()
-            new = [j for j in new if ops[j] != "d" and poss[j] > hw_pos]
-        if new and files:
-            held = [[mask[j].as_py() for mask in held_by] for j in new]
+            inserts = pc.and_(pc.not_equal(changes["_op"], "d"), pc.greater(changes["_pos"], hw_pos))
+            new = new[inserts.to_numpy(zero_copy_only=False)[new]]
+        if new.size and files:  # in the first file whose range can hold the key, else the nearest below it
+            inside = np.column_stack([mask.to_numpy(zero_copy_only=False)[new] for mask in held_by])
             below = key_ranges.nearest_below(files, keys.take(new), bounded)
-            for j, inside, near in zip(new, held, below):
-                owner[j] = inside.index(True) if any(inside) else near
+            owner[new] = np.where(inside.any(axis=1), inside.argmax(axis=1), below)
         now = int(time.time() * 1000)
         partition = {"_chunk": str(chunk_id)}
-        owners = pa.array(owner, pa.int64())
+        owners = pa.array(owner)
 
         def rewrite(i: int) -> list[StagedFile]:
             data = conform(rows_of(i), self.current_schema)
             merged = merge_changes(data, changes.filter(pc.equal(owners, i)), self.keys, {chunk_id: hw})
             return self._stage_sorted(merged, partition)
 
-        touched = sorted({o for o in owner if o >= 0})
+        touched = np.unique(owner[owner >= 0]).tolist()
         # the files are rewritten on a few threads (reading, sorting and encoding Parquet release the GIL)
         adds = [a for added in (pool.map(rewrite, touched) if pool and len(touched) > 1 else map(rewrite, touched))
                 for a in added]
         removes = [RemoveAction(files[i].path, True, now, files[i].size, partition) for i in touched]
-        if not files and new:
+        if not files and new.size:
             adds += self._stage_sorted(changes.take(new).filter(pc.not_equal(changes.take(new)["_op"], "d")), partition)
         return removes, adds
 

@@ -56,7 +56,7 @@ def _stream(crc: bool, width: int = 3) -> EventStream:
 def test_the_images_start_where_the_library_says(event_type, extra, bitmaps, crc):
     data = _event(event_type, extra, bitmaps, b"ROW IMAGES", crc)
     stream = _stream(crc)
-    ours = stream._rows_event(data, _ROWS[event_type])
+    ours = stream._rows_event(data, _ROWS[event_type], *stream._map_of(data))
     library = stream.library_event(data, stream.table_map)
     assert ours is not None and isinstance(ours, type(library)) and type(ours) is not type(library)
     assert ours.images[1:] == body_of(library)[1:]
@@ -83,15 +83,15 @@ def test_anything_else_is_left_to_the_library(case):
     if case == "filtered-schema":
         stream._only_schemas = ["other"]
     data = _event(event_type, b"", bitmaps, b"ROW IMAGES", False)
-    assert not stream._unmapped(data)
-    assert stream._rows_event(data, _ROWS[event_type]) is None
+    assert stream._map_of(data)[1] is not None
+    assert stream._rows_event(data, _ROWS[event_type], *stream._map_of(data)) is None
     assert stream.log_pos == 4  # not read: the library's parse moves the position
 
 
 def test_a_rows_event_of_a_table_without_a_map_is_dropped_as_the_library_drops_it():
     stream = _stream(False)
     data = _event(WRITE_ROWS_EVENT_V1, b"", b"\x07", b"ROW IMAGES", False, table_id=6)
-    assert stream._unmapped(data) and stream.library_event(data, stream.table_map) is None
+    assert stream._map_of(data)[1] is None and stream.library_event(data, stream.table_map) is None
 
 
 def _table_map(schema: bytes, table: bytes) -> bytes:
@@ -120,7 +120,7 @@ def test_bitmaps_of_every_width(width):
     full = ((1 << width) - 1).to_bytes((width + 7) // 8, "little")
     data = _event(UPDATE_ROWS_EVENT_V2, b"", full + full, b"ROW IMAGES", True, columns=width)
     stream = _stream(True, width)
-    ours, library = stream._rows_event(data, _ROWS[UPDATE_ROWS_EVENT_V2]), stream.library_event(data, stream.table_map)
+    ours, library = stream._rows_event(data, _ROWS[UPDATE_ROWS_EVENT_V2], *stream._map_of(data)), stream.library_event(data, stream.table_map)
     assert ours.images[1:] == body_of(library)[1:] and ours.columns_present_bitmap2 == library.columns_present_bitmap2
 
 
@@ -129,7 +129,7 @@ def test_a_post_header_of_another_length_is_left_to_the_library():
     stream._post_header_lengths = [0] * 40
     stream._post_header_lengths[WRITE_ROWS_EVENT_V2 - 1] = 12  # a server that writes two more bytes
     data = _event(WRITE_ROWS_EVENT_V2, b"", b"\x07", b"ROW IMAGES", False)
-    assert stream._rows_event(data, _ROWS[WRITE_ROWS_EVENT_V2]) is None
+    assert stream._rows_event(data, _ROWS[WRITE_ROWS_EVENT_V2], *stream._map_of(data)) is None
 
 
 def test_rows_asked_later_are_parsed_with_the_settings_the_event_was_read_with():
@@ -137,7 +137,7 @@ def test_rows_asked_later_are_parsed_with_the_settings_the_event_was_read_with()
     after a DBA's change of binlog_checksum): else the CRC would be read as row data."""
     stream = _stream(True)
     data = _event(WRITE_ROWS_EVENT_V1, b"", b"\x07", b"ROW IMAGES", True)
-    ours = stream._rows_event(data, _ROWS[WRITE_ROWS_EVENT_V1])
+    ours = stream._rows_event(data, _ROWS[WRITE_ROWS_EVENT_V1], *stream._map_of(data))
     stream._use_checksum = False  # the stream moved on to a file without checksums
     kept = ours._library[2]
     assert kept == ((0, 0, 0), True, None, None) and stream.parse_settings()[1] is False

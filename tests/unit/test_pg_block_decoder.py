@@ -226,12 +226,39 @@ def test_a_key_change_in_a_run_leaves_the_plain_messages_around_it_in_blocks():
 
 def test_a_run_is_full_at_its_message_count_or_its_bytes():
     """Large values (documents of 100 kB) make short runs: the decoder's gather index (8 bytes per value byte)
-    stays bounded by ``BLOCK_BYTES``, not by ``BLOCK_ROWS`` times the largest message."""
+    stays bounded by ``BLOCK_BYTES``, not by ``BLOCK_ROWS`` times the largest message. A run takes a transaction's
+    messages at once or one by one, and is full at the same message either way."""
     from airflow_provider_dblog.source.postgres.stream import BLOCK_BYTES, BLOCK_ROWS, _Run
 
-    small, big = _Run("public.t", _Version(meta_of([(V.TEXT, -1)])), True), _Run("public.t", None, True)
-    assert not any(small.add(b"x" * 100, FIRST, i, 0) for i in range(BLOCK_ROWS - 1))
-    assert small.add(b"x" * 100, FIRST, BLOCK_ROWS - 1, 0)
+    version = _Version(meta_of([(V.TEXT, -1)]))
+    many = [b"x" * 100] * (BLOCK_ROWS + 5)
+    at_once, one_by_one = _Run("public.t", version, True), _Run("public.t", version, True)
+    assert at_once.add(many, [100] * len(many), FIRST, 0, 0) == BLOCK_ROWS and at_once.full
+    assert all(one_by_one.add(many[:1], [100], FIRST, i, 0) == 1 and not one_by_one.full
+               for i in range(BLOCK_ROWS - 1))
+    assert one_by_one.add(many[:1], [100], FIRST, BLOCK_ROWS - 1, 0) == 1 and one_by_one.full
     document = b"x" * 100_000
-    fills = [big.add(document, FIRST, i, 0) for i in range(BLOCK_BYTES // len(document) + 1)]
-    assert fills[-1] and not any(fills[:-1]) and big.bytes >= BLOCK_BYTES
+    documents = [document] * (BLOCK_BYTES // len(document) + 5)
+    big = _Run("public.t", version, True)
+    assert big.add(documents[:3], [len(document)] * 3, FIRST, 0, 0) == 3 and not big.full
+    taken = big.add(documents, [len(document)] * len(documents), FIRST, 3, 0)
+    assert taken == BLOCK_BYTES // len(document) + 1 - 3 and big.full
+    assert big.bytes >= BLOCK_BYTES > big.bytes - len(document)
+
+
+def test_the_spans_of_a_batch_are_runs_of_one_relations_row_messages():
+    """``_row_spans``: each row message's span ends at the next message that is not a row message of its relation;
+    ``_span_arrays``: each message's span, row and ts."""
+    from airflow_provider_dblog.source.postgres.stream import _row_spans, _span_arrays
+
+    def row(tag: bytes, oid: int) -> bytes:
+        return tag + oid.to_bytes(4, "big") + b"N\x00\x00"
+
+    batch = [b"B" + bytes(20), row(b"I", 7), row(b"U", 7), row(b"D", 7), row(b"I", 8), b"R" + bytes(3),
+             row(b"I", 8), b"C" + bytes(25), row(b"U", 2**32 - 1)]
+    assert _row_spans(batch, [len(m) for m in batch]) == [1, 4, 4, 4, 5, 6, 7, 8, 9]
+    assert _row_spans(batch[1:2], [8]) == [1]
+    other = FIRST.with_row(0).__class__(FIRST.seq, FIRST.offset + 1)
+    span, rows, ts = _span_arrays([(FIRST, 3, 2, 10), (other, 0, 1, 11), (FIRST, 5, 3, 10)])
+    assert span.tolist() == [0, 0, 1, 2, 2, 2]
+    assert rows.tolist() == [3, 4, 0, 5, 6, 7] and ts.tolist() == [10, 10, 11, 10, 10, 10]

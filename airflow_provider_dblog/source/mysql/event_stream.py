@@ -21,7 +21,7 @@ pymysql's packets with ``_read_packet``/``_write_bytes``, as the library does.
 from __future__ import annotations
 
 import struct
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import pymysql
 from pymysql.protocol import MysqlPacket
@@ -218,14 +218,16 @@ class EventStream:
                 yield own[1](self._header(data), data)
                 continue
             rows = _ROWS.get(data[5])
-            if rows is not None and self._unmapped(data):
-                self._header(data)  # no map kept (a table the read filters out): the library drops it too
-                continue
-            if rows is not None and rows[0] in self._wanted:
-                event = self._rows_event(data, rows)
-                if event is not None:
-                    yield event
+            if rows is not None:
+                table_id, table = self._map_of(data)
+                if table is None:  # no map kept (a table the read filters out): the library drops it too
+                    self._header(data)
                     continue
+                if rows[0] in self._wanted:
+                    event = self._rows_event(data, rows, table_id, table)
+                    if event is not None:
+                        yield event
+                        continue
             body = None
             if data[5] == TABLE_MAP_EVENT:
                 body = bytes(data[_BODY:len(data) - _CHECKSUM if self._use_checksum else len(data)])
@@ -249,17 +251,23 @@ class EventStream:
         self.log_pos = header.log_pos or self.log_pos
         return header
 
-    def _unmapped(self, data) -> bool:
-        """Whether a rows event's table id has no map in this read (the library gives no event for it)."""
-        return int.from_bytes(data[_BODY:_BODY + 6], "little") not in self.table_map
+    def _map_of(self, data) -> tuple[int, Any]:
+        """A rows event's table id and the map this read keeps for it (None: none, so the library gives no event)."""
+        table_id = int.from_bytes(data[_BODY:_BODY + 6], "little")
+        return table_id, self.table_map.get(table_id)
+
+    def _known_post_header(self, event_type: int, length: int) -> bool:
+        """Whether events of ``event_type`` have the post-header ``length`` this loop reads (the format description
+        event of the file says; none read yet: the default)."""
+        lengths = self._post_header_lengths
+        return not (lengths and len(lengths) >= event_type and lengths[event_type - 1] != length)
 
     def _filtered_out(self, data) -> bool:
         """Whether a table map names a table the read's filters leave out (read here: the library's wrapper and
         parser cost more than a skipped map, one per transaction of every table the capture does not hold)."""
         if self._only_tables is None and self._only_schemas is None:
             return False
-        lengths = self._post_header_lengths
-        if lengths and len(lengths) >= TABLE_MAP_EVENT and lengths[TABLE_MAP_EVENT - 1] != 8:
+        if not self._known_post_header(TABLE_MAP_EVENT, 8):
             return False  # a post-header this loop does not know: the library's parse
         at = _BODY + 8
         schema = bytes(data[at + 1:at + 1 + data[at]]).decode()
@@ -268,14 +276,11 @@ class EventStream:
         return ((self._only_tables is not None and table not in self._only_tables)
                 or (self._only_schemas is not None and schema not in self._only_schemas))
 
-    def _rows_event(self, data, kind: tuple) -> _RowsHeader | None:
-        """A rows event of full images of a mapped table that the filters keep, its header read here (the library
-        would build its ``Table``'s ``data`` dict and read the header byte by byte: about a fifth of a single-row
-        transaction's read); None: anything else, which the library parses."""
-        table_id = int.from_bytes(data[_BODY:_BODY + 6], "little")
-        table = self.table_map[table_id]
-        lengths = self._post_header_lengths
-        if ((lengths and len(lengths) >= data[5] and lengths[data[5] - 1] != kind[2])
+    def _rows_event(self, data, kind: tuple, table_id: int, table) -> _RowsHeader | None:
+        """A rows event of full images of ``table`` (mapped as ``table_id``) that the filters keep, its header read
+        here (the library would build its ``Table``'s ``data`` dict and read the header byte by byte: about a fifth
+        of a single-row transaction's read); None: anything else, which the library parses."""
+        if (not self._known_post_header(data[5], kind[2])
                 or (self._only_schemas is not None and table.schema not in self._only_schemas)
                 or (self._only_tables is not None and table.table not in self._only_tables)):
             return None

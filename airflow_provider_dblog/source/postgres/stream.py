@@ -33,12 +33,15 @@ import time
 from dataclasses import replace
 from typing import Iterator, Mapping, Sequence
 
+import numpy as np
 import psycopg2
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
-from airflow_provider_dblog.core.positions import SourcePosition, encode_position, lsn_position, position_lsn
+from airflow_provider_dblog.core.positions import SourcePosition, lsn_position, position_lsn
 from airflow_provider_dblog.core.schema_events import UNREADABLE, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.postgres import pgoutput
@@ -60,8 +63,8 @@ log = logging.getLogger("dblog")
 FETCH_ROWS = 5000  # messages per round trip of the server-side cursor
 BLOCK_ROWS = 10_000  # row messages per ChangeBlock
 BLOCK_BYTES = 8 << 20  # and their bytes: the block decoder gathers a column's values through an 8-byte index per byte
-_INSERT, _UPDATE = ord("I"), ord("U")
-_ROW_TAGS = frozenset((ord("I"), _UPDATE, ord("D")))
+_INSERT, _UPDATE, _DELETE = ord("I"), ord("U"), ord("D")
+_ROW_TAGS = frozenset((_INSERT, _UPDATE, _DELETE))
 _OID = struct.Struct("!I").unpack_from
 _NOT_CAPTURED = ("", None)
 TOAST_FIX = "give the key a column that is never TOASTed, or ALTER TABLE {table} REPLICA IDENTITY FULL"
@@ -100,36 +103,87 @@ class _Run:
     def __init__(self, name: str, version: _Version, blocks: bool) -> None:
         self.name, self.version, self.blocks = name, version, blocks
         self.payloads: list[bytes] = []
-        self.rows: list[tuple[SourcePosition, int, int]] = []  # per message: its transaction's first position, row, ts
-        self.bytes = 0
+        self.spans: list[tuple[SourcePosition, int, int, int]] = []  # (its transaction's first position, first row,
+        self.bytes = 0                                                 # messages, ts) per span of one transaction
 
-    def add(self, payload: bytes, first: SourcePosition, row: int, ts: int) -> bool:
-        """Collect one message; True when the run is full (``BLOCK_ROWS`` messages or ``BLOCK_BYTES``)."""
-        self.payloads.append(payload)
-        self.rows.append((first, row, ts))
-        self.bytes += len(payload)
+    def add(self, payloads: Sequence[bytes], lengths: Sequence[int], first: SourcePosition, row: int, ts: int) -> int:
+        """Collect messages of one transaction (its rows ``row``, ``row + 1``, ...; ``lengths``: theirs) up to a full
+        run (``BLOCK_ROWS`` messages or ``BLOCK_BYTES``, then ``full``): how many were taken."""
+        take = min(len(payloads), BLOCK_ROWS - len(self.payloads))
+        size = sum(lengths[:take])
+        if self.bytes + size >= BLOCK_BYTES:  # the run is full at the message that reaches BLOCK_BYTES
+            size, take = self.bytes, 0
+            while size < BLOCK_BYTES:
+                size += lengths[take]
+                take += 1
+            size -= self.bytes
+        self.payloads += payloads[:take]
+        self.spans.append((first, row, take, ts))
+        self.bytes += size
+        return take
+
+    @property
+    def full(self) -> bool:
         return len(self.payloads) >= BLOCK_ROWS or self.bytes >= BLOCK_BYTES
 
     def flush(self, reader: "SlotReader") -> list[ChangeBlock | ChangeEvent]:
         """The collected messages as blocks, and as events those the block decoder leaves (``decode_blocks``)."""
         if not self.payloads:
             return []
-        payloads, rows, self.payloads, self.rows, self.bytes = self.payloads, self.rows, [], [], 0
+        payloads, spans, self.payloads, self.spans, self.bytes = self.payloads, self.spans, [], [], 0
         out: list[ChangeBlock | ChangeEvent] = []
         if len(payloads) < MIN_BLOCK:  # a block's array work costs more than a few messages one by one
-            pieces: list = [range(len(payloads))]
-        else:
-            pieces = decode_blocks(self.name, self.version.meta, payloads, lambda i: rows[i][0].with_row(2 * rows[i][1]),
-                                   [encode_position(f.seq, f.offset, 2 * r) for f, r, _ in rows],
-                                   [ts for _, _, ts in rows])
+            i = 0
+            for first, row, count, ts in spans:
+                for r in range(row, row + count):
+                    out += reader._row_events(self.name, self.version, payloads[i][0], payloads[i],
+                                              first.with_row(r), ts)
+                    i += 1
+            return out
+        span, rows, ts_ms = _span_arrays(spans)
+        firsts = [first for first, _, _, _ in spans]
+        positions = pc.binary_join_element_wise(
+            pa.array([f"{f.seq:08d}.{f.offset:012d}." for f in firsts]).take(span),
+            pc.utf8_lpad(pa.array(2 * rows).cast(pa.string()), 8, "0"), "")
+        pieces = decode_blocks(self.name, self.version.meta, payloads,
+                               lambda i: firsts[span[i]].with_row(2 * int(rows[i])), positions, ts_ms)
         for piece in pieces:
             if isinstance(piece, ChangeBlock):
                 out.append(piece)
                 continue
             for i in piece:
-                first, row, ts = rows[i]
-                out += reader._row_events(self.name, self.version, payloads[i][0], payloads[i], first.with_row(row), ts)
+                out += reader._row_events(self.name, self.version, payloads[i][0], payloads[i],
+                                          firsts[span[i]].with_row(int(rows[i])), int(ts_ms[i]))
         return out
+
+
+def _span_arrays(spans: Sequence[tuple[SourcePosition, int, int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per message of ``spans``: the index of its span, its row in its transaction, its transaction's ts."""
+    counts = np.array([count for _, _, count, _ in spans], np.int64)
+    span = np.repeat(np.arange(len(spans)), counts)
+    starts = np.zeros(len(spans), np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    rows = np.array([row for _, row, _, _ in spans], np.int64)[span] + np.arange(len(span)) - starts[span]
+    return span, rows, np.array([ts for _, _, _, ts in spans], np.int64)[span]
+
+
+def _row_spans(batch: Sequence[bytes], lengths: Sequence[int]) -> list[int]:
+    """Per message of ``batch``, the end of its span: the row messages (Insert, Update, Delete) of one relation
+    that follow it without another message between (a non-row message is a span of its own)."""
+    n = len(batch)
+    if n == 1:
+        return [1]
+    starts = np.zeros(n, np.int64)
+    np.cumsum(np.asarray(lengths[:-1], np.int64), out=starts[1:])
+    data = np.frombuffer(b"".join(batch) + bytes(5), np.uint8)
+    tags = data[starts]
+    row = (tags == _INSERT) | (tags == _UPDATE) | (tags == _DELETE)
+    oid = np.zeros(n, np.uint32)
+    for i in range(1, 5):
+        oid = (oid << 8) | data[starts + i]
+    cut = np.flatnonzero(~row[1:] | ~row[:-1] | (oid[1:] != oid[:-1])) + 1
+    ends = np.append(cut, n)
+    return np.repeat(ends, np.diff(np.append(0, ends))).tolist()
 
 
 class SlotReader:
@@ -141,24 +195,32 @@ class SlotReader:
 
     # ---- the rows of the slot ----
     def _messages(self, end: int) -> Iterator[bytes]:
-        """The payloads of every message of the slot up to ``end``, from a peek (nothing consumed). A connection the
-        server closed mid-read (``pg_terminate_backend``, a restart) is opened again and peeked again, the messages
-        already given skipped: a peek from the same slot position gives the same messages, and the first one (a
-        Begin, naming its transaction and commit) proves the position did not move meanwhile."""
+        """The payloads of every message of the slot up to ``end`` (``_batches``), one by one."""
+        for batch in self._batches(end):
+            yield from batch
+
+    def _batches(self, end: int) -> Iterator[list[bytes]]:
+        """The payloads of every message of the slot up to ``end``, from a peek (nothing consumed), as the cursor
+        fetches them. A connection the server closed mid-read (``pg_terminate_backend``, a restart) is opened again
+        and peeked again, the messages already given skipped: a peek from the same slot position gives the same
+        messages, and the first one (a Begin, naming its transaction and commit) proves the position did not move
+        meanwhile."""
         given, first, lost = 0, None, 0
         while True:
             try:
-                for index, payload in enumerate(self._peek(end)):
-                    if index == 0:
+                seen = 0
+                for batch in self._peek(end):
+                    if seen == 0:
                         if first is None:
-                            first = payload
-                        elif payload != first:
+                            first = batch[0]
+                        elif batch[0] != first:
                             raise DblogError(f"replication slot {self.slot} on {self.client.where} moved while its "
                                              f"read was connected again: run the tail again")
-                    if index < given:
+                    skipped, seen = given - seen, seen + len(batch)
+                    if seen <= given:
                         continue
-                    given += 1
-                    yield payload
+                    given = seen
+                    yield batch[skipped:] if skipped > 0 else batch
                 return
             except ConnectionLost as exc:
                 lost += 1
@@ -169,20 +231,20 @@ class SlotReader:
                             "%d messages read are skipped", self.slot, exc, given)
                 time.sleep(min(0.2 * lost, 2.0))
 
-    def _peek(self, end: int) -> Iterator[bytes]:
-        """One peek of the slot up to ``end`` on its own connection (``ConnectionLost``: the server closed it)."""
+    def _peek(self, end: int) -> Iterator[list[bytes]]:
+        """One peek of the slot up to ``end`` on its own connection, ``FETCH_ROWS`` messages at a time
+        (``ConnectionLost``: the server closed it)."""
         conn = self.client.connect(autocommit=False)
         deadline = time.monotonic() + BUSY_RETRY_SECONDS
         try:
             while True:
                 cur = conn.cursor(name="dblog_slot_changes")
-                cur.itersize = FETCH_ROWS
                 try:
                     cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
                                 "'proto_version', '1', 'publication_names', %s)",
                                 (self.slot, format_lsn(end), self.publication))
-                    for (data,) in cur:
-                        yield bytes(data)
+                    while rows := cur.fetchmany(FETCH_ROWS):
+                        yield [bytes(data) for data, in rows]
                     return
                 except psycopg2.Error as exc:
                     message = first_line(exc, self.client.config.password)
@@ -249,86 +311,104 @@ class SlotReader:
             raise DblogError(problem)
         after, upto = start.as_snapshot(), end.as_snapshot()
         final, row, ts, boundary, skip, first = 0, 0, 0, start, True, start
-        messages = self._messages(position_lsn(end))
-        head = next(messages, None)  # the peek has begun: it started at the slot's confirmed_flush_lsn of then,
+        batches = self._batches(position_lsn(end))
+        head = next(batches, None)  # the peek has begun: it started at the slot's confirmed_flush_lsn of then,
         check_holds(self.client, self.slot, position_lsn(start), str(start))  # which a DBA may have moved
-        for payload in messages if head is None else itertools.chain((head,), messages):
-            tag = payload[0]
-            if tag in _ROW_TAGS:  # Insert, Update, Delete: the hot path, decoded by the table version's decoder
-                position_row, row = row, row + 1
-                if skip:  # the transaction is at or before ``start`` (a whole transaction is on one side)
+        done = False
+        for batch in batches if head is None else itertools.chain((head,), batches):
+            lengths = list(map(len, batch))
+            span_end, k = _row_spans(batch, lengths), 0
+            while k < len(batch):
+                payload = batch[k]
+                tag = payload[0]
+                if tag in _ROW_TAGS:  # Insert, Update, Delete: the hot path, a span of one relation's at a time
+                    position_row, count = row, span_end[k] - k
+                    if skip:  # the transaction is at or before ``start`` (a whole transaction is on one side)
+                        row, k = row + count, k + count
+                        continue
+                    oid = _OID(payload, 1)[0]
+                    name, version = relations.get(oid, _NOT_CAPTURED)
+                    if version is None:
+                        row, k = row + count, k + count
+                        continue
+                    if refused and oid in refused:  # one by one: its UPDATEs and DELETEs are not applied
+                        count = 1
+                        if tag != _INSERT:  # its old key is unknown: said once per table, at the last one
+                            unknown_rows[name] = (refused[oid], boundary, first.with_row(position_row))
+                            row, k = row + 1, k + 1
+                            continue
+                    run = runs.get(name)
+                    if run is None or run.version is not version:
+                        if run is not None:
+                            yield from run.flush(self)
+                        pos = first.with_row(position_row)
+                        if versions.get(name) is not version:
+                            if version.signature != self._planned(metas[name]).signature or name in versions:
+                                yield SchemaVersion(version.meta, pos)
+                            versions[name] = version
+                        after_block = blocks_after.get(name)
+                        run = runs[name] = _Run(name, version, after_block is not None and pos > after_block)
+                        if not run.blocks:
+                            undecided.append(name)
+                    if run.blocks:
+                        while count:
+                            taken = run.add(batch[k:k + count], lengths[k:k + count], first, row, ts)
+                            row, k, count = row + taken, k + taken, count - taken
+                            if run.full:
+                                yield from run.flush(self)
+                        continue
+                    row, k = row + 1, k + 1
+                    yield from self._row_events(name, version, tag, payload, first.with_row(position_row), ts)
                     continue
-                oid = _OID(payload, 1)[0]
-                name, version = relations.get(oid, _NOT_CAPTURED)
-                if version is None:
+                k += 1
+                message = pgoutput.decode(payload)
+                kind = type(message)
+                if kind is pgoutput.Begin:
+                    final, row, ts = message.final_lsn, 0, message.commit_ts_us // 1000
+                    first = change_position(final)
+                    if first > upto:
+                        done = True
+                        break
+                    for name in undecided:  # their blocks may start in this transaction
+                        runs.pop(name, None)
+                    undecided.clear()
+                    skip = first <= after  # and so is every row of it: ``after`` is a snapshot position
+                    boundary = lsn_position(final)
                     continue
-                if refused and tag != _INSERT and oid in refused:  # its old key is unknown: said once per table,
-                    unknown_rows[name] = (refused[oid], boundary, first.with_row(position_row))  # at the last one
+                if kind is not pgoutput.Commit:
+                    for waiting in runs.values():  # the rows before a Relation, Truncate or Origin come first
+                        yield from waiting.flush(self)
+                if kind is pgoutput.Relation:
+                    name = f"{message.namespace or 'pg_catalog'}.{message.name}"
+                    renamed = oids.get(message.oid)
+                    if renamed is not None and renamed != name:
+                        pos = change_position(final, row)
+                        if after < pos:
+                            yield SchemaChange(renamed, "rename", f"(table renamed to {name} in the WAL)", boundary,
+                                               pos)
+                    if name not in metas:
+                        relations[message.oid] = (name, None)
+                        continue
+                    version = self._version(message, versions.get(name) or self._planned(metas[name]))
+                    relations[message.oid] = (name, version)
+                    problem = identity_problem(message, metas[name])
+                    if problem:
+                        refused[message.oid] = problem
+                    else:
+                        refused.pop(message.oid, None)
                     continue
-                run = runs.get(name)
-                if run is None or run.version is not version:
-                    if run is not None:
-                        yield from run.flush(self)
-                    pos = first.with_row(position_row)
-                    if versions.get(name) is not version:
-                        if version.signature != self._planned(metas[name]).signature or name in versions:
-                            yield SchemaVersion(version.meta, pos)
-                        versions[name] = version
-                    after_block = blocks_after.get(name)
-                    run = runs[name] = _Run(name, version, after_block is not None and pos > after_block)
-                    if not run.blocks:
-                        undecided.append(name)
-                if run.blocks:
-                    if run.add(payload, first, position_row, ts):
-                        yield from run.flush(self)
-                    continue
-                pos = first.with_row(position_row)  # change_position(final, row)
-                yield from self._row_events(name, version, tag, payload, pos, ts)
-                continue
-            message = pgoutput.decode(payload)
-            kind = type(message)
-            if kind is pgoutput.Begin:
-                final, row, ts = message.final_lsn, 0, message.commit_ts_us // 1000
-                first = change_position(final)
-                if first > upto:
-                    break
-                for name in undecided:  # their blocks may start in this transaction
-                    runs.pop(name, None)
-                undecided.clear()
-                skip = first <= after  # and so is every row of it: ``after`` is a snapshot position
-                boundary = lsn_position(final)
-                continue
-            if kind is not pgoutput.Commit:
-                for waiting in runs.values():  # the rows before a Relation, Truncate or Origin come first
-                    yield from waiting.flush(self)
-            if kind is pgoutput.Relation:
-                name = f"{message.namespace or 'pg_catalog'}.{message.name}"
-                renamed = oids.get(message.oid)
-                if renamed is not None and renamed != name:
+                if kind is pgoutput.Truncate:
                     pos = change_position(final, row)
-                    if after < pos:
-                        yield SchemaChange(renamed, "rename", f"(table renamed to {name} in the WAL)", boundary, pos)
-                if name not in metas:
-                    relations[message.oid] = (name, None)
-                    continue
-                version = self._version(message, versions.get(name) or self._planned(metas[name]))
-                relations[message.oid] = (name, version)
-                problem = identity_problem(message, metas[name])
-                if problem:
-                    refused[message.oid] = problem
-                else:
-                    refused.pop(message.oid, None)
-                continue
-            if kind is pgoutput.Truncate:
-                pos = change_position(final, row)
-                row += 1
-                if pos <= after:
-                    continue
-                for oid in message.relation_oids:
-                    name, version = relations.get(oid, ("", None))
-                    if version is not None:
-                        yield SchemaChange(name, "truncate", f"TRUNCATE {name} (in the WAL)", boundary, pos)
-            # Commit, Origin, Type, LogicalMessage: nothing to emit (positions come from Begin)
+                    row += 1
+                    if pos <= after:
+                        continue
+                    for oid in message.relation_oids:
+                        name, version = relations.get(oid, ("", None))
+                        if version is not None:
+                            yield SchemaChange(name, "truncate", f"TRUNCATE {name} (in the WAL)", boundary, pos)
+                # Commit, Origin, Type, LogicalMessage: nothing to emit (positions come from Begin)
+            if done:
+                break
         for run in runs.values():
             yield from run.flush(self)
         for name, (problem, at, pos) in unknown_rows.items():
