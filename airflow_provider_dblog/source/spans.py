@@ -52,15 +52,43 @@ def big_endian(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
 def binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray) -> pa.Array | None:
     """One Arrow binary array of the spans (null where not ``valid``); None past 2 GB of values (a 32-bit
     offsets array cannot hold them)."""
-    n = len(starts)
+    valid = np.asarray(valid, bool)
     lengths = np.where(valid, lengths, 0).astype(np.int64)
+    if int(lengths.sum()) >= 1 << 31:
+        return None
+    in_order = _spans_in_order(data, starts, lengths, valid)
+    return in_order if in_order is not None else _gathered(data, starts, lengths, valid)
+
+
+def _spans_in_order(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray) -> pa.Array | None:
+    """``binary`` when the valid spans follow each other in ``data`` (the values of one column, row after row): the
+    values and the gaps between them are one binary array over ``data`` as it is, and Arrow's ``take`` copies the
+    values out (no index per byte); None when they do not."""
+    n = len(starts)
+    if n == 0 or len(data) >= 1 << 31:
+        return None
+    bounds = np.empty(2 * n, np.int64)
+    bounds[0::2] = np.where(valid, starts, 0)
+    bounds[1::2] = bounds[0::2] + lengths
+    following = np.maximum.accumulate(bounds)  # a missing value: an empty span where the one before it ends
+    pair = np.repeat(valid, 2)
+    if not np.array_equal(following[pair], bounds[pair]) or following[-1] > len(data):
+        return None
+    present = np.ones(2 * n - 1, bool)
+    present[0::2] = valid
+    spread = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [pa.py_buffer(np.packbits(present, bitorder="little")),
+                                                          pa.py_buffer(following.astype(np.int32)),
+                                                          pa.py_buffer(data)],
+                                   null_count=n - int(np.count_nonzero(valid)))
+    return spread.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
+
+
+def _gathered(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray) -> pa.Array:
+    """``binary`` of spans in any order: every value byte gathered through an index."""
+    n = len(starts)
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    total = int(offsets[-1])
-    if total >= 1 << 31:
-        return None
-    index = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - starts, lengths)
-    valid = np.asarray(valid, bool)
+    index = np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1] - starts, lengths)
     return pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(np.packbits(valid, bitorder="little")),
                                                  pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data[index])],
                                  null_count=n - int(np.count_nonzero(valid)))
