@@ -52,53 +52,24 @@ def test_a_postgres_statement_runs_again_after_its_backend_is_terminated(postgre
 
 
 def test_a_slot_read_whose_backend_is_terminated_mid_read_resumes_after_what_it_gave(postgres, pg_db):
-    """A peek of 80,000 messages loses its backend after the first 6,000 were given (the COPY's thread reads a few
-    batches ahead, not all of them): the read connects again and gives each message once, in order, exactly as an
-    undisturbed peek."""
+    """A peek of 30,000 messages loses its backend after the first 6,000: the read connects again and gives each
+    message once, in order, exactly as an undisturbed peek."""
     postgres.sql("CREATE TABLE public.t (id int PRIMARY KEY, v text)", "CREATE PUBLICATION p FOR TABLE public.t",
                  "SELECT pg_create_logical_replication_slot('s_resume', 'pgoutput')", db=pg_db)
-    postgres.sql("INSERT INTO public.t SELECT g, 'v' || g FROM generate_series(1, 40000) g",
+    postgres.sql("INSERT INTO public.t SELECT g, 'v' || g FROM generate_series(1, 15000) g",
                  "UPDATE public.t SET v = v || '!'", db=pg_db)
     client = PostgresClient(SourceConfig.parse(postgres.uri(pg_db)))
     reader = SlotReader(client, "s_resume", "p")
     end = client.current_lsn()
     want = list(reader._messages(end))
-    assert len(want) > 80_000
+    assert len(want) > 30_000
     got = []
     for payload in reader._messages(end):
         got.append(payload)
         if len(got) == 6_000:
             killed = postgres.sql("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                  "WHERE application_name = 'dblog' AND query LIKE 'COPY (SELECT data FROM "
-                                  "pg_logical_slot_peek_binary_changes%'")[0][0]
+                                  "WHERE application_name = 'dblog' AND query LIKE '%dblog_slot_changes%'")[0][0]
     assert killed == 1
     assert got == want
     postgres.sql("SELECT pg_drop_replication_slot('s_resume')", db=pg_db)
-    client.close()
-
-
-def test_a_slot_read_abandoned_midway_stops_its_copy_and_frees_the_slot(postgres, pg_db):
-    """A reader that stops after its first batch (an error while decoding, a read that ends early): the COPY's
-    thread stops, its connection is closed, no backend keeps peeking the slot, and the next read has it at once."""
-    postgres.sql("CREATE TABLE public.t (id int PRIMARY KEY, v text)", "CREATE PUBLICATION p FOR TABLE public.t",
-                 "SELECT pg_create_logical_replication_slot('s_abandon', 'pgoutput')", db=pg_db)
-    postgres.sql("INSERT INTO public.t SELECT g, 'v' || g FROM generate_series(1, 40000) g",
-                 "UPDATE public.t SET v = v || '!'", db=pg_db)
-    client = PostgresClient(SourceConfig.parse(postgres.uri(pg_db)))
-    reader = SlotReader(client, "s_abandon", "p")
-    end = client.current_lsn()
-    batches = reader._batches(end)
-    first = next(batches)
-    batches.close()
-    for _ in range(50):  # the server notices the closed connection when it next writes to it
-        held = postgres.sql("SELECT active FROM pg_replication_slots WHERE slot_name = 's_abandon'")[0][0]
-        peeking = postgres.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dblog' AND query "
-                               "LIKE 'COPY (SELECT data FROM pg_logical_slot_peek_binary_changes%'")[0][0]
-        if not held and not peeking:
-            break
-        time.sleep(0.1)
-    assert (held, peeking) == (False, 0), "the abandoned COPY still reads the slot"
-    again = list(reader._messages(end))
-    assert len(again) > 80_000 and again[:len(first)] == first
-    postgres.sql("SELECT pg_drop_replication_slot('s_abandon')", db=pg_db)
     client.close()

@@ -1,7 +1,7 @@
 """The change stream of a PostgreSQL capture: its slot's ``pgoutput`` messages as ``ChangeEvent`` s.
 
 A range ``(start, end]`` is read with ``pg_logical_slot_peek_binary_changes(slot, end, ...)`` through a
-binary COPY (``copy_stream``): plain SQL on an ordinary connection, decoded from the slot's restart point up to the
+server-side cursor: plain SQL on an ordinary connection, decoded from the slot's restart point up to the
 first record that ends at or past ``end``, and *peeked*: nothing is consumed, so a read that fails or is
 killed is simply read again (the slot moves only on ``slot.advance``, after the lake committed). A read of
 a slot another process holds waits a little, then says which process.
@@ -46,7 +46,6 @@ from airflow_provider_dblog.core.schema_events import UNREADABLE, SchemaChange, 
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.postgres import pgoutput
 from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
-from airflow_provider_dblog.source.postgres.copy_stream import CopyFormatError, copied_values
 from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, decode_blocks
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
@@ -61,7 +60,7 @@ from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 from airflow_provider_dblog.source.reconnect import LOST_CONNECTION_RETRIES, ConnectionLost
 
 log = logging.getLogger("dblog")
-FETCH_ROWS = 5000  # messages per batch of the COPY that reads the slot
+FETCH_ROWS = 5000  # messages per round trip of the server-side cursor
 BLOCK_ROWS = 10_000  # row messages per ChangeBlock
 BLOCK_BYTES = 8 << 20  # and their bytes: the block decoder gathers a column's values through an 8-byte index per byte
 _INSERT, _UPDATE, _DELETE = ord("I"), ord("U"), ord("D")
@@ -238,17 +237,15 @@ class SlotReader:
         conn = self.client.connect(autocommit=False)
         deadline = time.monotonic() + BUSY_RETRY_SECONDS
         try:
-            with conn.cursor() as cur:
-                statement = cur.mogrify("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
-                                        "'proto_version', '1', 'publication_names', %s)",
-                                        (self.slot, format_lsn(end), self.publication)).decode()
             while True:
+                cur = conn.cursor(name="dblog_slot_changes")
                 try:
-                    yield from copied_values(conn, statement, FETCH_ROWS)
+                    cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
+                                "'proto_version', '1', 'publication_names', %s)",
+                                (self.slot, format_lsn(end), self.publication))
+                    while rows := cur.fetchmany(FETCH_ROWS):
+                        yield [bytes(data) for data, in rows]
                     return
-                except CopyFormatError as exc:
-                    raise DblogError(f"reading the changes of replication slot {self.slot} on {self.client.where} "
-                                     f"failed: {exc}") from None
                 except psycopg2.Error as exc:
                     message = first_line(exc, self.client.config.password)
                     if conn.closed:
