@@ -121,10 +121,12 @@ def _decode(table, meta, payloads, first, positions, ts_ms) -> ChangeBlock:
             bad |= updated_old & ~same.to_numpy(zero_copy_only=False)
     if np.any(bad):
         raise _Uncommon(~bad)
-    new_values = [column(i, False) for i in range(ncols)]
-    old_values = [column(i, True) for i in range(ncols)]
+    # an image no message of the run carries (no old rows: inserts, and updates under REPLICA IDENTITY DEFAULT
+    # that keep their key; no new rows: deletes) is nulls, not decoded
+    new_values = [column(i, False) if has_new.any() else pa.nulls(n, t) for i, t in enumerate(types)]
+    old_values = [column(i, True) if has_old.any() else pa.nulls(n, t) for i, t in enumerate(types)]
     new_mask = pa.array(has_new)
-    images = [pc.if_else(new_mask, a, b) for a, b in zip(new_values, old_values)]
+    images = new_values if has_new.all() else [pc.if_else(new_mask, a, b) for a, b in zip(new_values, old_values)]
     # the before image: the old row, or (an Update without one) the key of the new row, or null (an Insert)
     key_only = pa.array(update & ~old_row)
     before = [pc.if_else(key_only, new_values[i] if i in keys else pa.nulls(n, t), old_values[i])
