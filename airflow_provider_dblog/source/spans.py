@@ -54,9 +54,11 @@ def binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.
     offsets array cannot hold them)."""
     valid = np.asarray(valid, bool)
     lengths = np.where(valid, lengths, 0).astype(np.int64)
-    if int(lengths.sum()) >= 1 << 31:
+    total = int(lengths.sum())
+    if total >= 1 << 31:
         return None
-    in_order = _spans_in_order(data, starts, lengths, valid)
+    # Arrow's take costs ≈40 ns a value and ≈25 µs a call, the gather ≈3 ns a byte: take long values only
+    in_order = _spans_in_order(data, starts, lengths, valid) if total > 12 * len(starts) + 8192 else None
     return in_order if in_order is not None else _gathered(data, starts, lengths, valid)
 
 

@@ -1,6 +1,6 @@
-"""``spans.binary``: the values at byte spans of one buffer, as one Arrow binary array. Spans that follow each other
-(a column's values, row after row) are copied out by Arrow's ``take``; any others through an index per byte: the
-same array either way, nulls where a value is missing whatever its span says."""
+"""``spans.binary``: the values at byte spans of one buffer, as one Arrow binary array. Long values whose spans
+follow each other (a column's values, row after row) are copied out by Arrow's ``take``; any others through an
+index per byte: the same array either way, nulls where a value is missing whatever its span says."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,8 +33,14 @@ def test_binary_is_the_bytes_of_each_span(rows, shuffled, seed):
         starts, lengths, valid = ([x[i] for i in order] for x in (starts, lengths, valid))
     raw = bytes(np.random.default_rng(seed).integers(0, 256, at + 60, dtype=np.uint8))
     data = np.frombuffer(raw + bytes(spans.PAD), np.uint8)
-    got = spans.binary(data, np.array(starts, np.int64), np.array(lengths, np.int64), np.array(valid, bool))
-    assert got.equals(_expected(raw, starts, lengths, valid))
+    starts, lengths, valid = np.array(starts, np.int64), np.array(lengths, np.int64), np.array(valid, bool)
+    expected = _expected(raw, starts.tolist(), lengths.tolist(), valid.tolist())
+    assert spans.binary(data, starts, lengths, valid).equals(expected)
+    lengths = np.where(valid, lengths, 0)
+    assert spans._gathered(data, starts, lengths, valid).equals(expected)
+    taken = spans._spans_in_order(data, starts, lengths, valid)
+    assert (taken is not None) == (len(starts) > 0 and bool(np.all(np.diff(starts[valid]) >= 0)))
+    assert taken is None or taken.equals(expected)
 
 
 def test_spans_in_order_are_taken_and_others_gathered():
