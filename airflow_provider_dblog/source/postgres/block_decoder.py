@@ -123,8 +123,9 @@ def _decode(table, meta, payloads, first, positions, ts_ms) -> ChangeBlock:
         raise _Uncommon(~bad)
     # an image no message of the run carries (no old rows: inserts, and updates under REPLICA IDENTITY DEFAULT
     # that keep their key; no new rows: deletes) is nulls, not decoded
-    new_values = [column(i, False) if has_new.any() else pa.nulls(n, t) for i, t in enumerate(types)]
-    old_values = [column(i, True) if has_old.any() else pa.nulls(n, t) for i, t in enumerate(types)]
+    any_new, any_old = bool(has_new.any()), bool(has_old.any())
+    new_values = [column(i, False) if any_new else pa.nulls(n, t) for i, t in enumerate(types)]
+    old_values = [column(i, True) if any_old else pa.nulls(n, t) for i, t in enumerate(types)]
     new_mask = pa.array(has_new)
     images = new_values if has_new.all() else [pc.if_else(new_mask, a, b) for a, b in zip(new_values, old_values)]
     # the before image: the old row, or (an Update without one) the key of the new row, or null (an Insert)

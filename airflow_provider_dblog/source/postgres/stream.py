@@ -44,6 +44,7 @@ from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import SourcePosition, lsn_position, position_lsn
 from airflow_provider_dblog.core.schema_events import UNREADABLE, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import Column, TableMeta
+from airflow_provider_dblog.source import spans
 from airflow_provider_dblog.source.postgres import pgoutput
 from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
 from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, decode_blocks
@@ -130,18 +131,18 @@ class _Run:
         """The collected messages as blocks, and as events those the block decoder leaves (``decode_blocks``)."""
         if not self.payloads:
             return []
-        payloads, spans, self.payloads, self.spans, self.bytes = self.payloads, self.spans, [], [], 0
+        payloads, collected, self.payloads, self.spans, self.bytes = self.payloads, self.spans, [], [], 0
         out: list[ChangeBlock | ChangeEvent] = []
         if len(payloads) < MIN_BLOCK:  # a block's array work costs more than a few messages one by one
             i = 0
-            for first, row, count, ts in spans:
+            for first, row, count, ts in collected:
                 for r in range(row, row + count):
                     out += reader._row_events(self.name, self.version, payloads[i][0], payloads[i],
                                               first.with_row(r), ts)
                     i += 1
             return out
-        span, rows, ts_ms = _span_arrays(spans)
-        firsts = [first for first, _, _, _ in spans]
+        span, rows, ts_ms = _span_arrays(collected)
+        firsts = [first for first, _, _, _ in collected]
         positions = pc.binary_join_element_wise(
             pa.array([f"{f.seq:08d}.{f.offset:012d}." for f in firsts]).take(span),
             pc.utf8_lpad(pa.array(2 * rows).cast(pa.string()), 8, "0"), "")
@@ -157,14 +158,15 @@ class _Run:
         return out
 
 
-def _span_arrays(spans: Sequence[tuple[SourcePosition, int, int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per message of ``spans``: the index of its span, its row in its transaction, its transaction's ts."""
-    counts = np.array([count for _, _, count, _ in spans], np.int64)
-    span = np.repeat(np.arange(len(spans)), counts)
-    starts = np.zeros(len(spans), np.int64)
+def _span_arrays(collected: Sequence[tuple[SourcePosition, int, int, int]]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per message of a run's ``collected`` spans: the index of its span, its row in its transaction, its ts."""
+    counts = np.array([count for _, _, count, _ in collected], np.int64)
+    span = np.repeat(np.arange(len(collected)), counts)
+    starts = np.zeros(len(collected), np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
-    rows = np.array([row for _, row, _, _ in spans], np.int64)[span] + np.arange(len(span)) - starts[span]
-    return span, rows, np.array([ts for _, _, _, ts in spans], np.int64)[span]
+    rows = np.array([row for _, row, _, _ in collected], np.int64)[span] + np.arange(len(span)) - starts[span]
+    return span, rows, np.array([ts for _, _, _, ts in collected], np.int64)[span]
 
 
 def _row_spans(batch: Sequence[bytes], lengths: Sequence[int]) -> list[int]:
@@ -175,12 +177,10 @@ def _row_spans(batch: Sequence[bytes], lengths: Sequence[int]) -> list[int]:
         return [1]
     starts = np.zeros(n, np.int64)
     np.cumsum(np.asarray(lengths[:-1], np.int64), out=starts[1:])
-    data = np.frombuffer(b"".join(batch) + bytes(5), np.uint8)
+    data = np.frombuffer(b"".join(batch) + bytes(spans.PAD), np.uint8)
     tags = data[starts]
     row = (tags == _INSERT) | (tags == _UPDATE) | (tags == _DELETE)
-    oid = np.zeros(n, np.uint32)
-    for i in range(1, 5):
-        oid = (oid << 8) | data[starts + i]
+    oid = spans.big_endian(data, starts + 1, 4)  # a row message's relation OID (anything, for other messages)
     cut = np.flatnonzero(~row[1:] | ~row[:-1] | (oid[1:] != oid[:-1])) + 1
     ends = np.append(cut, n)
     return np.repeat(ends, np.diff(np.append(0, ends))).tolist()
