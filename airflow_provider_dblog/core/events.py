@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from airflow_provider_dblog.core.positions import SourcePosition
+from airflow_provider_dblog.core.positions import SourcePosition, check_row_index
 
 Key = tuple
 Row = Mapping[str, Any]
@@ -50,6 +50,7 @@ def row_change(table: str, pos: SourcePosition, key_columns: tuple[str, ...],
     committer takes from the deleted key at the row before it). Keys compare by exact stored value: an update from 'abc' to 'ABC' is a key change
     even under a case-insensitive collation, because the stored key is a different value.
     """
+    check_row_index(pos.row, pos)
     first = SourcePosition(pos.seq, pos.offset, pos.row * 2, pos.file)
     if before is None:
         return [ChangeEvent(table, "c", first, key_of(after, key_columns), after, None, ts_ms, unchanged)]

@@ -33,8 +33,13 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from airflow_provider_dblog.core.errors import DblogError
+
 SNAPSHOT_ROW = 99_999_999
 CLOSED_ROW = SNAPSHOT_ROW - 1
+# the row indexes one position orders: 0 .. ROWS_PER_POSITION - 1, whose events (2i, and 2i + 1 for a key change's
+# insert: ``core.events.row_change``) all sort below CLOSED_ROW in ``encode()``'s eight digits
+ROWS_PER_POSITION = CLOSED_ROW // 2
 EPOCH_SPAN = 1_000_000  # binlog file numbers have six digits
 MAX_EPOCH = 7  # (7 + 1) * EPOCH_SPAN << OFFSET_BITS still fits a Delta app transaction version (63 bits)
 OFFSET_BITS = 40  # a binlog file is at most 1 GiB (max_binlog_size): offsets fit in 40 bits
@@ -48,6 +53,22 @@ def file_sequence(file: str) -> int:
     if not match:
         raise ValueError(f"not a binlog file name: {file!r} (expected BASE.NNNNNN)")
     return int(match.group("seq"))
+
+
+def too_many_rows(pos: "SourcePosition") -> str:
+    """Why the row ``pos.row`` of one change has no position of its own (``ROWS_PER_POSITION`` or more rows in one
+    MySQL rows event or XA transaction; PostgreSQL spreads such a transaction: ``stream.change_position``): its
+    ``_pos`` would collide with ``CLOSED_ROW`` or sort wrongly as nine digits."""
+    return (f"row {pos.row:,} of the change at {pos.with_row(0)}: one binlog event or XA transaction holds more rows "
+            f"than dblog's positions order ({ROWS_PER_POSITION:,}); write such changes in smaller transactions "
+            f"(and a smaller binlog_row_event_max_size for one event)")
+
+
+def check_row_index(row: int, pos: "SourcePosition") -> None:
+    """Refuse in one line a row index no position orders (``too_many_rows``): the last guard, under the readers'
+    own (which stop only the tables that need the change)."""
+    if row >= ROWS_PER_POSITION:
+        raise DblogError(f"{too_many_rows(pos.with_row(row))}; then re-snapshot the tables it changed")
 
 
 def encode_position(seq: int, offset: int, row: int) -> str:

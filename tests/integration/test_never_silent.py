@@ -1780,3 +1780,47 @@ def test_rows_changed_without_their_events_inside_a_chunk_window_read_the_chunk_
         assert sorted(r["id"] for r in read.rows.to_pylist()) == [i for i in range(1, 51) if i % 5 != 0]
     finally:
         dialect.close()
+
+
+SMALL_ROWS_PER_POSITION = ("import sys; from airflow_provider_dblog.source.mysql import binlog, block_decoder; "
+                           "binlog.ROWS_PER_POSITION = block_decoder.ROWS_PER_POSITION = 3; "
+                           "from airflow_provider_dblog.cli.main import console; sys.argv[0] = 'dblog'; console()")
+
+
+@pytest.mark.parametrize("shape", ["one event", "a run of blocks", "an XA transaction"])
+def test_a_change_of_more_rows_than_one_position_orders_stops_its_table_until_a_resnapshot(mariadb, db, tmp_path,
+                                                                                           shape):
+    """A rows event or XA transaction of 50,000,000 rows or more has rows no position orders (their ``_pos`` would
+    collide with ``CLOSED_ROW`` or sort wrongly as nine digits). With the constant lowered to 3 in the tail's
+    process: one event of 10 rows, the same event in a run the block decoder takes, or an XA transaction of 4 rows
+    stops the tail in one line naming the table and the re-snapshot, nothing of it reaches the lake; after the
+    re-snapshot the tail goes on and the lake equals the source."""
+    import subprocess
+    import sys
+
+    state, sink = _capture(mariadb, db, tmp_path)
+    t = f"{db}.t"
+    if shape == "one event":
+        mariadb.sql(f"UPDATE {t} SET v = -v WHERE id BETWEEN 10 AND 19")
+    elif shape == "a run of blocks":
+        mariadb.sql("BEGIN", *(f"UPDATE {t} SET v = -v WHERE id = {i}" for i in range(100, 112)),
+                    f"UPDATE {t} SET v = -v WHERE id BETWEEN 10 AND 19", "COMMIT")
+    else:
+        mariadb.sql(f"XA START '{db}big'", f"UPDATE {t} SET v = -v WHERE id IN (10, 11)",
+                    f"DELETE FROM {t} WHERE id IN (12, 13)", f"XA END '{db}big'", f"XA PREPARE '{db}big'",
+                    f"XA COMMIT '{db}big'")
+    tail = [sys.executable, "-c", SMALL_ROWS_PER_POSITION, "tail", "--state", state, "--sink", sink,
+            "--available-now"]
+    done = subprocess.run(tail, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    line = one_error_line(done.stderr)
+    assert "more rows than dblog's positions order" in line and f"dblog resnapshot --table {t}" in line, line
+    from deltalake import DeltaTable
+
+    current = DeltaTable(f"{sink}/{t}/current").to_pyarrow_table(columns=["id", "v"]).to_pylist()
+    assert all(r["v"] == r["id"] for r in current if 10 <= r["id"] < 20), "a change past the stop reached the lake"
+    _resnapshot_in_process(state, sink, t)
+    mariadb.sql(f"UPDATE {t} SET v = 7 WHERE id = 1")
+    done = subprocess.run(tail, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _both_verifies_equal(state, sink, t)

@@ -522,3 +522,70 @@ def test_every_type_keeps_its_meaning_through_the_stream(postgres, pg_db, tmp_pa
     code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", "public.all_types")
     assert code == 0, err  # the checksum compares reals and doubles to their last bit: the lake's are exact
     assert dblog("drop", "--state", state)[0] == 0
+
+
+ROWS_PER_POSITION_SMALL = 40  # the constant, lowered in the tail's process, so that a test's transaction crosses it
+SMALL_POSITIONS = ("import sys; from airflow_provider_dblog.source.postgres import stream; "
+                   f"stream.ROWS_PER_POSITION = {ROWS_PER_POSITION_SMALL}; "
+                   "from airflow_provider_dblog.cli.main import console; sys.argv[0] = 'dblog'; console()")
+
+
+def test_a_transaction_of_more_changes_than_one_position_orders_reaches_the_lake_whole(postgres, pg_db, tmp_path,
+                                                                                        monkeypatch):
+    """A transaction past ``ROWS_PER_POSITION`` changes (50 million: a bulk UPDATE of a big table) has its later
+    changes at the next WAL locations inside its commit record. With the constant lowered to 40 (in the test's
+    reads and in the tail's process) one transaction of ≈700 changes of two tables (inserts, updates, key changes,
+    deletes) crosses it 14 times: blocks and events give the same rows and positions, every
+    position is unique, in order and between the boundaries around the commit, and the lake equals the source; a
+    transaction past every location of its commit record stops the tail in one line with nothing committed."""
+    from airflow_provider_dblog.source.postgres import stream
+
+    pg, db = postgres, pg_db
+    pg.sql("CREATE TABLE public.a (id bigint PRIMARY KEY, v text, n numeric(10,2))",
+           "CREATE TABLE public.b (id int PRIMARY KEY, w text)", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, out, err = dblog("run", "--source", uri(pg, db), "--tables", "public.a,public.b", "--state", state,
+                           "--sink", sink)
+    assert code == 0, err
+    conn = connect(pg, db)
+    conn.autocommit = False
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_insert_lsn()::text")
+        before = parse_lsn(cur.fetchone()[0])
+        cur.executemany("INSERT INTO public.a VALUES (%s, %s, %s)", [(i, f"v{i}", i / 4) for i in range(300)])
+        for i in range(0, 300, 3):
+            cur.execute("INSERT INTO public.b VALUES (%s, %s)", (i, f"w{i}"))
+            cur.execute("UPDATE public.a SET v = v || '+' WHERE id = %s", (i + 1,))
+        cur.execute("UPDATE public.a SET id = id + 100000 WHERE id % 10 = 2")  # key changes: a delete and an insert
+        cur.execute("DELETE FROM public.a WHERE id % 10 = 5")
+        cur.execute("DELETE FROM public.b WHERE id % 9 = 0")
+        conn.commit()
+        cur.execute("SELECT pg_current_wal_insert_lsn()::text")
+        after = parse_lsn(cur.fetchone()[0])
+    conn.close()
+
+    monkeypatch.setattr(stream, "ROWS_PER_POSITION", ROWS_PER_POSITION_SMALL)
+    assert_blocks_are_the_events_rows(pg, db, state, ["public.a", "public.b"])
+    tail = [sys.executable, "-c", SMALL_POSITIONS, "tail", "--state", state, "--sink", sink, "--available-now"]
+    done = subprocess.run(tail, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert assert_lake_equals_source(pg, db, sink, "public.a", ["id", "v", "n"]) == 270
+    assert assert_lake_equals_source(pg, db, sink, "public.b", ["id", "w"]) == 66
+    for table in ("public.a", "public.b"):
+        assert_replay_equals_current(sink, table)
+        assert_each_change_once(sink, table)
+    changes = DeltaTable(f"{sink}/public.a/changelog").to_pyarrow_table(columns=["_pos", "_op"])
+    streamed = sorted(p for p, op in zip(changes["_pos"].to_pylist(), changes["_op"].to_pylist()) if op != "r")
+    low, high = lsn_position(before).as_snapshot().encode(), lsn_position(after).as_snapshot().encode()
+    assert [p for p in streamed if not low < p < high] == [] and len(streamed) == 300 + 100 + 2 * 30 + 30, (low, high)
+    locations = {p.rsplit(".", 1)[0] for p in streamed}
+    assert len(locations) >= 10, "the transaction's changes never passed one position's rows"
+
+    # past every location of its commit record: one line, and the lake stays as it was
+    pg.sql(f"INSERT INTO public.b SELECT g, 'x' FROM generate_series(1000, "
+           f"{1000 + stream.POSITION_STEPS * ROWS_PER_POSITION_SMALL}) g", db=db)
+    done = subprocess.run(tail, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    assert "smaller transactions" in one_error_line(done.stderr)
+    assert DeltaTable(f"{sink}/public.b/current").to_pyarrow_table().num_rows == 66
+    assert dblog("drop", "--state", state)[0] == 0

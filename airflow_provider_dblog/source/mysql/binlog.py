@@ -18,7 +18,7 @@ from pymysqlreplication.row_event import (
 from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.errors import DblogError, UnseenXaCommit
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
-from airflow_provider_dblog.core.positions import SourcePosition
+from airflow_provider_dblog.core.positions import ROWS_PER_POSITION, SourcePosition, too_many_rows
 from airflow_provider_dblog.core.schema_events import UNREADABLE, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
@@ -693,7 +693,11 @@ class BinlogStream:
                 yield payload
             elif kind == "row":
                 name, before, after, ts = payload
-                yield from row_change(name, pos, keys[name], before, after, ts)
+                if pos.row < ROWS_PER_POSITION:
+                    yield from row_change(name, pos, keys[name], before, after, ts)
+                elif pos.row == ROWS_PER_POSITION:  # the change's later rows have no position: its table stops
+                    yield SchemaChange(name, UNREADABLE, f"{name}: {too_many_rows(pos)}; "
+                                       + RESNAPSHOT_FIX.format(table=name), pos.with_row(0), pos)
             elif kind == "schema":
                 keys[payload.meta.qualified] = payload.meta.key_columns
                 yield payload

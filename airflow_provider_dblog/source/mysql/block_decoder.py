@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
-from airflow_provider_dblog.core.positions import SourcePosition
+from airflow_provider_dblog.core.positions import ROWS_PER_POSITION, SourcePosition
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source import spans
 from airflow_provider_dblog.source.mysql.field_types import (
@@ -204,7 +204,7 @@ def _walk(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, updates: np.nd
 def decode_run(table: str, meta: TableMeta, specs: Sequence[ColumnSpec], events: Sequence[RowsEvent]
                ) -> list[ChangeBlock | range]:
     """``events`` (one layout, in binlog order) as ``ChangeBlock`` s and ``range`` s of the events the caller
-    decodes one by one (an update of the key, or the whole run when its bytes are not what the layout says)."""
+    decodes one by one (an update of the key, an event of more rows than a position orders, or the whole run when its bytes are not what the layout says)."""
     if not events:
         return []
     try:
@@ -248,14 +248,15 @@ def _decode(table, meta, specs, events: Sequence[RowsEvent]) -> list[ChangeBlock
     before = pa.StructArray.from_arrays(first_values, fields=fields, mask=pa.array(inserts) if inserts.any() else None)
     ops = pa.array(np.array([_OPS[k] for k in kinds])[event_of], pa.string())
     prefixes = [f"{e.pos.seq:08d}.{e.pos.offset:012d}.".encode() for e in events]
-    positions = spans.fixed_strings(prefixes, event_of, spans.decimal_digits(index * 2, 8))
+    unordered = index >= ROWS_PER_POSITION  # rows no position orders: their events go one by one, to be refused
+    positions = spans.fixed_strings(prefixes, event_of, spans.decimal_digits(np.where(unordered, 0, index) * 2, 8))
     ts_ms = pa.array(np.array([e.ts_ms for e in events], np.int64)[event_of], pa.int64())
     rows_of = np.bincount(event_of, minlength=len(events))
     row_start = np.zeros(len(events) + 1, np.int64)
     np.cumsum(rows_of, out=row_start[1:])
     bad_events = np.zeros(len(events), bool)
-    if key_change.any():
-        bad_events[np.unique(event_of[key_change])] = True
+    if key_change.any() or unordered.any():
+        bad_events[np.unique(event_of[key_change | unordered])] = True
     pieces: list[ChangeBlock | range] = []
     i = 0
     while i < len(events):

@@ -36,12 +36,11 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 import psycopg2
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
-from airflow_provider_dblog.core.positions import SourcePosition, lsn_position, position_lsn
+from airflow_provider_dblog.core.positions import ROWS_PER_POSITION, SourcePosition, lsn_position, position_lsn
 from airflow_provider_dblog.core.schema_events import UNREADABLE, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source import spans
@@ -82,9 +81,41 @@ def identity_problem(relation: pgoutput.Relation, meta: TableMeta) -> str | None
             f"key ({', '.join(meta.key_columns)})")
 
 
+COMMIT_RECORD_BYTES = 34  # the least WAL a commit record takes (its 24-byte header, a 2-byte data header, its time)
+POSITION_STEPS = COMMIT_RECORD_BYTES - 1  # WAL locations inside a commit record after its start: no boundary is there
+
+
 def change_position(final_lsn: int, row: int = 0) -> SourcePosition:
-    """The position of the ``row``-th change of the transaction whose commit record starts at ``final_lsn``."""
-    return lsn_position(final_lsn + 1, row)
+    """The position of the ``row``-th change of the transaction whose commit record starts at ``final_lsn``: inside
+    that record, where no boundary falls (boundaries are where records start), so the transaction is whole on one
+    side of each. Its first ``ROWS_PER_POSITION`` changes are at ``final_lsn + 1``, the next ones at ``+ 2``, and so
+    on: a transaction of a billion row changes still has an ordered position for each."""
+    step, row = divmod(row, ROWS_PER_POSITION)
+    if step >= POSITION_STEPS:
+        raise DblogError(f"the transaction committed at {format_lsn(final_lsn)} holds more than "
+                         f"{POSITION_STEPS * ROWS_PER_POSITION:,} changes, more than dblog's positions order; dblog "
+                         f"stops before it (nothing of it is committed): write such changes in smaller transactions, "
+                         f"then capture the database again (dblog drop, then dblog plan)")
+    return lsn_position(final_lsn + 1 + step, row)
+
+
+def _at(first: SourcePosition, row: int) -> SourcePosition:
+    """``change_position(final, row)`` from ``first = change_position(final)`` (the hot path's ``with_row``)."""
+    return first.with_row(row) if row < ROWS_PER_POSITION else change_position(position_lsn(first) - 1, row)
+
+
+def _starts(firsts: Sequence[SourcePosition], span: np.ndarray, rows: np.ndarray
+            ) -> tuple[Sequence[SourcePosition], np.ndarray, np.ndarray]:
+    """Per message of a run (``span``: the index in ``firsts`` of its transaction's first position, ``rows``: its
+    row in the transaction): the positions its row index counts from, which of them is its own, and that index
+    (``change_position``: past ``ROWS_PER_POSITION`` changes a transaction's rows count from the next location)."""
+    steps = rows // ROWS_PER_POSITION
+    if not steps.any():
+        return firsts, span, rows
+    width = int(steps.max()) + 1  # (past POSITION_STEPS, ``change_position`` refuses the transaction)
+    keys, which = np.unique(span * width + steps, return_inverse=True)
+    starts = [_at(firsts[k // width], (k % width) * ROWS_PER_POSITION) for k in keys.tolist()]
+    return starts, which, rows % ROWS_PER_POSITION
 
 
 class _Version:
@@ -138,24 +169,29 @@ class _Run:
             for first, row, count, ts in collected:
                 for r in range(row, row + count):
                     out += reader._row_events(self.name, self.version, payloads[i][0], payloads[i],
-                                              first.with_row(r), ts)
+                                              _at(first, r), ts)
                     i += 1
             return out
         span, rows, ts_ms = _span_arrays(collected)
-        firsts = [first for first, _, _, _ in collected]
-        positions = pc.binary_join_element_wise(
-            pa.array([f"{f.seq:08d}.{f.offset:012d}." for f in firsts]).take(span),
-            pc.utf8_lpad(pa.array(2 * rows).cast(pa.string()), 8, "0"), "")
+        starts, which, rows = _starts([first for first, _, _, _ in collected], span, rows)
+        positions = _position_texts(starts, which, rows)
         pieces = decode_blocks(self.name, self.version.meta, payloads,
-                               lambda i: firsts[span[i]].with_row(2 * int(rows[i])), positions, ts_ms)
+                               lambda i: starts[which[i]].with_row(2 * int(rows[i])), positions, ts_ms)
         for piece in pieces:
             if isinstance(piece, ChangeBlock):
                 out.append(piece)
                 continue
             for i in piece:
                 out += reader._row_events(self.name, self.version, payloads[i][0], payloads[i],
-                                          firsts[span[i]].with_row(int(rows[i])), int(ts_ms[i]))
+                                          starts[which[i]].with_row(int(rows[i])), int(ts_ms[i]))
         return out
+
+
+def _position_texts(starts: Sequence[SourcePosition], which: np.ndarray, rows: np.ndarray) -> pa.Array:
+    """The lake's ``_pos`` of each message's first event (``row_change``: row ``2 * i``), as the MySQL block decoder
+    makes them: ``starts[which[i]]``'s location, then the row's eight digits."""
+    return spans.fixed_strings([f"{p.seq:08d}.{p.offset:012d}.".encode() for p in starts], which,
+                               spans.decimal_digits(2 * rows, 8))
 
 
 def _span_arrays(collected: Sequence[tuple[SourcePosition, int, int, int]]
@@ -334,14 +370,14 @@ class SlotReader:
                     if refused and oid in refused:  # one by one: its UPDATEs and DELETEs are not applied
                         count = 1
                         if tag != _INSERT:  # its old key is unknown: said once per table, at the last one
-                            unknown_rows[name] = (refused[oid], boundary, first.with_row(position_row))
+                            unknown_rows[name] = (refused[oid], boundary, _at(first, position_row))
                             row, k = row + 1, k + 1
                             continue
                     run = runs.get(name)
                     if run is None or run.version is not version:
                         if run is not None:
                             yield from run.flush(self)
-                        pos = first.with_row(position_row)
+                        pos = _at(first, position_row)
                         if versions.get(name) is not version:
                             if version.signature != self._planned(metas[name]).signature or name in versions:
                                 yield SchemaVersion(version.meta, pos)
@@ -358,7 +394,7 @@ class SlotReader:
                                 yield from run.flush(self)
                         continue
                     row, k = row + 1, k + 1
-                    yield from self._row_events(name, version, tag, payload, first.with_row(position_row), ts)
+                    yield from self._row_events(name, version, tag, payload, _at(first, position_row), ts)
                     continue
                 k += 1
                 message = pgoutput.decode(payload)
