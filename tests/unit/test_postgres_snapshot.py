@@ -206,3 +206,14 @@ def test_lake_columns_compare_by_name_whatever_their_order():
     assert same_column_set(lake, moved) and not same_columns(lake, moved)
     assert not same_column_set(lake, pa.schema([("id", pa.int32()), ("v", pa.int64()), ("a", pa.string())]))
     assert not same_column_set(lake, pa.schema([("id", pa.int32()), ("v", pa.int32())]))
+
+
+def test_partitions_outside_the_wal_are_read_from_the_storage_identity():
+    from airflow_provider_dblog.source.postgres.schema import outside_the_wal, storage_files
+
+    assert outside_the_wal("16400|16401:16401,16402:16410:unlogged,16403:0:foreign|pub=1.2") == {
+        16402: "UNLOGGED", 16403: "foreign"}
+    assert outside_the_wal("16400|16401:16401,16402:16402|pub=1.2") == {}
+    assert outside_the_wal("16400|") == {} and outside_the_wal(None) == {}
+    # a partition's mark is part of its files: SET UNLOGGED / SET LOGGED read as a rewrite
+    assert storage_files("16400|16401:16401,16402:16410:unlogged|pub=1.2") != storage_files("16400|16401:16401,16402:16410")

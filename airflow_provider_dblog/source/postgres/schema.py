@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from airflow_provider_dblog.core.errors import DblogError, UnknownTable, UnsupportedTables
 from airflow_provider_dblog.core.tables import Column, TableMeta
@@ -191,8 +191,8 @@ def _unique_keys(client: PostgresClient, oid: int) -> list[tuple[str, bool, list
 
 def storage_identities(client: PostgresClient, oids: Sequence[int], publication: str | None = None) -> dict[int, str]:
     """Per table OID, ``OID|`` and its files: ``oid:relfilenode`` of the table and of every partition under it
-    (not of inheritance children: a plain table is read ``ONLY``, ``sql.table_sql``); a table dropped and created
-    again has another OID. A rewrite gives a table new
+    (not of inheritance children: a plain table is read ``ONLY``, ``sql.table_sql``), a partition whose changes are
+    not in the WAL marked (``outside_the_wal``); a table dropped and created again has another OID. A rewrite gives a table new
     files (ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER, TRUNCATE), and attaching or
     detaching a partition changes the list: row changes the WAL does not carry as changes of the table.
     With ``publication``, a table it names also gets ``|pub=X.Y``: the ``xmin`` of the publication's row and of the
@@ -207,8 +207,10 @@ def storage_identities(client: PostgresClient, oids: Sequence[int], publication:
         "WITH RECURSIVE tree(root, relid) AS (SELECT o, o FROM unnest(%s::oid[]) AS o UNION ALL "
         "SELECT t.root, i.inhrelid FROM tree t JOIN pg_class p ON p.oid = t.relid AND p.relkind = 'p' "
         "JOIN pg_inherits i ON i.inhparent = t.relid) "
-        "SELECT t.root, string_agg(c.oid::text || ':' || c.relfilenode::text, ',' ORDER BY c.oid) "
-        "FROM tree t JOIN pg_class c ON c.oid = t.relid WHERE c.relkind = 'r' GROUP BY t.root", (list(oids),))
+        "SELECT t.root, string_agg(c.oid::text || ':' || c.relfilenode::text || CASE WHEN c.relkind = 'f' THEN "
+        f"'{FOREIGN}' WHEN c.relpersistence <> 'p' THEN '{UNLOGGED}' ELSE '' END, ',' ORDER BY c.oid) "
+        "FROM tree t JOIN pg_class c ON c.oid = t.relid WHERE c.relkind IN ('r', 'f') GROUP BY t.root",
+        (list(oids),))
     found = {int(oid): text for oid, text in rows}
     members = {} if publication is None else {int(oid): f"{pub}.{rel}" for oid, pub, rel in client.query(
         "SELECT pr.prrelid, p.xmin::text, pr.xmin::text FROM pg_publication p JOIN pg_publication_rel pr "
@@ -248,6 +250,31 @@ def _value_types(client: PostgresClient, oids: Sequence[int]) -> tuple[dict[int,
 
 
 PUBLISHED, ENUM_LABELS, COMPOSITES = "pub=", "enum=", "comp="  # the named parts of a ``storage_identities`` value
+UNLOGGED, FOREIGN = ":unlogged", ":foreign"  # a partition's marks in it: its changes are not in the WAL
+
+
+def outside_the_wal(storage: str | None) -> dict[int, str]:
+    """Per partition of a ``storage_identities`` value whose changes the WAL does not carry, its OID and what it is
+    (``UNLOGGED``, or ``foreign``: its rows live elsewhere). Such a partition's rows are read with the table, but
+    no change to them ever reaches a slot (PostgreSQL refuses an unlogged or foreign table a publication, and a
+    table in one SET UNLOGGED, but not a partition of a published partitioned table)."""
+    files = (storage or "").split("|")[1:2]
+    marks = {UNLOGGED: "UNLOGGED", FOREIGN: "foreign"}
+    return {int(entry.split(":", 1)[0]): marks[mark] for entry in (files[0].split(",") if files and files[0] else ())
+            for mark in marks if entry.endswith(mark)}
+
+
+def outside_the_wal_names(client: PostgresClient, partitions: Mapping[int, str]) -> str:
+    """``outside_the_wal``'s partitions as ``SCHEMA.NAME (UNLOGGED)``, for a line that names the fix."""
+    names = dict(client.query("SELECT c.oid, n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n "
+                              "ON n.oid = c.relnamespace WHERE c.oid = ANY(%s::oid[])", (sorted(partitions),)))
+    return ", ".join(f"{names.get(oid, f'OID {oid}')} ({what})" for oid, what in sorted(partitions.items()))
+
+
+def partitions_refusal(tables: Sequence[str]) -> str:
+    return (f"{len(tables)} partitioned table(s) have partitions whose changes are not in the WAL: "
+            f"{'; '.join(tables)}; no stream can follow their rows: ALTER TABLE ... SET LOGGED, DETACH PARTITION a "
+            f"foreign one, or take the tables out of the capture (--exclude)")
 
 
 def _named_part(storage: str | None, name: str) -> str | None:
@@ -316,6 +343,9 @@ def _described(client: PostgresClient, table: str, chunk_key: Sequence[str] | No
     generated = generated_columns(client, oid)
     columns = _columns(client, oid, generated)
     storage = storage_identities(client, [oid], publication)[oid]
+    outside = outside_the_wal(storage)
+    if outside:
+        raise UnsupportedTables([f"{table} ({outside_the_wal_names(client, outside)})"], partitions_refusal)
     if not columns:
         raise DblogError(f"{table} has no columns: nothing to capture")
     by_name = {c.name: c for c in columns}

@@ -50,8 +50,8 @@ from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, deco
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import (
-    changed_composites, collation_name, renamed_labels, resolve_types, split_name, storage_files, storage_identities,
-    storage_oid, storage_publication,
+    changed_composites, collation_name, outside_the_wal, outside_the_wal_names, renamed_labels, resolve_types,
+    split_name, storage_files, storage_identities, storage_oid, storage_publication,
 )
 from airflow_provider_dblog.source.postgres.slot import (
     BUSY_RETRY_SECONDS, carries_key, check_holds, identity_misses_key, publication_problem,
@@ -459,7 +459,9 @@ class SlotReader:
         """A schema change at ``end`` for each table whose rows may have changed without a change in the WAL
         since its meta was read, so that the committer reads it again: ``recreate``, a column dropped and added
         again (its rows now hold the new column's default, not the old values); ``rewrite``, the table's files
-        replaced or its partitions changed (``schema.storage_identities``). The catalog says it, not the WAL: it
+        replaced or its partitions changed (``schema.storage_identities``); ``UNREADABLE`` while a partition's
+        changes are not in the WAL (``schema.outside_the_wal``: SET UNLOGGED, or a foreign table attached), which
+        stops the reader until SET LOGGED or DETACH gives the table new files. The catalog says it, not the WAL: it
         happened after the previous read's check, so it spans the read (from ``start``: ``fail`` commits none of
         the read's rows; its position is the read's end), and its statement names what changed."""
         for name, meta in metas.items():
@@ -471,6 +473,12 @@ class SlotReader:
             if name in created:
                 yield SchemaChange(name, "create", f"({name} is a new table (OID {storage_oid(storage.get(name))}): "
                                                    f"dropped and created again; PostgreSQL's WAL carries no DDL)", start, end)
+                continue
+            outside = outside_the_wal(storage.get(name))
+            if outside:  # its changes are not in the stream from now on: the tail stops until they are
+                yield SchemaChange(name, UNREADABLE, f"{name} has partitions whose changes are not in the WAL: "
+                                   f"{outside_the_wal_names(self.client, outside)}; ALTER TABLE ... SET LOGGED, or "
+                                   f"DETACH PARTITION a foreign one (the tail then reads {name} again)", start, end)
                 continue
             recreated = self.recreated_columns(meta, attnums[name])
             if recreated:
