@@ -8,9 +8,9 @@ a slot another process holds waits a little, then says which process.
 
 Positions: a transaction is *before* a WAL location ``L`` (``PostgresClient.current_lsn``, a chunk's LW, a
 micro-batch's end) when its commit record starts below ``L`` (pgoutput's ``Begin.final_lsn``). Its changes
-are at ``lsn_position(final_lsn + 1, i)``, ``i`` their order in the transaction, so they sort after every
-boundary the transaction is after and at or before every boundary it is before, and a transaction is
-whole on one side of every boundary.
+are at ``change_position(final_lsn, i)`` (``lsn_position(final_lsn + 1, i)`` for the first 49,999,999), ``i`` their
+order in the transaction, so they sort after every boundary the transaction is after and at or before every
+boundary it is before, and a transaction is whole on one side of every boundary.
 
 Messages: ``Relation`` (before a table's first change in a read, and after its columns change: a new
 ``SchemaVersion`` when they differ from the version in force; a captured table's OID under a new name is a
