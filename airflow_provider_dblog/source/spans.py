@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 PAD = 16  # zero bytes after the last value: every fixed-width read (at most 16 bytes) stays in the buffer
 
@@ -109,7 +110,14 @@ def fixed_strings(prefixes: list[bytes], which: np.ndarray, suffixes: np.ndarray
 
 
 def decimal_digits(values: np.ndarray, digits: int) -> np.ndarray:
-    """The ``digits`` decimal digits of non-negative ``values`` as ASCII, zero-padded: an (n, digits) uint8
-    array."""
-    powers = np.int64(10) ** np.arange(digits - 1, -1, -1, dtype=np.int64)
-    return ((values[:, None] // powers) % 10 + ord("0")).astype(np.uint8)
+    """The ``digits`` decimal digits of ``values`` (each in ``[0, 10 ** digits)``: ``ValueError`` for any other,
+    never wrapped) as ASCII, zero-padded: an (n, digits) uint8 array. Arrow prints them (4x numpy's digit by digit
+    division), and the text of ``n`` values of ``digits`` characters each is the array's bytes as they are."""
+    values = np.asarray(values, np.int64)
+    n = len(values)
+    if n == 0:
+        return np.zeros((0, digits), np.uint8)
+    if values.min() < 0 or values.max() >= 10 ** digits:
+        raise ValueError(f"a value outside [0, 10 ** {digits}) has no {digits} decimal digits")
+    text = pc.utf8_lpad(pa.array(values).cast(pa.string()), digits, "0")
+    return np.frombuffer(text.buffers()[2], np.uint8, n * digits).reshape(n, digits)

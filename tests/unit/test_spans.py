@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,3 +51,16 @@ def test_spans_in_order_are_taken_and_others_gathered():
     assert spans._spans_in_order(data, starts[::-1], lengths, np.ones(3, bool)) is None  # out of order
     assert spans._spans_in_order(data, np.array([0, 1]), np.array([3, 3]), np.ones(2, bool)) is None  # overlapping
     assert spans.binary(data, starts[::-1], lengths, np.ones(3, bool)).to_pylist() == [b"gh", b"de", b"ab"]
+
+
+@given(st.lists(st.integers(0, 99_999_999), max_size=300), st.integers(8, 12))
+def test_decimal_digits_are_each_values_zero_padded_text(values, digits):
+    out = spans.decimal_digits(np.array(values, np.int64), digits)
+    assert out.shape == (len(values), digits)
+    assert [bytes(row).decode() for row in out] == [f"{v:0{digits}d}" for v in values]
+
+
+@pytest.mark.parametrize("value", [-1, 10 ** 8, 2 ** 62])
+def test_a_value_with_more_digits_is_refused_not_wrapped(value):
+    with pytest.raises(ValueError):
+        spans.decimal_digits(np.array([0, value, 5], np.int64), 8)

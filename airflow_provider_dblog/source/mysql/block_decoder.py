@@ -365,7 +365,8 @@ def _decimal(data, starts, present, groups, target: pa.DataType) -> pa.Array:
         return unscaled_decimal(pa.array(np.where(negative, -digits, digits), mask=~present), target)
     # wider: the digits as fixed-width text ("-" or "0", integral digits, ".", scale digits), parsed by Arrow
     text = [np.where(negative, ord("-"), ord("0")).astype(np.uint8)[:, None]]
-    text += [spans.decimal_digits(value, len(str(base)) - 1) for value, (_, base) in zip(values, groups)]
+    text += [spans.decimal_digits(np.where(present, value, 0), len(str(base)) - 1)  # a NULL's bytes are anything
+             for value, (_, base) in zip(values, groups)]
     text = np.concatenate(text, axis=1)
     if target.scale:
         cut = text.shape[1] - target.scale
