@@ -216,4 +216,5 @@ def test_partitions_outside_the_wal_are_read_from_the_storage_identity():
     assert outside_the_wal("16400|16401:16401,16402:16402|pub=1.2") == {}
     assert outside_the_wal("16400|") == {} and outside_the_wal(None) == {}
     # a partition's mark is part of its files: SET UNLOGGED / SET LOGGED read as a rewrite
-    assert storage_files("16400|16401:16401,16402:16410:unlogged|pub=1.2") != storage_files("16400|16401:16401,16402:16410")
+    marked, plain = "16400|16401:16401,16402:16410:unlogged|pub=1.2", "16400|16401:16401,16402:16410"
+    assert storage_files(marked) != storage_files(plain)

@@ -204,7 +204,8 @@ def _walk(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, updates: np.nd
 def decode_run(table: str, meta: TableMeta, specs: Sequence[ColumnSpec], events: Sequence[RowsEvent]
                ) -> list[ChangeBlock | range]:
     """``events`` (one layout, in binlog order) as ``ChangeBlock`` s and ``range`` s of the events the caller
-    decodes one by one (an update of the key, an event of more rows than a position orders, or the whole run when its bytes are not what the layout says)."""
+    decodes one by one (an update of the key, an event of more rows than a position orders, or the whole run when
+    its bytes are not what the layout says)."""
     if not events:
         return []
     try:

@@ -192,8 +192,8 @@ def _unique_keys(client: PostgresClient, oid: int) -> list[tuple[str, bool, list
 def storage_identities(client: PostgresClient, oids: Sequence[int], publication: str | None = None) -> dict[int, str]:
     """Per table OID, ``OID|`` and its files: ``oid:relfilenode`` of the table and of every partition under it
     (not of inheritance children: a plain table is read ``ONLY``, ``sql.table_sql``), a partition whose changes are
-    not in the WAL marked (``outside_the_wal``); a table dropped and created again has another OID. A rewrite gives a table new
-    files (ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER, TRUNCATE), and attaching or
+    not in the WAL marked (``outside_the_wal``); a table dropped and created again has another OID. A rewrite gives
+    a table new files (ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER, TRUNCATE), and attaching or
     detaching a partition changes the list: row changes the WAL does not carry as changes of the table.
     With ``publication``, a table it names also gets ``|pub=X.Y``: the ``xmin`` of the publication's row and of the
     table's membership row. A table whose values are made of enums (arrays, domains, composites of them too) gets
