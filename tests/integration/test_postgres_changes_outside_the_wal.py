@@ -636,3 +636,20 @@ def test_a_partition_whose_changes_are_not_in_the_wal_is_refused_or_stops_the_ta
     assert_lake_equals_source(pg, db, sink, "public.q", ["id", "v"])
     assert source_rows(pg, db, "public.q", ["id", "v"])[1005] == (1005, "unlogged")
     verify_equal(state, sink)
+
+
+def test_a_foreign_table_partition_is_refused_in_one_line(postgres, pg_db, tmp_path):
+    """A foreign table's rows live elsewhere: read through the partitioned table, never in the WAL. (Such a table
+    can have no primary key: PostgreSQL builds no unique index over a foreign partition.)"""
+    pg, db = postgres, pg_db
+    pg.sql("CREATE EXTENSION IF NOT EXISTS file_fdw", "CREATE SERVER files FOREIGN DATA WRAPPER file_fdw",
+           "CREATE TABLE public.f (id int NOT NULL, v text) PARTITION BY RANGE (id)",
+           "CREATE TABLE public.f1 PARTITION OF public.f FOR VALUES FROM (0) TO (1000)",
+           "CREATE FOREIGN TABLE public.f2 PARTITION OF public.f FOR VALUES FROM (1000) TO (2000) SERVER files "
+           "OPTIONS (filename '/dev/null', format 'csv')",
+           "INSERT INTO public.f SELECT g, 'v' || g FROM generate_series(1, 300) g",
+           "ALTER TABLE public.f REPLICA IDENTITY FULL", "ALTER TABLE public.f1 REPLICA IDENTITY FULL", db=db)
+    state = str(tmp_path / "state")
+    code, _, err = dblog("plan", "--source", pg.uri(db), "--table", "public.f", "--chunk-key", "id", "--state", state)
+    line = one_error_line(err)
+    assert code != 0 and "public.f (public.f2 (foreign))" in line and "DETACH PARTITION" in line, line
