@@ -653,3 +653,32 @@ def test_a_foreign_table_partition_is_refused_in_one_line(postgres, pg_db, tmp_p
     code, _, err = dblog("plan", "--source", pg.uri(db), "--table", "public.f", "--chunk-key", "id", "--state", state)
     line = one_error_line(err)
     assert code != 0 and "public.f (public.f2 (foreign))" in line and "DETACH PARTITION" in line, line
+
+
+def test_a_foreign_table_attached_as_a_partition_stops_the_tail_until_detached(postgres, pg_db, tmp_path):
+    """The same mark after the plan: a foreign table ATTACHed under the captured partitioned table stops the tail in
+    one line naming it (its rows would be read with the table, its changes never streamed); DETACH gives the table
+    new partitions, which the tail reads again."""
+    pg, db = postgres, pg_db
+    pg.sql("CREATE EXTENSION IF NOT EXISTS file_fdw", "CREATE SERVER files FOREIGN DATA WRAPPER file_fdw",
+           "CREATE TABLE public.g (id int NOT NULL, v text) PARTITION BY RANGE (id)",
+           "CREATE TABLE public.g1 PARTITION OF public.g FOR VALUES FROM (0) TO (1000)",
+           "INSERT INTO public.g SELECT g, 'v' || g FROM generate_series(1, 300) g",
+           "ALTER TABLE public.g REPLICA IDENTITY FULL", "ALTER TABLE public.g1 REPLICA IDENTITY FULL", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, _, err = dblog("run", "--source", pg.uri(db), "--table", "public.g", "--chunk-key", "id", "--state", state,
+                         "--sink", sink)
+    assert code == 0, err
+    pg.sql("CREATE FOREIGN TABLE public.g2 (id int NOT NULL, v text) SERVER files "
+           "OPTIONS (filename '/dev/null', format 'csv')",
+           "ALTER TABLE public.g ATTACH PARTITION public.g2 FOR VALUES FROM (1000) TO (2000)",
+           "UPDATE public.g SET v = 'changed' WHERE id = 3", db=db)
+    code, _, err = tail(state, sink)
+    line = one_error_line(err)
+    assert code != 0 and "public.g2 (foreign)" in line and "the tail then reads public.g again" in line, line
+    pg.sql("ALTER TABLE public.g DETACH PARTITION public.g2", "UPDATE public.g SET v = 'again' WHERE id = 4", db=db)
+    code, _, err = tail(state, sink)
+    assert code == 0, err[-3000:]
+    lake = {r["id"]: r["v"] for r in DeltaTable(f"{sink}/public.g/current").to_pyarrow_table().to_pylist()}
+    assert lake == {r[0]: r[1] for r in source_rows(pg, db, "public.g", ["id", "v"]).values()}
+    assert lake[3] == "changed" and lake[4] == "again"
