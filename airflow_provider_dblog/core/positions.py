@@ -76,6 +76,12 @@ def encode_position(seq: int, offset: int, row: int) -> str:
     return f"{seq:08d}.{offset:012d}.{row:08d}"
 
 
+def position_prefix(pos: "SourcePosition") -> bytes:
+    """``pos.encode()`` without its row, as bytes: what a block's rows at one position share (each row's eight
+    digits follow: ``spans.fixed_strings``)."""
+    return encode_position(pos.seq, pos.offset, 0)[:-8].encode()
+
+
 @dataclass(frozen=True, order=True)
 class SourcePosition:
     """A point in the source's change log (a binlog event's end, or a WAL location: ``lsn_position``);

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
-from airflow_provider_dblog.core.positions import ROWS_PER_POSITION, SourcePosition
+from airflow_provider_dblog.core.positions import ROWS_PER_POSITION, SourcePosition, position_prefix
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source import spans
 from airflow_provider_dblog.source.mysql.field_types import (
@@ -248,7 +248,7 @@ def _decode(table, meta, specs, events: Sequence[RowsEvent]) -> list[ChangeBlock
     inserts = kinds[event_of] == "write"
     before = pa.StructArray.from_arrays(first_values, fields=fields, mask=pa.array(inserts) if inserts.any() else None)
     ops = pa.array(np.array([_OPS[k] for k in kinds])[event_of], pa.string())
-    prefixes = [f"{e.pos.seq:08d}.{e.pos.offset:012d}.".encode() for e in events]
+    prefixes = [position_prefix(e.pos) for e in events]
     unordered = index >= ROWS_PER_POSITION  # rows no position orders: their events go one by one, to be refused
     positions = spans.fixed_strings(prefixes, event_of, spans.decimal_digits(np.where(unordered, 0, index) * 2, 8))
     ts_ms = pa.array(np.array([e.ts_ms for e in events], np.int64)[event_of], pa.int64())

@@ -40,7 +40,9 @@ import pyarrow as pa
 from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
-from airflow_provider_dblog.core.positions import ROWS_PER_POSITION, SourcePosition, lsn_position, position_lsn
+from airflow_provider_dblog.core.positions import (
+    ROWS_PER_POSITION, SourcePosition, lsn_position, position_lsn, position_prefix,
+)
 from airflow_provider_dblog.core.schema_events import UNREADABLE, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source import spans
@@ -190,8 +192,7 @@ class _Run:
 def _position_texts(starts: Sequence[SourcePosition], which: np.ndarray, rows: np.ndarray) -> pa.Array:
     """The lake's ``_pos`` of each message's first event (``row_change``: row ``2 * i``), as the MySQL block decoder
     makes them: ``starts[which[i]]``'s location, then the row's eight digits."""
-    return spans.fixed_strings([f"{p.seq:08d}.{p.offset:012d}.".encode() for p in starts], which,
-                               spans.decimal_digits(2 * rows, 8))
+    return spans.fixed_strings([position_prefix(p) for p in starts], which, spans.decimal_digits(2 * rows, 8))
 
 
 def _span_arrays(collected: Sequence[tuple[SourcePosition, int, int, int]]
