@@ -182,6 +182,27 @@ def child_test_decoding(dsn: str, slot: str, upto: str, parse: bool) -> dict:
             "last": repr(last)[:300]}
 
 
+def child_pgoutput_fetch(dsn: str, slot: str, publication: str, upto: str) -> dict:
+    """The floor of any reader of the capture's own ``pgoutput`` slot: a process that starts, peeks every message
+    up to ``upto`` as ``bytes`` and counts them (no decoding, no lake). Whatever dblog does beyond this is decoding
+    and committing; what the baseline does beyond its own fetch-only child is parsing."""
+    import psycopg2
+
+    conn = psycopg2.connect(dsn)
+    started = time.perf_counter()
+    cur = conn.cursor(name="messages")
+    cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, 'proto_version', '1', "
+                "'publication_names', %s)", (slot, upto, publication))
+    messages = rows = 0
+    while batch := cur.fetchmany(5000):
+        payloads = [bytes(data) for data, in batch]
+        messages += len(payloads)
+        rows += sum(1 for m in payloads if m[:1] in (b"I", b"U", b"D"))
+    conn.rollback()
+    conn.close()
+    return {"rows": rows, "messages": messages, "seconds": round(time.perf_counter() - started, 3)}
+
+
 def child_breakdown(state_dir: str, lo: str, hi: str) -> dict:
     """dblog's in-driver read of ``(lo, hi]`` stage by stage, each a separate peek of the capture's slot (nothing
     consumed): the slot's messages fetched, + decoded (pgoutput), + change events (typed values, positions), +
@@ -310,6 +331,13 @@ def bench_tail(server, work: Path, state: Path, sink: Path, args, results: dict,
 
         steps = (baseline, tail) if i % 2 == 0 else (tail, baseline)
         steps[0]()
+        if i == 0:  # the floor of a reader of dblog's own slot: fetching its pgoutput messages, nothing else
+            options = json.loads((state / "plan.json").read_text())["options"]
+            seconds, got = run_child(["pgoutput-fetch", server.dsn("bench"), options["slot"], options["publication"],
+                                      hi], work / "logs" / "pgoutput-fetch.log")
+            rnd["pgoutput_fetch_only"] = {"seconds": round(seconds, 2), "rows_per_s": round(got["rows"] / seconds),
+                                          **got}
+            log(f"  pgoutput (dblog's slot), fetch only: {seconds:.1f}s = {got['rows'] / seconds:,.0f} rows/s")
         if i == 0 and args.breakdown:  # dblog's read stage by stage (before the tail consumes the range)
             seconds, got = run_child(["breakdown", str(state), lo, hi], work / "logs" / "breakdown.log")
             rnd["dblog_breakdown"] = got
@@ -321,6 +349,9 @@ def bench_tail(server, work: Path, state: Path, sink: Path, args, results: dict,
             rnd["test_decoding_fetch_only"] = {"seconds": round(seconds, 2), "rows_per_s": round(got["rows"] / seconds)}
             log(f"  test_decoding, fetch only: {seconds:.1f}s = {got['rows'] / seconds:,.0f} rows/s")
         rnd["ratio"] = round(rnd["dblog_tail"]["rows_per_s"] / rnd["test_decoding"]["rows_per_s"], 2)
+        if "pgoutput_fetch_only" in rnd:  # the best ratio a reader of the slot into the lake could reach (decoding
+            # and committing free): what is left for them under the target is its ratio to ``ratio``
+            rnd["ratio_ceiling"] = round(rnd["test_decoding"]["seconds"] / rnd["pgoutput_fetch_only"]["seconds"], 2)
         server.sql(f"SELECT pg_replication_slot_advance('{TD_SLOT}', '{hi}')", db="bench")
         out["rounds"].append(rnd)
         save(results)
@@ -687,6 +718,8 @@ def main(argv=None) -> int:
         kind, rest = argv[1], argv[2:]
         if kind == "test-decoding":
             got = child_test_decoding(rest[0], rest[1], rest[2], rest[3] == "parse")
+        elif kind == "pgoutput-fetch":
+            got = child_pgoutput_fetch(rest[0], rest[1], rest[2], rest[3])
         elif kind == "breakdown":
             got = child_breakdown(rest[0], rest[1], rest[2])
         elif kind == "psycopg-scan":

@@ -114,6 +114,8 @@ class DblogHook(BaseHook):
         server_ids = server_id_range(extras.get("server_id_range"))
         if server_ids:
             options["server_id_range"] = list(server_ids)
+        if extras.get("publication"):  # PostgreSQL: the tables' owner's publication (the CLI's --publication)
+            options.update(publication=str(extras["publication"]), publication_given=True)
         return options
 
     def get_conn(self):

@@ -101,7 +101,7 @@ def cmd_plan(args) -> dict:
                        watermark=args.watermark, watermark_table=args.watermark_table, batch_rows=args.batch_rows,
                        startup=args.startup, options={**capture_options(args.tables, args.exclude, args.chunk_size,
                                                                        args.batch_size, args.batch_rows, args.watermark),
-                                                      **_signal_option(args)},
+                                                      **_signal_option(args), **_publication_option(args, source)},
                        sink=args.sink, checkpoint=args.checkpoint or "")
 
 
@@ -268,7 +268,20 @@ def cmd_run(args) -> dict:
                        args.watermark_table, args.batch_rows, args.startup, executor=_executor(args, "dblog-run", **local),
                        schema_changes=args.schema_changes, checkpoint=args.checkpoint,
                        options={**capture_options(args.tables, args.exclude, args.chunk_size, args.batch_size,
-                                                  args.batch_rows, args.watermark), **_signal_option(args)})
+                                                  args.batch_rows, args.watermark), **_signal_option(args),
+                                **_publication_option(args, source)})
+
+
+def _publication_option(args, source) -> dict:
+    """The plan's record of ``--publication`` (a PostgreSQL publication its owner made: dblog neither creates
+    nor drops it)."""
+    name = getattr(args, "publication", None)
+    if not name:
+        return {}
+    if source.scheme != "postgresql":
+        raise DblogError(f"--publication {name}: publications are PostgreSQL's; leave it out for a {source.scheme} "
+                         f"source")
+    return {"publication": name, "publication_given": True}
 
 
 def _signal_option(args) -> dict:
@@ -320,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--watermark", default="auto",
                        help="auto | position | watermark_table | consistent_snapshot (default auto)")
         p.add_argument("--watermark-table", help="DB.TABLE for watermark_table (default DB._dblog_watermark)")
+        p.add_argument("--publication", help="PostgreSQL: stream through this existing publication of the tables "
+                                              "(created by their owner) instead of one dblog creates; dblog drop "
+                                              "leaves it")
         p.add_argument("--signal-table", help="DB.TABLE (SCHEMA.TABLE) of Debezium-style signals: an execute-snapshot "
                                               "row written there makes the running tail read those tables again "
                                               "(docs/signals.md)")

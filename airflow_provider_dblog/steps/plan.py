@@ -44,6 +44,9 @@ def plan_table(source: SourceConfig, table: str, state_dir: str, chunk_size: int
                        batch_rows=batch_rows, startup=startup)
 
 
+STREAM_OPTIONS = ("slot", "publication", "publication_given")  # what a capture's state records of its stream
+
+
 def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
                 chunk_keys: dict[str, Sequence[str]] | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 batch_size: int = DEFAULT_BATCH_SIZE, watermark: str = "auto", watermark_table: str | None = None,
@@ -80,8 +83,11 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
     options = {**(options or {}), **({"watermark_table": watermark_table} if watermark_table else {})}
     if todo:
         recorded = state.options() if state.has_plan() else {}  # a capture's slot and publication (PostgreSQL)
-        dialect = open_dialect(source, {**{k: recorded[k] for k in ("slot", "publication") if k in recorded},
-                                        **options})
+        given = options.get("publication")
+        if given and recorded.get("publication") not in (None, given):
+            raise DblogError(f"--publication {given}: this capture streams through publication "
+                             f"{recorded['publication']} (recorded in {state_dir}); leave out --publication")
+        dialect = open_dialect(source, {**options, **{k: recorded[k] for k in STREAM_OPTIONS if k in recorded}})
         try:
             dialect.check_startup(mode)  # before the source is touched or anything is written
             dialect.check_source()

@@ -130,6 +130,7 @@ class LocalPostgres:
     user: str = "postgres"  # the cluster's superuser (initdb -U); it has REPLICATION
     settings: tuple[str, ...] = ()
     locale: str = "C.UTF-8"
+    environment: dict[str, str] = field(default_factory=dict)  # added to the server's environment (LANGUAGE=de)
     process: subprocess.Popen | None = None
     _run: dict = field(default_factory=dict, repr=False)
 
@@ -234,7 +235,8 @@ class LocalPostgres:
         try:
             self.process = subprocess.Popen([*how["prefix"], str(bindir / "postgres"), *flags],
                                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
-                                            start_new_session=True, **how["popen"])
+                                            start_new_session=True, env={**os.environ, **self.environment},
+                                            **how["popen"])
         finally:
             log.close()
         atexit.register(self.stop)

@@ -21,17 +21,32 @@ FLUSH_NUDGE_SECONDS = 0.02  # then an empty commit flushes what an idle server h
 FLUSH_WAIT_SECONDS = 60.0  # the WAL writer flushes asynchronous commits within a few wal_writer_delay
 
 
+# SQLSTATEs dblog acts on: the server's messages are in its lc_messages (German, French, ...), its codes are not
+OBJECT_IN_USE = "55006"  # replication slot ... is active for PID ...
+UNDEFINED_OBJECT = "42704"  # replication slot ... does not exist
+CONFIGURATION_LIMIT_EXCEEDED = "53400"  # all replication slots are in use
+INSUFFICIENT_PRIVILEGE = "42501"  # permission denied, must be superuser or replication role
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The server's SQLSTATE of a psycopg2 error (None: not the server's, e.g. a failed connection)."""
+    return getattr(exc, "pgcode", None)
+
+
 def first_line(exc: BaseException, secret: str = "") -> str:
-    """A psycopg2 error as one line (the server's message, without libpq's "connection to server at ..."
-    prefix), the password masked."""
-    text = (getattr(exc, "pgerror", None) or str(exc) or type(exc).__name__).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    line = next((part for part in lines if part.startswith(("FATAL:", "ERROR:"))), lines[0] if lines else "")
-    if "failed: " in line and line.startswith("connection to server"):
-        line = line.split("failed: ", 1)[1]
-    for prefix in ("FATAL:", "ERROR:"):
-        if line.startswith(prefix):
-            line = line[len(prefix):].strip()
+    """A psycopg2 error as one line (the server's primary message, in the server's language, without its
+    severity or libpq's "connection to server at ..." prefix), the password masked."""
+    diag = getattr(exc, "diag", None)
+    line = (getattr(diag, "message_primary", None) or "").strip()
+    if not line:
+        text = (getattr(exc, "pgerror", None) or str(exc) or type(exc).__name__).strip()
+        lines = [part.strip() for part in text.splitlines() if part.strip()]
+        line = next((part for part in lines if part.startswith(("FATAL:", "ERROR:"))), lines[0] if lines else "")
+        if "failed: " in line and line.startswith("connection to server"):
+            line = line.split("failed: ", 1)[1]
+        for prefix in ("FATAL:", "ERROR:"):
+            if line.startswith(prefix):
+                line = line[len(prefix):].strip()
     if "row-level security" in line:  # the readers' row_security = off (values.SESSION_SETTINGS) says no
         line += (" (a capture reads every row: ALTER ROLE ... BYPASSRLS, or read as the table's owner without "
                  "FORCE ROW LEVEL SECURITY, or as a superuser)")

@@ -56,6 +56,7 @@ class PostgresDialect:
         self.client = PostgresClient(config)
         self.key_order = KeyOrder(self.client)
         self.slot, self.publication = options.get("slot"), options.get("publication")
+        self.given_publication = bool(options.get("publication_given"))  # the owner's (--publication): never dropped
 
     @property
     def stream(self) -> SlotReader:
@@ -85,15 +86,21 @@ class PostgresDialect:
         slot.check_replica_identity(self.client, metas)
         if not self.slot:
             names = slot.new_stream_options()
-            self.slot, self.publication = names["slot"], names["publication"]
-        created = slot.ensure_publication(self.client, self.publication, [m.qualified for m in metas])
+            self.slot, self.publication = names["slot"], self.publication or names["publication"]
+        if self.given_publication and slot.published_tables(self.client, self.publication) is None:
+            raise DblogError(f"publication {self.publication} (--publication) does not exist on {self.client.where}: "
+                             f"have the tables' owner create it (CREATE PUBLICATION {self.publication} FOR TABLE ... "
+                             f"WITH (publish_via_partition_root = true)), or leave out --publication")
+        created = slot.ensure_publication(self.client, self.publication, [m.qualified for m in metas],
+                                          given=self.given_publication)
         try:
             slot.ensure_slot(self.client, self.slot)
         except DblogError:
             if created:  # nothing records it yet: a failed plan leaves nothing behind
                 slot.drop(self.client, None, self.publication)
             raise
-        return {"slot": self.slot, "publication": self.publication}
+        return {"slot": self.slot, "publication": self.publication,
+                **({"publication_given": True} if self.given_publication else {})}
 
     def read_signals(self, table: str) -> list[tuple[str, str, str | None]]:
         schema_name, name = schema.split_name(table)
@@ -122,7 +129,7 @@ class PostgresDialect:
 
     def drop_stream(self) -> list[str]:
         """Drop the capture's slot and publication (``dblog drop``); what was dropped."""
-        return slot.drop(self.client, self.slot, self.publication)
+        return slot.drop(self.client, self.slot, None if self.given_publication else self.publication)
 
     def release(self, position: SourcePosition) -> None:
         """The lake holds every change before ``position``: the slot may let the server recycle that WAL."""

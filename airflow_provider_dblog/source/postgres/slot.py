@@ -29,14 +29,16 @@ import psycopg2
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.tables import TableMeta
-from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
+from airflow_provider_dblog.source.postgres.connection import (
+    CONFIGURATION_LIMIT_EXCEEDED, INSUFFICIENT_PRIVILEGE, PostgresClient, first_line, sqlstate,
+)
 from airflow_provider_dblog.source.postgres.pgoutput import format_lsn, parse_lsn
 from airflow_provider_dblog.source.postgres.schema import split_name
 from airflow_provider_dblog.source.postgres.sql import quote_ident
 
 log = logging.getLogger("dblog")
 PLUGIN = "pgoutput"
-BUSY_RETRY_SECONDS = 30.0  # how long a read waits for the slot another process holds
+BUSY_RETRY_SECONDS = 30.0  # how long a read waits for the slot another process holds (DBLOG_SLOT_BUSY_SECONDS)
 SLOT_WAIT_SECONDS = 300.0  # how long creating the slot waits for the transactions running (DBLOG_SLOT_WAIT_SECONDS)
 SLOT_WAIT_LOG_SECONDS = 5.0  # and how often it says what it waits for
 
@@ -87,6 +89,10 @@ def slot_state(client: PostgresClient, slot: str) -> SlotState | None:
                          f"{database}): use another --state, or drop that slot")
     return SlotState(parse_lsn(confirmed) if confirmed else 0, parse_lsn(restart) if restart else 0,
                      int(pid) if pid else None, status, int(held))
+
+
+def slot_busy_seconds() -> float:
+    return float(os.environ.get("DBLOG_SLOT_BUSY_SECONDS", BUSY_RETRY_SECONDS))
 
 
 def slot_wait_seconds() -> float:
@@ -143,11 +149,10 @@ def ensure_slot(client: PostgresClient, slot: str, wait_seconds: float | None = 
     if failed:
         exc = failed[0]
         message = first_line(exc, client.config.password)
-        lowered = message.lower()
-        if "all replication slots are in use" in lowered or "max_replication_slots" in lowered:
+        if sqlstate(exc) == CONFIGURATION_LIMIT_EXCEEDED:
             raise DblogError(f"cannot create replication slot {slot} on {client.where}: {message}; drop an unused "
                              f"slot (SELECT pg_drop_replication_slot(name)) or raise max_replication_slots") from None
-        if "permission" in lowered or "must be superuser" in lowered or "replication role" in lowered:
+        if sqlstate(exc) == INSUFFICIENT_PRIVILEGE:
             raise DblogError(f"cannot create replication slot {slot} on {client.where}: {message}; ALTER ROLE "
                              f"{quote_ident(client.config.user)} REPLICATION") from None
         raise DblogError(f"cannot create replication slot {slot} on {client.where}: {message}") from None
@@ -237,7 +242,7 @@ def _publication_problem(client: PostgresClient, publication: str, tables: Seque
     return None
 
 
-def ensure_publication(client: PostgresClient, publication: str, tables: Sequence[str]) -> bool:
+def ensure_publication(client: PostgresClient, publication: str, tables: Sequence[str], given: bool = False) -> bool:
     """Create the publication for ``tables`` (changes of partitions published as their root; ``ONLY`` each table:
     an inheritance child published with its parent would need a replica identity for the application's UPDATEs and
     DELETEs of it to succeed), or add the ones it lacks; True if this call created it. One line naming the statement a table owner can run instead."""
@@ -255,8 +260,10 @@ def ensure_publication(client: PostgresClient, publication: str, tables: Sequenc
         client.query(statement, ())
     except psycopg2.Error as exc:
         message = first_line(exc, client.config.password)
+        again = ("then plan again" if have is not None or given else  # the plan records a new publication's
+                 f"then plan again with --publication {publication}")  # name only once it exists
         raise DblogError(f"cannot publish {', '.join(missing)} on {client.where}: {message}; have the tables' owner "
-                         f"(or a superuser) run: {statement}") from None
+                         f"(or a superuser) run: {statement}; {again}") from None
     log.info("publication %s on %s: %s %s", publication, client.where, "created for" if have is None else "added",
              ", ".join(missing))
     return have is None
@@ -328,7 +335,7 @@ def drop(client: PostgresClient, slot: str | None, publication: str | None) -> l
     """Drop the capture's slot (waiting a little for a read that holds it) and publication; what was dropped."""
     dropped = []
     if slot:
-        deadline = time.monotonic() + BUSY_RETRY_SECONDS
+        deadline = time.monotonic() + slot_busy_seconds()
         while (state := slot_state(client, slot)) is not None:
             if state.active_pid is not None and time.monotonic() < deadline:
                 time.sleep(0.5)

@@ -47,7 +47,9 @@ from airflow_provider_dblog.core.schema_events import UNREADABLE, SchemaChange, 
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source import spans
 from airflow_provider_dblog.source.postgres import pgoutput
-from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
+from airflow_provider_dblog.source.postgres.connection import (
+    OBJECT_IN_USE, UNDEFINED_OBJECT, PostgresClient, first_line, sqlstate,
+)
 from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, decode_blocks
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
@@ -56,7 +58,7 @@ from airflow_provider_dblog.source.postgres.schema import (
     split_name, storage_files, storage_identities, storage_oid, storage_publication,
 )
 from airflow_provider_dblog.source.postgres.slot import (
-    BUSY_RETRY_SECONDS, carries_key, check_holds, identity_misses_key, publication_problem,
+    carries_key, check_holds, identity_misses_key, publication_problem, slot_busy_seconds, slot_state,
 )
 from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 from airflow_provider_dblog.source.reconnect import LOST_CONNECTION_RETRIES, ConnectionLost
@@ -272,7 +274,7 @@ class SlotReader:
         """One peek of the slot up to ``end`` on its own connection, ``FETCH_ROWS`` messages at a time
         (``ConnectionLost``: the server closed it)."""
         conn = self.client.connect(autocommit=False)
-        deadline = time.monotonic() + BUSY_RETRY_SECONDS
+        deadline, waited = time.monotonic() + slot_busy_seconds(), False
         try:
             while True:
                 cur = conn.cursor(name="dblog_slot_changes")
@@ -288,17 +290,24 @@ class SlotReader:
                     if conn.closed:
                         raise ConnectionLost(message) from None
                     conn.rollback()
-                    if "is active for pid" in message.lower() and time.monotonic() < deadline:
+                    busy = sqlstate(exc) == OBJECT_IN_USE  # "... is active for PID ...", in the server's language
+                    if busy and time.monotonic() < deadline:
+                        if not waited:
+                            log.info("replication slot %s on %s: %s; waiting up to %.0f s for it", self.slot,
+                                     self.client.where, message, slot_busy_seconds())
+                        waited = True
                         time.sleep(0.5)
                         continue
-                    if "does not exist" in message.lower() and "slot" in message.lower():
+                    if sqlstate(exc) == UNDEFINED_OBJECT and slot_state(self.client, self.slot) is None:
+                        # (the same SQLSTATE as a publication dropped since publication_problem checked it)
                         raise DblogError(f"the capture's replication slot {self.slot} is gone from "
                                          f"{self.client.where}: the changes since the lake's position are lost; "
                                          f"capture again (dblog run with a new --state)") from None
                     raise DblogError(f"reading the changes of replication slot {self.slot} on {self.client.where} "
-                                     f"failed: {message}" + ("; another process reads it (a second dblog tail?)"
-                                                             if "is active for pid" in message.lower() else "")
-                                     ) from None
+                                     f"failed: {message}" + (f"; another process has read it for "
+                                                             f"{slot_busy_seconds():.0f} s (a second dblog tail?): "
+                                                             f"stop it, or wait longer (DBLOG_SLOT_BUSY_SECONDS)"
+                                                             if busy else "")) from None
         finally:
             if not conn.closed:
                 conn.close()
