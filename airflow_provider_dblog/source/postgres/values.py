@@ -24,7 +24,8 @@ s > p                                      (``NaN``/``Infinity`` too)  fixed sca
                                                                        times do, 24:00:00 included)
 ``uuid``                                   ``str`` (canonical text)    ``string``
 text, varchar, char (padded), name,        ``str``                     ``string``
-json, jsonb, inet, cidr, macaddr, money,
+json, jsonb, inet, cidr, macaddr, money (as
+``lc_monetary = C`` prints it: ``$1,234.50``),
 interval (ISO 8601 with ``SESSION_SETTINGS``), timetz, bit, xml, tsvector, ranges,
 arrays (PostgreSQL's ``{...}`` literal, for now), enums and every unknown OID
 =========================================  ==========================  ==============================
@@ -54,6 +55,9 @@ SESSION_SETTINGS = {
     "bytea_output": "hex",
     "extra_float_digits": "1",  # the shortest text that reads back to the same float (PostgreSQL 12+)
     "client_encoding": "UTF8",
+    # money prints by the locale (``1.234,50 €`` in de_DE, no decimals in ja_JP), which a DBA may change at run
+    # time: C prints ``$1,234.50``, two decimals, whatever the server's setting
+    "lc_monetary": "C",
     # a row-level security policy that would hide rows from the role fails the read instead (as pg_dump does):
     # the stream carries every row's changes, so a snapshot of some rows would mix into a lake of neither
     "row_security": "off",
