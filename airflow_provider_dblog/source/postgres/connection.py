@@ -85,6 +85,11 @@ class PostgresClient:
             raise DblogError(f"cannot connect to {self.where} as {cfg.user}: {message}; check that the server runs "
                              f"and --source is right") from None
         conn.autocommit = autocommit
+        if conn.server_version >= 170000:  # unknown to older servers, so not in the startup options
+            with conn.cursor() as cur:
+                cur.execute("SET transaction_timeout = 0")  # a chunk window's transaction outlives a DBA's limit
+            if not autocommit:
+                conn.commit()
         return conn
 
     @property

@@ -58,6 +58,10 @@ SESSION_SETTINGS = {
     # money prints by the locale (``1.234,50 €`` in de_DE, no decimals in ja_JP), which a DBA may change at run
     # time: C prints ``$1,234.50``, two decimals, whatever the server's setting
     "lc_monetary": "C",
+    # a peek of a large range, a chunk's read and a chunk window's transaction (idle while its rows are converted)
+    # run longer than a DBA's limits for applications: off, as pg_dump turns them off
+    "statement_timeout": "0",
+    "idle_in_transaction_session_timeout": "0",
     # a row-level security policy that would hide rows from the role fails the read instead (as pg_dump does):
     # the stream carries every row's changes, so a snapshot of some rows would mix into a lake of neither
     "row_security": "off",

@@ -1,9 +1,13 @@
-"""A DBA changes the server's ``lc_monetary`` at run time: ``money`` prints by it (``$1,234.50`` in C,
-``1.234,50 €`` in de_DE, and with another number of decimals elsewhere), so a reader that took the server's
-default would write one column in two formats. Every dblog session prints with ``lc_monetary = C``.
+"""Settings a DBA gives the server, a database or a role, at run time, that would change what dblog's readers see
+or stop them: every dblog session sets its own (``values.SESSION_SETTINGS``).
 
-The German locale is compiled for the private server only (``localedef`` into a directory named by its
-``LOCPATH``): the machine needs no locale installed.
+* ``lc_monetary``: ``money`` prints by it (``$1,234.50`` in C, ``1.234,50 €`` in de_DE, another number of decimals
+  elsewhere), so a reader that took the server's default would write one column in two formats. The German
+  locale is compiled for the private server only (``localedef`` into a directory named by its ``LOCPATH``): the
+  machine needs no locale installed.
+* ``statement_timeout`` and ``idle_in_transaction_session_timeout`` (production servers often set them for
+  applications): a slot's peek over a large range and a chunk's read are long statements, and a chunk window's
+  transaction waits while the reader converts rows. As pg_dump does, dblog's sessions turn both off.
 """
 from __future__ import annotations
 
@@ -17,7 +21,9 @@ import pytest
 from deltalake import DeltaTable
 
 from tests.support.cli import dblog
+from tests.support.lakecheck import assert_replay_equals_current
 from tests.support.local_postgres import LocalPostgres
+from tests.support.postgres_fixtures import pg_db, postgres  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +75,35 @@ def test_money_keeps_one_format_when_lc_monetary_changes_at_run_time(locales, tm
         assert sorted(lake.to_pylist(), key=lambda r: r["id"])[0] == {"id": 1, "price": "$1,235.50"}
     finally:
         server.stop()
+
+
+UNTIMED = ("SET statement_timeout = 0", "SET idle_in_transaction_session_timeout = 0")  # the test's own statements
+
+
+def test_timeouts_set_for_the_capture_at_run_time_stop_neither_the_snapshot_nor_the_tail(postgres, pg_db, tmp_path):
+    pg, db = postgres, pg_db
+    pg.sql("CREATE TABLE public.big (id int PRIMARY KEY, v text, n numeric(12,2))",
+           "INSERT INTO public.big SELECT g, repeat(md5(g::text), 4), g / 7.0 FROM generate_series(1, 100000) g", db=db)
+    # what a DBA sets for everyone but the applications' own sessions: the plan's and the readers' sessions too
+    pg.sql(f"ALTER DATABASE {db} SET statement_timeout = '20ms'",
+           f"ALTER DATABASE {db} SET idle_in_transaction_session_timeout = '20ms'")
+    try:
+        state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+        code, _, err = dblog("run", "--source", pg.uri(db), "--tables", "public.big", "--state", state, "--sink",
+                             sink, "--chunk-size", "100000")  # one chunk: a read of 100,000 rows
+        assert code == 0, err
+        pg.sql(*UNTIMED, "UPDATE public.big SET n = n + 1", "DELETE FROM public.big WHERE id % 10 = 0",
+               db=db)  # 110,000 changes
+        code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")  # a peek of them all
+        assert code == 0, err
+        code, out, err = dblog("verify", "--state", state, "--sink", sink, "--tables", "public.big")
+        assert code == 0, out + err
+    finally:
+        pg.sql(f"ALTER DATABASE {db} RESET statement_timeout", f"ALTER DATABASE {db} RESET "
+               f"idle_in_transaction_session_timeout")
+    lake = DeltaTable(f"{sink}/public.big/current").to_pyarrow_table().sort_by("id")
+    source = pg.sql(*UNTIMED, "SELECT id, v, n::text FROM public.big ORDER BY id", db=db)
+    assert lake.num_rows == len(source) == 90000
+    assert [(r["id"], r["v"], f"{r['n']:.2f}") for r in lake.select(["id", "v", "n"]).to_pylist()] == \
+        [(i, v, n) for i, v, n in source]
+    assert_replay_equals_current(sink, "public.big")
