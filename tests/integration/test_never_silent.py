@@ -1055,6 +1055,35 @@ def test_a_servers_init_connect_changes_neither_the_lake_nor_verify(mariadb, db,
     assert "?" not in "".join(lake.column("note").to_pylist())
 
 
+def test_a_servers_statement_time_limit_stops_neither_the_snapshot_nor_the_tail_nor_verify(mariadb, db, tmp_path):
+    """A DBA's ``SET GLOBAL max_statement_time`` (MariaDB; MySQL's ``max_execution_time``) for the applications,
+    at run time: a chunk's read, a checksum and the binlog's reads are long statements. Before: the snapshot
+    stopped on "Query execution was interrupted (max_statement_time exceeded)". dblog's sessions lift it."""
+    from deltalake import DeltaTable
+
+    from tests.support.lakecheck import compare_rows
+
+    mariadb.sql(f"CREATE TABLE {db}.big (id INT PRIMARY KEY, v VARCHAR(200), n DECIMAL(12,2))",
+                f"INSERT INTO {db}.big SELECT seq, REPEAT(MD5(seq), 4), seq / 7 FROM seq_1_to_100000", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    try:
+        mariadb.sql("SET GLOBAL max_statement_time = 0.02")  # 20 ms, for every new session
+        code, _, err = dblog("run", "--source", mariadb.uri(), "--table", f"{db}.big", "--state", state,
+                             "--sink", sink, "--chunk-size", "100000")  # one chunk: one read of 100,000 rows
+        assert code == 0, err[-3000:]
+        mariadb.sql("SET SESSION max_statement_time = 0", f"UPDATE {db}.big SET n = n + 1 WHERE id % 2 = 0",
+                    f"DELETE FROM {db}.big WHERE id % 9 = 0", db=db)
+        code, _, err = _tail(state, sink)
+        assert code == 0, err[-3000:]
+        code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", f"{db}.big")
+        assert code == 0, err[-3000:]
+    finally:
+        mariadb.sql("SET GLOBAL max_statement_time = 0")
+    lake = DeltaTable(f"{sink}/{db}.big/current").to_pyarrow_table()
+    assert lake.num_rows == 100000 - 100000 // 9
+    assert compare_rows(lake, mariadb.port, f"{db}.big") == []
+
+
 def test_a_second_capture_into_the_same_lake_is_refused_in_one_line(mariadb, db, tmp_path):
     """Two captures (two states) of two servers holding the same database and table names, one ``--sink``: before,
     the second's snapshot replaced the first's rows and both tails went on with exit 0 (verify: 4 missing, 30

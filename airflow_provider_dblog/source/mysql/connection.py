@@ -49,6 +49,14 @@ class SharedTlsConnection(pymysql.connections.Connection):
 # turned every non-latin1 character into '?' in the chunk reads, where the binlog holds the stored bytes).
 SESSION_STATEMENTS = ("SET NAMES utf8mb4, time_zone = '+00:00', sql_mode = ''",
                       "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+# and no statement time limit (a DBA's SET GLOBAL for the applications): a chunk's read and a checksum are long
+# SELECTs. The two servers name it differently (MariaDB's seconds, MySQL's milliseconds for SELECTs)
+NO_TIME_LIMIT = {True: "SET SESSION max_statement_time = 0", False: "SET SESSION max_execution_time = 0"}
+
+
+def session_statements(version: str) -> list[str]:
+    """``SESSION_STATEMENTS`` and the lifted time limit of the server whose ``VERSION()`` is ``version``."""
+    return [*SESSION_STATEMENTS, NO_TIME_LIMIT["mariadb" in version.lower()]]
 
 
 def binlog_status_sql(version: str) -> str:
@@ -81,7 +89,7 @@ class MySqlClient:
                 connect_timeout=10,
             )
             with conn.cursor() as cur:
-                for statement in SESSION_STATEMENTS:
+                for statement in session_statements(conn.get_server_info()):
                     cur.execute(statement)
             return conn
         except pymysql.err.OperationalError as exc:

@@ -22,7 +22,7 @@ from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.dialect import RangeScan
 from airflow_provider_dblog.source.mysql import binlog, checksum, retention, schema, splitter, startup, watermarks, xa
 from airflow_provider_dblog.source.mysql.collation import KeyOrder
-from airflow_provider_dblog.source.mysql.connection import SESSION_STATEMENTS, MySqlClient
+from airflow_provider_dblog.source.mysql.connection import MySqlClient, session_statements
 from airflow_provider_dblog.source.mysql.ddl import alter_actions
 from airflow_provider_dblog.source.mysql.sql import at_most, range_condition, snapshot_sql, table_sql
 from airflow_provider_dblog.source.mysql.types import arrow_schema, cast_snapshot_column, keeps_values, quote_ident
@@ -110,10 +110,11 @@ class MySqlDialect:
         auth = quote(cfg.user, safe="") + (":" + quote(cfg.password, safe="") if cfg.password else "")
         uri = f"mysql://{auth}@{cfg.host}:{cfg.port}/{quote(meta.database, safe='')}"
         target = arrow_schema(meta)
+        statements = session_statements(self.client.version)
 
         def read(known_dates: bool) -> pa.Table:
             return cx.read_sql(uri, snapshot_sql(meta, chunk, known_dates), return_type="arrow",
-                               pre_execution_query=list(SESSION_STATEMENTS))
+                               pre_execution_query=statements)
         try:
             try:
                 raw = read(False)
