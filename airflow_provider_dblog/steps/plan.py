@@ -81,12 +81,12 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
                  "--force`; a new split needs a new --state and --sink)", table, state_dir)
     todo = [t for t in tables if t not in planned]
     options = {**(options or {}), **({"watermark_table": watermark_table} if watermark_table else {})}
+    recorded = state.options() if state.has_plan() else {}  # a capture's slot and publication (PostgreSQL)
+    given = options.get("publication")
+    if given and recorded.get("publication") not in (None, given):
+        raise DblogError(f"--publication {given}: this capture streams through publication "
+                         f"{recorded['publication']} (recorded in {state_dir}); leave out --publication")
     if todo:
-        recorded = state.options() if state.has_plan() else {}  # a capture's slot and publication (PostgreSQL)
-        given = options.get("publication")
-        if given and recorded.get("publication") not in (None, given):
-            raise DblogError(f"--publication {given}: this capture streams through publication "
-                             f"{recorded['publication']} (recorded in {state_dir}); leave out --publication")
         dialect = open_dialect(source, {**options, **{k: recorded[k] for k in STREAM_OPTIONS if k in recorded}})
         try:
             dialect.check_startup(mode)  # before the source is touched or anything is written

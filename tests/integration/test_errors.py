@@ -88,6 +88,8 @@ def test_bad_arguments(mariadb, db, tmp_path):
     assert "names its database" in one_error_line(plan("postgres://x@y:1", f"{db}.t", tmp_path)[2])
     assert "positive" in one_error_line(plan(mariadb.uri(), f"{db}.t", tmp_path, "--chunk-size", "0")[2])
     assert "unknown watermark strategy 'x'" in one_error_line(plan(mariadb.uri(), f"{db}.t", tmp_path, "--watermark", "x")[2])
+    assert "publications are PostgreSQL's" in one_error_line(plan(mariadb.uri(), f"{db}.t", tmp_path,
+                                                                    "--publication", "p")[2])
     code, _, err = dblog("snapshot", "--state", str(tmp_path / "nothing"), "--batch", "0", "--sink", str(tmp_path))
     assert code != 0 and "no plan in" in one_error_line(err)
 

@@ -93,6 +93,10 @@ def test_a_role_without_replication_is_refused_and_leaves_nothing(german, db, tm
     assert code == 0, err
     options = StateDir(str(tmp_path / "state")).options()
     assert german.sql(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{options['slot']}'", db=db)
+    # a later plan naming another publication is refused: the capture streams through the one it records
+    code, _, err = run(german, db, tmp_path, "plain", "--publication", "another")
+    assert code != 0
+    assert f"streams through publication {options['publication']}" in one_error_line(err), err
     # the owner's publication is the owner's: dropping the capture leaves it
     code, out, err = dblog("drop", "--state", str(tmp_path / "state"))
     assert code == 0, err

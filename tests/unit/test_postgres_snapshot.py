@@ -168,6 +168,13 @@ def test_an_airflow_postgres_connection_is_a_postgresql_source(monkeypatch):
     assert type(DblogHook("pg_source").get_conn()).__name__ == "PostgresDialect"
     with pytest.raises(DblogError, match="needs its database in the schema field"):
         DblogHook("pg_nodb").source_config()
+    # the connection's extra ``publication``: the owner's publication, as the CLI's --publication
+    monkeypatch.setenv("AIRFLOW_CONN_PG_OWNED", json.dumps({"conn_type": "postgres", "host": "db", "login": "app",
+                                                            "schema": "shop", "extra": {"publication": "owners"}}))
+    assert DblogHook("pg_owned").options() == {"publication": "owners", "publication_given": True}
+    dialect = DblogHook("pg_owned").get_conn()
+    assert (dialect.publication, dialect.given_publication, dialect.slot) == ("owners", True, None)
+    assert DblogHook("pg_source").options() == {}
 
 
 def test_a_column_dropped_and_added_again_is_told_by_its_attnum_and_followed_once():
