@@ -31,6 +31,12 @@ class UnknownTable(DblogError):
     and keeps the lake's rows; any other refusal of a table it follows stops it."""
 
 
+class StreamLost(DblogError):
+    """The source's change log of the whole capture is gone, not a table's part of it (a PostgreSQL slot the
+    server invalidated): no table can be caught up from it, so re-reading tables (``--on-purge resnapshot``)
+    would only repeat itself; the capture starts again."""
+
+
 class TryAgainLater(DblogError):
     """A passing condition at the source stopped the step (an XA transaction still prepared): the same step
     later may succeed, so a running capture retries it instead of giving up on the table."""

@@ -49,6 +49,7 @@ class BinlogRetention:
     expire_seconds: float | None
     max_total_size: int | None
     checked_at: float
+    lost: str | None = None  # why the capture's whole log is gone, with the fix (an invalidated slot): all purged
 
     @property
     def oldest(self) -> str | None:
@@ -74,6 +75,7 @@ class PurgeRisk:
     bytes_left: int | None
     warn: bool
     oldest: str | None = None
+    reason: str | None = None  # the log's own account of its loss (``BinlogRetention.lost``)
 
     def fields(self) -> dict:
         """The health report's fields for this table."""
@@ -84,6 +86,8 @@ class PurgeRisk:
 
     def message(self) -> str | None:
         """One line for a table whose file is gone or close to it; None otherwise."""
+        if self.purged and self.reason:
+            return f"{self.table}: {self.reason}"
         if self.purged:
             return (f"{self.table} needs binlog {self.file} (from {self.needed}), which the server already purged "
                     f"(oldest is {self.oldest or 'none'}): its changes since then are lost to the tail; the next "
@@ -116,6 +120,10 @@ def purge_risks(needed: Mapping[str, SourcePosition], retention: BinlogRetention
     files = retention.files
     risks = {}
     for table, position in needed.items():
+        if retention.lost:
+            risks[table] = PurgeRisk(table, position, position.file or f"#{position.seq}", True, None, None, False,
+                                     retention.oldest, retention.lost)
+            continue
         i = retention.index(position)
         file = files[i].name if i is not None else position.file or f"#{position.seq}"
         if i is None:  # gone; unless newer than every file (another server's position: the tail refuses it)

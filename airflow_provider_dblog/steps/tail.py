@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Callable
 
 from airflow_provider_dblog.core import metrics
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, StreamLost
 from airflow_provider_dblog.core.offsets import TableOffsets
 from airflow_provider_dblog.core.parallel import for_each_table
 from airflow_provider_dblog.core.positions import SourcePosition
@@ -214,6 +214,8 @@ def reread_purged(state: StateDir, sink: str, dialect, names: list[str], offsets
     try:
         dialect.ensure_available(min(floors.values()))
         return False
+    except StreamLost:
+        raise  # the whole capture's log: re-reading tables would repeat itself
     except DblogError as exc:
         first = str(exc)
     purged = []

@@ -11,6 +11,7 @@ or stop them: every dblog session sets its own (``values.SESSION_SETTINGS``).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from tests.support.cli import dblog
+from tests.support.cli import dblog, one_error_line
 from tests.support.lakecheck import assert_replay_equals_current
 from tests.support.local_postgres import LocalPostgres
 from tests.support.postgres_fixtures import pg_db, postgres  # noqa: F401  (fixtures)
@@ -107,3 +108,51 @@ def test_timeouts_set_for_the_capture_at_run_time_stop_neither_the_snapshot_nor_
     assert [(r["id"], r["v"], f"{r['n']:.2f}") for r in lake.select(["id", "v", "n"]).to_pylist()] == \
         [(i, v, n) for i, v, n in source]
     assert_replay_equals_current(sink, "public.big")
+
+
+def test_a_slot_the_server_invalidates_is_named_by_health_and_the_tail_which_reads_nothing_again(tmp_path):
+    """A DBA's ``max_slot_wal_keep_size`` at run time, then a tail paused while the server writes more WAL than
+    that: the server removes WAL the slot holds and invalidates it (``wal_status = lost``). No table can be caught
+    up from it any more, so re-reading tables (``--on-purge resnapshot``) cannot help. Before: health reported no
+    purge (the WAL "file" a table needed spans 4 GiB), and each tail re-read the table, then failed on "can no
+    longer get changes from replication slot". Now both name the loss and the fix in one line."""
+    server = LocalPostgres(tmp_path / "pg", settings=("max_wal_size=64MB", "min_wal_size=32MB")).start()
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    try:
+        server.sql("CREATE DATABASE w")
+        server.sql("CREATE TABLE public.t (id int PRIMARY KEY, v text)",
+                   "INSERT INTO public.t SELECT g, 'x' FROM generate_series(1, 1000) g",
+                   "CREATE TABLE public.noise (id bigserial PRIMARY KEY, v text)", db="w")
+        code, _, err = dblog("run", "--source", server.uri("w"), "--tables", "public.t", "--state", state,
+                             "--sink", sink)
+        assert code == 0, err
+        server.sql("ALTER SYSTEM SET max_slot_wal_keep_size = '32MB'", "SELECT pg_reload_conf()")
+        server.sql("UPDATE public.t SET v = 'y' WHERE id < 10", db="w")
+        for _ in range(4):  # ≈ 100 MB of WAL while no tail runs
+            server.sql("INSERT INTO public.noise (v) SELECT repeat('n', 200) FROM generate_series(1, 100000)",
+                       "CHECKPOINT", db="w")
+        assert server.sql("SELECT wal_status FROM pg_replication_slots", db="w") == [("lost",)]  # the premise
+        code, out, err = dblog("health", "--state", state)
+        report = json.loads(out)
+        assert report["binlog_purged"] == 1 and report["tables"]["public.t"]["binlog_purged"], out
+        assert "was invalidated by the server" in report["tables"]["public.t"]["purge_warning"], out
+        lake_before = DeltaTable(f"{sink}/public.t/current").to_pyarrow_table().sort_by("id")
+        for on_purge in ("resnapshot", "fail"):
+            code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now", "--on-purge", on_purge)
+            assert code != 0
+            line = one_error_line(err)
+            assert "was invalidated by the server" in line and "capture again" in line, line
+            assert "max_slot_wal_keep_size = 32MB" in line, line
+            assert "chunks again" not in err, err  # nothing read again in vain
+        assert DeltaTable(f"{sink}/public.t/current").to_pyarrow_table().sort_by("id") == lake_before
+        # the fix the line names: the capture starts again
+        assert dblog("drop", "--state", state)[0] == 0
+        state, sink = str(tmp_path / "state2"), str(tmp_path / "lake2")
+        code, _, err = dblog("run", "--source", server.uri("w"), "--tables", "public.t", "--state", state,
+                             "--sink", sink)
+        assert code == 0, err
+        lake = DeltaTable(f"{sink}/public.t/current").to_pyarrow_table(columns=["id", "v"]).sort_by("id")
+        assert [(r["id"], r["v"]) for r in lake.to_pylist()] == server.sql("SELECT id, v FROM public.t ORDER BY id",
+                                                                             db="w")
+    finally:
+        server.stop()

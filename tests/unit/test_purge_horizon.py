@@ -164,3 +164,13 @@ def test_the_sensor_logs_the_warning_and_succeeds(tmp_path, monkeypatch):
     sensor.purge_warning_seconds = "60"  # as rendered from a template
     assert sensor.poke({}) is True
     assert [level for level, _ in log.lines] == ["info"]
+
+
+def test_a_log_lost_as_a_whole_reports_every_table_purged_with_its_own_reason():
+    """An invalidated PostgreSQL slot: whatever file a table's position names (even one listed), it is gone."""
+    kept = BinlogRetention(files(None, None, sizes=[100, 100]), None, None, NOW)
+    lost = BinlogRetention(kept.files, None, None, NOW, lost="slot s was invalidated; capture again")
+    assert not purge_risks({"d.t": at(2)}, kept, NOW)["d.t"].purged
+    risks = purge_risks({"d.t": at(2), "d.u": at(1)}, lost, NOW)
+    assert all(r.purged for r in risks.values())
+    assert risks["d.t"].fields()["purge_warning"] == "d.t: slot s was invalidated; capture again"

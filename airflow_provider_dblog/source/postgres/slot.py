@@ -27,7 +27,7 @@ from typing import Sequence
 
 import psycopg2
 
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, StreamLost
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.postgres.connection import (
     CONFIGURATION_LIMIT_EXCEEDED, INSUFFICIENT_PRIVILEGE, PostgresClient, first_line, sqlstate,
@@ -311,11 +311,25 @@ def check_holds(client: PostgresClient, slot: str, lsn: int, position: str) -> N
     if state is None:
         raise DblogError(f"the capture's replication slot {slot} is gone from {client.where}: the changes since "
                          f"{position} are lost; re-snapshot (dblog run with a new --state)")
-    if lsn < state.confirmed_flush or state.wal_status == "lost":
+    if state.wal_status == "lost":
+        raise StreamLost(lost_slot_message(client, slot))
+    if lsn < state.confirmed_flush:
         raise DblogError(f"replication slot {slot} on {client.where} no longer holds the WAL from {position} (it "
-                         f"holds from {format_lsn(state.confirmed_flush)}"
-                         f"{', its WAL was removed (max_slot_wal_keep_size)' if state.wal_status == 'lost' else ''}"
-                         f"): the lake can no longer be caught up; re-snapshot the table")
+                         f"holds from {format_lsn(state.confirmed_flush)}): the lake can no longer be caught up; "
+                         f"re-snapshot the table")
+
+
+def lost_slot_message(client: PostgresClient, slot: str) -> str:
+    """One line for a slot the server invalidated: its WAL is gone for every table, and reading tables again
+    cannot mend that (the slot itself is unusable), so the line names starting the capture again."""
+    keep = ""
+    if client.version_num >= 130000:
+        keep = f" = {client.scalar('SHOW max_slot_wal_keep_size')}"
+    return (f"replication slot {slot} on {client.where} was invalidated by the server: it removed WAL the slot "
+            f"still held (max_slot_wal_keep_size{keep}), so no table of this capture can be caught up from it and "
+            f"reading tables again cannot help; capture again (dblog drop --state STATE, then dblog run into a new "
+            f"--state and --sink) and raise max_slot_wal_keep_size (-1: no limit) above the WAL a tail's pause "
+            f"writes")
 
 
 def advance(client: PostgresClient, slot: str, lsn: int) -> None:

@@ -38,7 +38,7 @@ import psycopg2
 import pyarrow as pa
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, StreamLost
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import (
     ROWS_PER_POSITION, SourcePosition, lsn_position, position_lsn, position_prefix,
@@ -58,7 +58,8 @@ from airflow_provider_dblog.source.postgres.schema import (
     split_name, storage_files, storage_identities, storage_oid, storage_publication,
 )
 from airflow_provider_dblog.source.postgres.slot import (
-    carries_key, check_holds, identity_misses_key, publication_problem, slot_busy_seconds, slot_state,
+    carries_key, check_holds, identity_misses_key, lost_slot_message, publication_problem, slot_busy_seconds,
+    slot_state,
 )
 from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 from airflow_provider_dblog.source.reconnect import LOST_CONNECTION_RETRIES, ConnectionLost
@@ -298,7 +299,10 @@ class SlotReader:
                         waited = True
                         time.sleep(0.5)
                         continue
-                    if sqlstate(exc) == UNDEFINED_OBJECT and slot_state(self.client, self.slot) is None:
+                    state = slot_state(self.client, self.slot)
+                    if state is not None and state.wal_status == "lost":  # invalidated since the tail's check
+                        raise StreamLost(lost_slot_message(self.client, self.slot)) from None
+                    if sqlstate(exc) == UNDEFINED_OBJECT and state is None:
                         # (the same SQLSTATE as a publication dropped since publication_problem checked it)
                         raise DblogError(f"the capture's replication slot {self.slot} is gone from "
                                          f"{self.client.where}: the changes since the lake's position are lost; "
