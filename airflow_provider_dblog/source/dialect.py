@@ -94,6 +94,11 @@ class DataSourceDialect(Protocol):
         """The lake holds every change before ``position``: the source may recycle its log before it (a slot
         advances; a binlog needs nothing)."""
 
+    def renew_stream(self) -> bool:
+        """Make the capture's change log anew after it was lost as a whole (``StreamLost``: a PostgreSQL slot the
+        server invalidated or someone dropped, its publication still there), so reading every table again
+        converges (``--on-purge resnapshot``); False where that cannot be (a binlog is never lost as a whole)."""
+
     # ---- snapshot ----
     def arrow_schema(self, meta: TableMeta) -> pa.Schema: ...
 

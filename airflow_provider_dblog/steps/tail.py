@@ -214,8 +214,11 @@ def reread_purged(state: StateDir, sink: str, dialect, names: list[str], offsets
     try:
         dialect.ensure_available(min(floors.values()))
         return False
-    except StreamLost:
-        raise  # the whole capture's log: re-reading tables would repeat itself
+    except StreamLost as exc:  # the whole capture's log (a slot lost): a new one, then every table read again
+        if on_purge == "fail" or not dialect.renew_stream():
+            raise
+        log.warning("tail: %s -- made anew: every table is read again (--on-purge resnapshot)", exc)
+        first = str(exc)
     except DblogError as exc:
         first = str(exc)
     purged = []

@@ -175,7 +175,8 @@ def test_a_slot_another_process_reads_is_waited_for_then_named(german, db, tmp_p
 
 
 def test_messages_switched_to_english_at_run_time_change_nothing(german, db, tmp_path):
-    """A DBA's ALTER SYSTEM SET lc_messages between the plan and the tail: the same lines either way."""
+    """A DBA's ALTER SYSTEM SET lc_messages between the plan and the tail: the same lines either way; then the
+    DBA drops the capture's slot by hand."""
     german.sql("ALTER SYSTEM SET lc_messages = 'C'", "SELECT pg_reload_conf()")
     try:
         code, _, err = run(german, db, tmp_path)
@@ -184,8 +185,17 @@ def test_messages_switched_to_english_at_run_time_change_nothing(german, db, tmp
         german.sql("ALTER SYSTEM RESET lc_messages", "SELECT pg_reload_conf()")
     options = StateDir(str(tmp_path / "state")).options()
     german.sql(f"SELECT pg_drop_replication_slot('{options['slot']}')", db=db)  # a DBA drops the capture's slot
-    code, _, err = dblog("tail", "--state", str(tmp_path / "state"), "--sink", str(tmp_path / "lake"),
-                         "--available-now")
+    german.sql("UPDATE public.t SET v = 'lost' WHERE id = 1", db=db)  # a change no slot holds
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now", "--on-purge", "fail")
     assert code != 0
     line = one_error_line(err)
-    assert f"replication slot {options['slot']} is gone" in line, line
+    assert f"replication slot {options['slot']} is gone" in line and "--on-purge resnapshot" in line, line
+    # the default: the slot made anew, the table read again
+    code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+    assert code == 0, err
+    assert german.sql(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{options['slot']}'", db=db)
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(f"{sink}/public.t/current").to_pyarrow_table(columns=["id", "v"]).sort_by("id").to_pylist()
+    assert rows == [{"id": 1, "v": "lost"}, {"id": 2, "v": "b"}]

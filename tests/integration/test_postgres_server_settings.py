@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_dblog.store.state import StateDir
 from tests.support.cli import dblog, one_error_line
 from tests.support.lakecheck import assert_replay_equals_current
 from tests.support.local_postgres import LocalPostgres
@@ -110,12 +111,13 @@ def test_timeouts_set_for_the_capture_at_run_time_stop_neither_the_snapshot_nor_
     assert_replay_equals_current(sink, "public.big")
 
 
-def test_a_slot_the_server_invalidates_is_named_by_health_and_the_tail_which_reads_nothing_again(tmp_path):
+def test_a_slot_the_server_invalidates_is_named_by_health_and_made_anew_by_the_tail(tmp_path):
     """A DBA's ``max_slot_wal_keep_size`` at run time, then a tail paused while the server writes more WAL than
     that: the server removes WAL the slot holds and invalidates it (``wal_status = lost``). No table can be caught
-    up from it any more, so re-reading tables (``--on-purge resnapshot``) cannot help. Before: health reported no
-    purge (the WAL "file" a table needed spans 4 GiB), and each tail re-read the table, then failed on "can no
-    longer get changes from replication slot". Now both name the loss and the fix in one line."""
+    up from that slot any more. Before: health reported no purge (the WAL "file" a table needed spans 4 GiB), and
+    each tail read the table again, then failed on "can no longer get changes from replication slot". Now health
+    names the loss, ``--on-purge fail`` stops in one line, and the default makes a new slot and reads every table
+    again: the lake is the source's again."""
     server = LocalPostgres(tmp_path / "pg", settings=("max_wal_size=64MB", "min_wal_size=32MB")).start()
     state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
     try:
@@ -126,6 +128,7 @@ def test_a_slot_the_server_invalidates_is_named_by_health_and_the_tail_which_rea
         code, _, err = dblog("run", "--source", server.uri("w"), "--tables", "public.t", "--state", state,
                              "--sink", sink)
         assert code == 0, err
+        slot = StateDir(state).options()["slot"]
         server.sql("ALTER SYSTEM SET max_slot_wal_keep_size = '32MB'", "SELECT pg_reload_conf()")
         server.sql("UPDATE public.t SET v = 'y' WHERE id < 10", db="w")
         for _ in range(4):  # ≈ 100 MB of WAL while no tail runs
@@ -137,22 +140,30 @@ def test_a_slot_the_server_invalidates_is_named_by_health_and_the_tail_which_rea
         assert report["binlog_purged"] == 1 and report["tables"]["public.t"]["binlog_purged"], out
         assert "was invalidated by the server" in report["tables"]["public.t"]["purge_warning"], out
         lake_before = DeltaTable(f"{sink}/public.t/current").to_pyarrow_table().sort_by("id")
-        for on_purge in ("resnapshot", "fail"):
-            code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now", "--on-purge", on_purge)
-            assert code != 0
-            line = one_error_line(err)
-            assert "was invalidated by the server" in line and "capture again" in line, line
-            assert "max_slot_wal_keep_size = 32MB" in line, line
-            assert "chunks again" not in err, err  # nothing read again in vain
+        code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now", "--on-purge", "fail")
+        assert code != 0
+        line = one_error_line(err)
+        assert "was invalidated by the server" in line and "max_slot_wal_keep_size = 32MB" in line, line
+        assert "--on-purge resnapshot (the default) makes a new slot" in line, line
+        assert "chunks again" not in err, err  # nothing read in vain
         assert DeltaTable(f"{sink}/public.t/current").to_pyarrow_table().sort_by("id") == lake_before
-        # the fix the line names: the capture starts again
-        assert dblog("drop", "--state", state)[0] == 0
-        state, sink = str(tmp_path / "state2"), str(tmp_path / "lake2")
-        code, _, err = dblog("run", "--source", server.uri("w"), "--tables", "public.t", "--state", state,
-                             "--sink", sink)
+        # the default: a new slot of the same name, every table read again, the lake the source's again
+        server.sql("UPDATE public.t SET v = 'z' WHERE id > 990", db="w")
+        code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
         assert code == 0, err
+        assert "made anew: every table is read again" in err and "reading its 1 chunks again" in err, err
+        assert server.sql(f"SELECT wal_status FROM pg_replication_slots WHERE slot_name = '{slot}'",
+                          db="w") == [("reserved",)]
+        server.sql("DELETE FROM public.t WHERE id = 5", "INSERT INTO public.t VALUES (2000, 'new')", db="w")
+        code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")  # and it streams on
+        assert code == 0, err
+        assert "chunks again" not in err, err
         lake = DeltaTable(f"{sink}/public.t/current").to_pyarrow_table(columns=["id", "v"]).sort_by("id")
         assert [(r["id"], r["v"]) for r in lake.to_pylist()] == server.sql("SELECT id, v FROM public.t ORDER BY id",
                                                                              db="w")
+        code, out, err = dblog("verify", "--state", state, "--sink", sink, "--tables", "public.t")
+        assert code == 0, out + err
+        code, out, _ = dblog("health", "--state", state)
+        assert json.loads(out)["binlog_purged"] == 0, out
     finally:
         server.stop()

@@ -98,6 +98,9 @@ class MySqlDialect:
     def release(self, position: SourcePosition) -> None:
         """The server purges its binlog on its own (``binlog_retention`` reports how close that is)."""
 
+    def renew_stream(self) -> bool:
+        return False  # files are purged one by one (``ensure_available``), never the whole log at once
+
     # ---- snapshot ----
     def arrow_schema(self, meta: TableMeta) -> pa.Schema:
         return arrow_schema(meta)

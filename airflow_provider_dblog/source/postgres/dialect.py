@@ -18,7 +18,7 @@ from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.checksums import ChunkChecksum
 from airflow_provider_dblog.core.chunks import ChunkRange, Key
 from airflow_provider_dblog.core.config import SourceConfig
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, StreamLost
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import SourcePosition, lsn_position, position_lsn
 from airflow_provider_dblog.core.retention import BinlogRetention
@@ -119,10 +119,10 @@ class PostgresDialect:
         (``slot.publication_problem``; the stream checks it again before each read, with the tables that exist)."""
         if not self.slot:
             no_stream("dblog tail")
-        if slot.slot_state(self.client, self.slot) is None:
-            raise DblogError(f"the capture's replication slot {self.slot} is gone from {self.client.where} (dblog "
-                             f"drop, or dropped by hand): the changes since the lake's position are lost; capture "
-                             f"again (dblog run with a new --state and --sink)")
+        if slot.slot_state(self.client, self.slot) is None and not self._renewable():
+            raise StreamLost(f"the capture's replication slot {self.slot} is gone from {self.client.where} and its "
+                             f"publication {self.publication} too (dblog drop): capture again (dblog run with a new "
+                             f"--state and --sink)")
         problem = slot.publication_problem(self.client, self.publication, [])  # the tables: before each read
         if problem:
             raise DblogError(problem)
@@ -130,6 +130,23 @@ class PostgresDialect:
     def drop_stream(self) -> list[str]:
         """Drop the capture's slot and publication (``dblog drop``); what was dropped."""
         return slot.drop(self.client, self.slot, None if self.given_publication else self.publication)
+
+    def renew_stream(self) -> bool:
+        """A new slot of the same name for a capture whose slot the server invalidated or someone dropped (its
+        publication is still there: not a ``dblog drop``). It starts at the server's WAL now, after every
+        position the lake holds, so each table's floor is before it and the tail reads every table again."""
+        if not self._renewable():
+            return False
+        state = slot.slot_state(self.client, self.slot)
+        if state is not None and state.wal_status != "lost":
+            return False
+        if state is not None:
+            slot.drop(self.client, self.slot, None)
+        slot.ensure_slot(self.client, self.slot)
+        return True
+
+    def _renewable(self) -> bool:
+        return bool(self.slot) and slot.published_tables(self.client, self.publication) is not None
 
     def release(self, position: SourcePosition) -> None:
         """The lake holds every change before ``position``: the slot may let the server recycle that WAL."""

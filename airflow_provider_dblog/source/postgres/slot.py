@@ -309,8 +309,10 @@ def check_holds(client: PostgresClient, slot: str, lsn: int, position: str) -> N
     before it would silently start later (refused like a purged binlog)."""
     state = slot_state(client, slot)
     if state is None:
-        raise DblogError(f"the capture's replication slot {slot} is gone from {client.where}: the changes since "
-                         f"{position} are lost; re-snapshot (dblog run with a new --state)")
+        raise StreamLost(f"the capture's replication slot {slot} is gone from {client.where} (dropped by hand?): the "
+                         f"changes since {position} are lost to every table; the tail's --on-purge resnapshot (the "
+                         f"default) makes it anew and reads every table again; else capture again (dblog run with "
+                         f"a new --state and --sink)")
     if state.wal_status == "lost":
         raise StreamLost(lost_slot_message(client, slot))
     if lsn < state.confirmed_flush:
@@ -320,16 +322,15 @@ def check_holds(client: PostgresClient, slot: str, lsn: int, position: str) -> N
 
 
 def lost_slot_message(client: PostgresClient, slot: str) -> str:
-    """One line for a slot the server invalidated: its WAL is gone for every table, and reading tables again
-    cannot mend that (the slot itself is unusable), so the line names starting the capture again."""
+    """One line for a slot the server invalidated: its WAL is gone for every table and the slot itself cannot be
+    read any more, so only a new slot and every table read again mend it (``renew_stream``)."""
     keep = ""
     if client.version_num >= 130000:
         keep = f" = {client.scalar('SHOW max_slot_wal_keep_size')}"
     return (f"replication slot {slot} on {client.where} was invalidated by the server: it removed WAL the slot "
-            f"still held (max_slot_wal_keep_size{keep}), so no table of this capture can be caught up from it and "
-            f"reading tables again cannot help; capture again (dblog drop --state STATE, then dblog run into a new "
-            f"--state and --sink) and raise max_slot_wal_keep_size (-1: no limit) above the WAL a tail's pause "
-            f"writes")
+            f"still held (max_slot_wal_keep_size{keep}), so no table of this capture can be caught up from it; the "
+            f"tail's --on-purge resnapshot (the default) makes a new slot and reads every table again; and raise "
+            f"max_slot_wal_keep_size (-1: no limit) above the WAL a tail's pause writes")
 
 
 def advance(client: PostgresClient, slot: str, lsn: int) -> None:
