@@ -15,6 +15,7 @@ def drop_capture_stream(state_dir: str) -> dict:
     state = StateDir(state_dir)
     dialect = open_dialect(state.source(), state.options())
     try:
+        state.record_stream_dropped()  # first: a drop killed half-way is never undone by a tail's renewal
         dropped = dialect.drop_stream()
     finally:
         dialect.close()

@@ -204,6 +204,13 @@ class StateDir:
         made before dblog recorded it)."""
         return self.load_raw().get("server")
 
+    def record_stream_dropped(self) -> None:
+        """``dblog drop`` gave the capture's stream up: a later tail must not make it anew (``renew_stream``)."""
+        raw = self.files.read_json(self.PLAN)
+        raw.setdefault("options", {})["stream_dropped"] = True
+        self.files.write_json(self.PLAN, raw)
+        self._plan = (self.files.identity(self.PLAN), raw)
+
     def replace_table_meta(self, meta: TableMeta) -> None:
         """The table's planned meta replaced, its chunks and reports kept (``TableMeta.with_identity_of``: the
         column identities a re-read brought into the lake)."""

@@ -102,6 +102,13 @@ def test_a_role_without_replication_is_refused_and_leaves_nothing(german, db, tm
     assert code == 0, err
     assert not german.sql(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{options['slot']}'", db=db)
     assert german.sql(f"SELECT 1 FROM pg_publication WHERE pubname = '{options['publication']}'", db=db)
+    # and a later tail does not make the slot anew through the publication that stayed: the capture was given up
+    code, _, err = dblog("tail", "--state", str(tmp_path / "state"), "--sink", str(tmp_path / "lake"),
+                         "--available-now")
+    assert code != 0
+    line = one_error_line(err)
+    assert "is gone" in line and "(dblog drop)" in line and "capture again" in line, line
+    assert not german.sql(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{options['slot']}'", db=db)
 
 
 def test_no_free_replication_slot_is_named_with_its_fix_in_the_servers_language(german, db, tmp_path):

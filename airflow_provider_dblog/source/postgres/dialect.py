@@ -57,6 +57,7 @@ class PostgresDialect:
         self.key_order = KeyOrder(self.client)
         self.slot, self.publication = options.get("slot"), options.get("publication")
         self.given_publication = bool(options.get("publication_given"))  # the owner's (--publication): never dropped
+        self.stream_dropped = bool(options.get("stream_dropped"))  # by ``dblog drop``: never made anew
 
     @property
     def stream(self) -> SlotReader:
@@ -120,9 +121,9 @@ class PostgresDialect:
         if not self.slot:
             no_stream("dblog tail")
         if slot.slot_state(self.client, self.slot) is None and not self._renewable():
-            raise StreamLost(f"the capture's replication slot {self.slot} is gone from {self.client.where} and its "
-                             f"publication {self.publication} too (dblog drop): capture again (dblog run with a new "
-                             f"--state and --sink)")
+            raise StreamLost(f"the capture's replication slot {self.slot} is gone from {self.client.where} ("
+                             f"{'dblog drop' if self.stream_dropped else 'its publication ' + str(self.publication) + ' too'}"
+                             f"): capture again (dblog run with a new --state and --sink)")
         problem = slot.publication_problem(self.client, self.publication, [])  # the tables: before each read
         if problem:
             raise DblogError(problem)
@@ -146,7 +147,10 @@ class PostgresDialect:
         return True
 
     def _renewable(self) -> bool:
-        return bool(self.slot) and slot.published_tables(self.client, self.publication) is not None
+        """Not after ``dblog drop`` (the state says so; an owner's publication outlives it), nor without the
+        capture's publication (a DBA who drops both gave the capture up)."""
+        return (bool(self.slot) and not self.stream_dropped
+                and slot.published_tables(self.client, self.publication) is not None)
 
     def release(self, position: SourcePosition) -> None:
         """The lake holds every change before ``position``: the slot may let the server recycle that WAL."""
