@@ -7,7 +7,9 @@ or stop them: every dblog session sets its own (``values.SESSION_SETTINGS``).
   machine needs no locale installed.
 * ``statement_timeout`` and ``idle_in_transaction_session_timeout`` (production servers often set them for
   applications): a slot's peek over a large range and a chunk's read are long statements, and a chunk window's
-  transaction waits while the reader converts rows. As pg_dump does, dblog's sessions turn both off.
+  transaction waits while the reader converts rows. As pg_dump does, dblog's sessions turn both off. An
+  ``idle_session_timeout`` closes the control connection between statements: it is opened again
+  (``source.reconnect``).
 """
 from __future__ import annotations
 
@@ -79,7 +81,7 @@ def test_money_keeps_one_format_when_lc_monetary_changes_at_run_time(locales, tm
         server.stop()
 
 
-UNTIMED = ("SET statement_timeout = 0", "SET idle_in_transaction_session_timeout = 0")  # the test's own statements
+UNTIMED = ("SET statement_timeout = 0", "SET idle_in_transaction_session_timeout = 0", "SET idle_session_timeout = 0")  # the test's own statements
 
 
 def test_timeouts_set_for_the_capture_at_run_time_stop_neither_the_snapshot_nor_the_tail(postgres, pg_db, tmp_path):
@@ -88,7 +90,8 @@ def test_timeouts_set_for_the_capture_at_run_time_stop_neither_the_snapshot_nor_
            "INSERT INTO public.big SELECT g, repeat(md5(g::text), 4), g / 7.0 FROM generate_series(1, 100000) g", db=db)
     # what a DBA sets for everyone but the applications' own sessions: the plan's and the readers' sessions too
     pg.sql(f"ALTER DATABASE {db} SET statement_timeout = '20ms'",
-           f"ALTER DATABASE {db} SET idle_in_transaction_session_timeout = '20ms'")
+           f"ALTER DATABASE {db} SET idle_in_transaction_session_timeout = '20ms'",
+           f"ALTER DATABASE {db} SET idle_session_timeout = '20ms'")
     try:
         state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
         code, _, err = dblog("run", "--source", pg.uri(db), "--tables", "public.big", "--state", state, "--sink",
@@ -102,7 +105,7 @@ def test_timeouts_set_for_the_capture_at_run_time_stop_neither_the_snapshot_nor_
         assert code == 0, out + err
     finally:
         pg.sql(f"ALTER DATABASE {db} RESET statement_timeout", f"ALTER DATABASE {db} RESET "
-               f"idle_in_transaction_session_timeout")
+               f"idle_in_transaction_session_timeout", f"ALTER DATABASE {db} RESET idle_session_timeout")
     lake = DeltaTable(f"{sink}/public.big/current").to_pyarrow_table().sort_by("id")
     source = pg.sql(*UNTIMED, "SELECT id, v, n::text FROM public.big ORDER BY id", db=db)
     assert lake.num_rows == len(source) == 90000
