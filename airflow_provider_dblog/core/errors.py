@@ -33,8 +33,9 @@ class UnknownTable(DblogError):
 
 class StreamLost(DblogError):
     """The source's change log of the whole capture is gone, not a table's part of it (a PostgreSQL slot the
-    server invalidated): no table can be caught up from it, so re-reading tables (``--on-purge resnapshot``)
-    would only repeat itself; the capture starts again."""
+    server invalidated or someone dropped): no table can be caught up from it, so re-reading tables alone would
+    only repeat itself. ``--on-purge resnapshot`` first makes the log anew (``DataSourceDialect.renew_stream``),
+    then reads every table again; where that cannot be, the capture starts again."""
 
 
 class TryAgainLater(DblogError):
