@@ -23,7 +23,6 @@ FLUSH_WAIT_SECONDS = 60.0  # the WAL writer flushes asynchronous commits within 
 
 # SQLSTATEs dblog acts on: the server's messages are in its lc_messages (German, French, ...), its codes are not
 OBJECT_IN_USE = "55006"  # replication slot ... is active for PID ...
-UNDEFINED_OBJECT = "42704"  # replication slot ... does not exist
 CONFIGURATION_LIMIT_EXCEEDED = "53400"  # all replication slots are in use
 INSUFFICIENT_PRIVILEGE = "42501"  # permission denied, must be superuser or replication role
 

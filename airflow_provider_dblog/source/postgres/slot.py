@@ -307,6 +307,16 @@ def check_replica_identity(client: PostgresClient, metas: Sequence[TableMeta]) -
 def check_holds(client: PostgresClient, slot: str, lsn: int, position: str) -> None:
     """The slot still holds the WAL from ``lsn`` on: a peek starts at its ``confirmed_flush_lsn``, so a read from
     before it would silently start later (refused like a purged binlog)."""
+    state = check_usable(client, slot, position)
+    if lsn < state.confirmed_flush:
+        raise DblogError(f"replication slot {slot} on {client.where} no longer holds the WAL from {position} (it "
+                         f"holds from {format_lsn(state.confirmed_flush)}): the lake can no longer be caught up; "
+                         f"re-snapshot the table")
+
+
+def check_usable(client: PostgresClient, slot: str, position: str) -> SlotState:
+    """The slot as it is, unless it is gone or the server invalidated it (``StreamLost``: the capture's whole
+    stream, every table's changes since ``position``)."""
     state = slot_state(client, slot)
     if state is None:
         raise StreamLost(f"the capture's replication slot {slot} is gone from {client.where} (dropped by hand?): the "
@@ -315,10 +325,7 @@ def check_holds(client: PostgresClient, slot: str, lsn: int, position: str) -> N
                          f"a new --state and --sink)")
     if state.wal_status == "lost":
         raise StreamLost(lost_slot_message(client, slot))
-    if lsn < state.confirmed_flush:
-        raise DblogError(f"replication slot {slot} on {client.where} no longer holds the WAL from {position} (it "
-                         f"holds from {format_lsn(state.confirmed_flush)}): the lake can no longer be caught up; "
-                         f"re-snapshot the table")
+    return state
 
 
 def lost_slot_message(client: PostgresClient, slot: str) -> str:

@@ -38,7 +38,7 @@ import psycopg2
 import pyarrow as pa
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
-from airflow_provider_dblog.core.errors import DblogError, StreamLost
+from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent, row_change
 from airflow_provider_dblog.core.positions import (
     ROWS_PER_POSITION, SourcePosition, lsn_position, position_lsn, position_prefix,
@@ -47,9 +47,7 @@ from airflow_provider_dblog.core.schema_events import UNREADABLE, SchemaChange, 
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source import spans
 from airflow_provider_dblog.source.postgres import pgoutput
-from airflow_provider_dblog.source.postgres.connection import (
-    OBJECT_IN_USE, UNDEFINED_OBJECT, PostgresClient, first_line, sqlstate,
-)
+from airflow_provider_dblog.source.postgres.connection import OBJECT_IN_USE, PostgresClient, first_line, sqlstate
 from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, decode_blocks
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
@@ -58,8 +56,7 @@ from airflow_provider_dblog.source.postgres.schema import (
     split_name, storage_files, storage_identities, storage_oid, storage_publication,
 )
 from airflow_provider_dblog.source.postgres.slot import (
-    carries_key, check_holds, identity_misses_key, lost_slot_message, publication_problem, slot_busy_seconds,
-    slot_state,
+    carries_key, check_holds, check_usable, identity_misses_key, publication_problem, slot_busy_seconds,
 )
 from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 from airflow_provider_dblog.source.reconnect import LOST_CONNECTION_RETRIES, ConnectionLost
@@ -299,14 +296,9 @@ class SlotReader:
                         waited = True
                         time.sleep(0.5)
                         continue
-                    state = slot_state(self.client, self.slot)
-                    if state is not None and state.wal_status == "lost":  # invalidated since the tail's check
-                        raise StreamLost(lost_slot_message(self.client, self.slot)) from None
-                    if sqlstate(exc) == UNDEFINED_OBJECT and state is None:
-                        # (the same SQLSTATE as a publication dropped since publication_problem checked it)
-                        raise DblogError(f"the capture's replication slot {self.slot} is gone from "
-                                         f"{self.client.where}: the changes since the lake's position are lost; "
-                                         f"capture again (dblog run with a new --state)") from None
+                    # gone or invalidated since the tail's check (a dropped publication has the same SQLSTATE
+                    # as a dropped slot: the slot itself is asked)
+                    check_usable(self.client, self.slot, "the lake's position")
                     raise DblogError(f"reading the changes of replication slot {self.slot} on {self.client.where} "
                                      f"failed: {message}" + (f"; another process has read it for "
                                                              f"{slot_busy_seconds():.0f} s (a second dblog tail?): "
