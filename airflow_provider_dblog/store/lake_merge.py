@@ -42,11 +42,12 @@ def merge_changes(data: pa.Table, changes: pa.Table, keys: Sequence[str],
 
 def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
     """Per key the row with the greatest ``_pos`` (deletes included: the caller decides)."""
-    if rows.num_rows == 0:
+    if rows.num_rows <= 1:
         return rows
-    ordered = rows.sort_by([(k, "ascending") for k in keys] + [("_pos", "descending")])
-    if ordered.num_rows == 1:
-        return ordered
+    # the order is found on the keys and ``_pos`` alone, and the other columns are taken once, for the rows kept
+    order = pc.sort_indices(rows.select(list(dict.fromkeys([*keys, "_pos"]))),
+                            sort_keys=[(k, "ascending") for k in keys] + [("_pos", "descending")])
+    ordered = rows.select(list(keys)).take(order)
     same = None  # row i has the key of row i - 1 (two nulls are the same key: a key column older rows lack)
     for k in keys:
         col = ordered[k]
@@ -55,7 +56,7 @@ def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
             eq = pc.fill_null(eq, pc.and_(col.slice(1).is_null(), col.slice(0, len(col) - 1).is_null()))
         same = eq if same is None else pc.and_(same, eq)
     first = pa.concat_arrays([pa.array([True]), pc.invert(same).combine_chunks()])
-    return ordered.filter(first)
+    return rows.take(order.filter(first))
 
 
 def distinct_versions(rows: pa.Table, keys: set[str]) -> pa.Table:

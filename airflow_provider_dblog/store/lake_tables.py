@@ -22,13 +22,14 @@ resumes from here.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Callable, Sequence
 from urllib.parse import unquote
 
 import numpy as np
@@ -60,6 +61,7 @@ MAX_ATTEMPTS = 30
 MEMORY_BYTES = 256 * 1024 * 1024  # changes applied to ``current`` in one MERGE; more go chunk by chunk
 SCAN_BATCH_ROWS = 65_536
 REWRITE_THREADS = 2  # files of ``current`` rewritten at once by an update
+REWRITES_IN_FLIGHT = 2 * REWRITE_THREADS  # rewrites queued at most while the next chunk's are found (each holds a file)
 CAPTURE_MARK = "dblog capture "  # a lake table's description: the capture (``StateDir.capture``) that writes it
 WHOLE_READ_ROWS = 16_384  # a file of ``current`` this small is read whole once by an update, not key columns first
 # a log checkpoint every 10 commits (delta-rs writes it after the commit): opening, updating and committing to a
@@ -772,13 +774,16 @@ class LakeTables:
         removes, adds = [], []
         versions = [Transaction(TAIL_APP, end.boundary().to_version())]
         with ThreadPoolExecutor(REWRITE_THREADS) as pool:
+            running: list = []  # the rewrites of every chunk on one pool: a chunk of one touched file waits for none
             for chunk_id in sorted(hws):
-                removed, added = self._rewrite_chunk(current, chunk_id,
-                                                     changes.filter(pc.equal(changes["_chunk"], chunk_id)),
-                                                     hws[chunk_id], [f for f in files if f.chunk == chunk_id], pool)
+                removed, rewrites = self._rewrite_chunk(current, chunk_id,
+                                                        changes.filter(pc.equal(changes["_chunk"], chunk_id)),
+                                                        hws[chunk_id], [f for f in files if f.chunk == chunk_id])
                 removes += removed
-                adds += added
+                running += [pool.submit(rewrite) for rewrite in rewrites]
+                adds += _finished(running, REWRITES_IN_FLIGHT)
                 versions.append(Transaction(chunk_app(chunk_id), hws[chunk_id].boundary().to_version()))
+            adds += _finished(running, 0)
         self._commit_files(current, removes, adds, versions)
         self.rewritten = (len(removes), sum(f.rows for f in adds))
         log.debug("lake: %s: current brought to %s, %d of %d files rewritten (%d rows) in %.2fs", self.table, end,
@@ -795,9 +800,10 @@ class LakeTables:
                                          commit_properties=CommitProperties(app_transactions=versions))
 
     def _rewrite_chunk(self, current, chunk_id: int, changes: pa.Table, hw: SourcePosition | None,
-                       files: list, pool=None) -> tuple[list, list[StagedFile]]:
-        """The files of one chunk that ``changes`` (one per key, of this chunk) touch, rewritten: the remove
-        actions of the old files and the staged new ones. Files whose range cannot hold a changed key are
+                       files: list) -> tuple[list, list[Callable[[], list[StagedFile]]]]:
+        """The files of one chunk that ``changes`` (one per key, of this chunk) touch, to rewrite: the remove
+        actions of the old files and the rewrites to run (each stages its new files; they read, sort and encode
+        Parquet, which release the GIL, so the caller runs them on a few threads). Files whose range cannot hold a changed key are
         not read; of those that can, only the key columns are read to find where each key lives; a file is
         rewritten when a key lives in it or a new key goes to it (``key_ranges``). New keys a change may not
         insert (deletes, changes at or before the chunk's HW: ``merge_changes``) go nowhere."""
@@ -842,13 +848,12 @@ class LakeTables:
             return self._stage_sorted(merged, partition)
 
         touched = np.unique(owner[owner >= 0]).tolist()
-        # the files are rewritten on a few threads (reading, sorting and encoding Parquet release the GIL)
-        adds = [a for added in (pool.map(rewrite, touched) if pool and len(touched) > 1 else map(rewrite, touched))
-                for a in added]
+        rewrites = [functools.partial(rewrite, i) for i in touched]
         removes = [RemoveAction(files[i].path, True, now, files[i].size, partition) for i in touched]
         if not files and new.size:
-            adds += self._stage_sorted(changes.take(new).filter(pc.not_equal(changes.take(new)["_op"], "d")), partition)
-        return removes, adds
+            first = changes.take(new)
+            rewrites.append(lambda: self._stage_sorted(first.filter(pc.not_equal(first["_op"], "d")), partition))
+        return removes, rewrites
 
     def _stage_sorted(self, rows: pa.Table, partition: dict) -> list[StagedFile]:
         """``rows`` of one chunk sorted by key, as key-range files with the key in their statistics."""
@@ -870,7 +875,8 @@ class LakeTables:
             return None
         if log_has(self.changelog_uri, version + 1):  # another commit came right after it (or before it)
             return None
-        return rows.filter(pc.not_equal(rows["_op"], "r"))
+        changes = pc.not_equal(rows["_op"], "r")
+        return rows if pc.all(changes).as_py() else rows.filter(changes)  # most batches have no re-read rows
 
     def _window_bytes(self, window: list) -> int:
         """About how much memory the changes in ``window`` take in ``current``'s columns (a count of rows,
@@ -917,14 +923,16 @@ class LakeTables:
             files = key_ranges.range_files(current, self._bounded())
             removes, adds, versions = [], [], [Transaction(TAIL_APP, end.boundary().to_version())]
             with ThreadPoolExecutor(REWRITE_THREADS) as pool:
+                running: list = []
                 for chunk_id in sorted(writers):
                     with pa.memory_map(f"{spill}/{chunk_id}.arrow") as source:
                         changes = latest_per_key(pa.ipc.open_file(source).read_all(), self.keys)
                     hw = _version_position(app_version(current, chunk_app(chunk_id)))
-                    removed, added = self._rewrite_chunk(current, chunk_id, changes, hw,
-                                                         [f for f in files if f.chunk == chunk_id], pool)
+                    removed, rewrites = self._rewrite_chunk(current, chunk_id, changes, hw,
+                                                            [f for f in files if f.chunk == chunk_id])
                     removes += removed
-                    adds += added
+                    running += [pool.submit(rewrite) for rewrite in rewrites]
+                    adds += _finished(running, 0)  # memory holds one chunk's changes at a time
                     if hw is not None:
                         versions.append(Transaction(chunk_app(chunk_id), hw.boundary().to_version()))
         self._commit_files(current, removes, adds, versions)
@@ -1041,6 +1049,14 @@ def chunk_commits(sink: str, table: str, chunk_ids: Sequence[int],
     except TableNotFoundError:
         return dict.fromkeys(chunk_ids)
     return {c: _version_position(app_version(current, chunk_app(c))) for c in chunk_ids}
+
+
+def _finished(running: list, keep: int) -> list[StagedFile]:
+    """The staged files of the oldest rewrites (futures) in ``running``, waited for until at most ``keep`` remain."""
+    out: list[StagedFile] = []
+    while len(running) > keep:
+        out += running.pop(0).result()
+    return out
 
 
 def _lowest_pos(file: StagedFile) -> str:
