@@ -126,6 +126,42 @@ def test_an_update_rewrites_only_the_files_whose_keys_changed(tmp_path):
     _assert_disjoint(lake)
 
 
+def test_a_rewrite_that_fails_part_way_leaves_current_as_it_was(tmp_path, monkeypatch):
+    """The files of every touched chunk are rewritten on one pool: one rewrite failing (a full disk, a killed
+    write) after others staged theirs fails the update with nothing committed to ``current``; the same batch
+    committed again gives the lake of one merge."""
+    lake, merged = _snapshotted(tmp_path / "files"), _snapshotted(tmp_path / "merge", apply_mode="merge")
+    changes = [(k, "u", 10_000 + k) for k in range(0, 300, 7)] + [(k, "d", 0) for k in (3, 150, 299)]
+    rows, end = _events(changes, 100), _pos(100 + len(changes) + 1)
+    lake.commit_stream(_events([(0, "u", 1), (150, "u", 1), (250, "u", 1)], 90), _pos(99))  # key-range files
+    merged.commit_stream(_events([(0, "u", 1), (150, "u", 1), (250, "u", 1)], 90), _pos(99))
+    before, version = _current(lake), DeltaTable(lake.current_uri).version()
+    stage_sorted, calls = LakeTables._stage_sorted, []
+
+    def failing(self, rows, partition):
+        calls.append(partition["_chunk"])
+        if partition["_chunk"] == "2":  # the last chunk's: the other chunks' files are staged, or being staged
+            raise OSError("No space left on device")
+        return stage_sorted(self, rows, partition)
+
+    monkeypatch.setattr(LakeTables, "_stage_sorted", failing)
+    try:
+        lake.commit_stream(rows, end)
+        raise AssertionError("the failed rewrite went unseen")
+    except OSError:
+        pass
+    assert {"0", "1"} <= set(calls), f"the failure came before the other chunks' rewrites: {calls}"
+    assert DeltaTable(lake.current_uri).version() == version and _current(lake) == before, "current changed"
+    monkeypatch.setattr(LakeTables, "_stage_sorted", stage_sorted)
+    again = LakeTables(str(tmp_path / "files"), "db.t", SOURCE, ["id"])
+    again.file_rows = lake.file_rows
+    assert again.commit_stream(rows, end) == "replayed"  # the changelog has the batch; ``current`` catches up
+    merged.commit_stream(rows, end)
+    assert _current(again) == _current(merged)
+    assert DeltaTable(again.current_uri).transaction_version("dblog-tail") == end.boundary().to_version()
+    _assert_disjoint(again)
+
+
 def test_a_chunk_read_committed_meanwhile_makes_the_update_retry(tmp_path):
     """A chunk read that commits between the update's read of ``current`` and its commit conflicts with it
     (the update carries the chunk's HW again): retried, no row lost or doubled, the later read kept."""
