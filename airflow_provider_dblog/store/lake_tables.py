@@ -781,6 +781,7 @@ class LakeTables:
                                                         hws[chunk_id], [f for f in files if f.chunk == chunk_id])
                 removes += removed
                 running += [pool.submit(rewrite) for rewrite in rewrites]
+                del rewrites  # the futures hold the chunk's rewrites (and its cache of files) until they ran
                 adds += _finished(running, REWRITES_IN_FLIGHT)
                 versions.append(Transaction(chunk_app(chunk_id), hws[chunk_id].boundary().to_version()))
             adds += _finished(running, 0)
@@ -876,7 +877,7 @@ class LakeTables:
         if log_has(self.changelog_uri, version + 1):  # another commit came right after it (or before it)
             return None
         changes = pc.not_equal(rows["_op"], "r")
-        return rows if pc.all(changes).as_py() else rows.filter(changes)  # most batches have no re-read rows
+        return rows if pc.all(changes, skip_nulls=False).as_py() else rows.filter(changes)  # most batches have no re-read rows
 
     def _window_bytes(self, window: list) -> int:
         """About how much memory the changes in ``window`` take in ``current``'s columns (a count of rows,
@@ -932,6 +933,7 @@ class LakeTables:
                                                             [f for f in files if f.chunk == chunk_id])
                     removes += removed
                     running += [pool.submit(rewrite) for rewrite in rewrites]
+                    del rewrites
                     adds += _finished(running, 0)  # memory holds one chunk's changes at a time
                     if hw is not None:
                         versions.append(Transaction(chunk_app(chunk_id), hw.boundary().to_version()))
@@ -1054,8 +1056,13 @@ def chunk_commits(sink: str, table: str, chunk_ids: Sequence[int],
 def _finished(running: list, keep: int) -> list[StagedFile]:
     """The staged files of the oldest rewrites (futures) in ``running``, waited for until at most ``keep`` remain."""
     out: list[StagedFile] = []
-    while len(running) > keep:
-        out += running.pop(0).result()
+    try:
+        while len(running) > keep:
+            out += running.pop(0).result()
+    except BaseException:  # one failed: the queued ones are not started (the update commits nothing anyway)
+        for future in running:
+            future.cancel()
+        raise
     return out
 
 
