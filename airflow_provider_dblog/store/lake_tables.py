@@ -61,7 +61,8 @@ MAX_ATTEMPTS = 30
 MEMORY_BYTES = 256 * 1024 * 1024  # changes applied to ``current`` in one MERGE; more go chunk by chunk
 SCAN_BATCH_ROWS = 65_536
 REWRITE_THREADS = 2  # files of ``current`` rewritten at once by an update
-REWRITES_IN_FLIGHT = 2 * REWRITE_THREADS  # rewrites queued at most while the next chunk's are found (each holds a file)
+# rewrites queued at most while the next chunk's are found (each holds its file and its chunk's small files)
+REWRITES_IN_FLIGHT = 2 * REWRITE_THREADS
 CAPTURE_MARK = "dblog capture "  # a lake table's description: the capture (``StateDir.capture``) that writes it
 WHOLE_READ_ROWS = 16_384  # a file of ``current`` this small is read whole once by an update, not key columns first
 # a log checkpoint every 10 commits (delta-rs writes it after the commit): opening, updating and committing to a
@@ -804,10 +805,10 @@ class LakeTables:
                        files: list) -> tuple[list, list[Callable[[], list[StagedFile]]]]:
         """The files of one chunk that ``changes`` (one per key, of this chunk) touch, to rewrite: the remove
         actions of the old files and the rewrites to run (each stages its new files; they read, sort and encode
-        Parquet, which release the GIL, so the caller runs them on a few threads). Files whose range cannot hold a changed key are
-        not read; of those that can, only the key columns are read to find where each key lives; a file is
-        rewritten when a key lives in it or a new key goes to it (``key_ranges``). New keys a change may not
-        insert (deletes, changes at or before the chunk's HW: ``merge_changes``) go nowhere."""
+        Parquet, which release the GIL, so the caller runs them on a few threads). Files whose range cannot hold
+        a changed key are not read; of those that can, only the key columns are read to find where each key
+        lives; a file is rewritten when a key lives in it or a new key goes to it (``key_ranges``). New keys a
+        change may not insert (deletes, changes at or before the chunk's HW: ``merge_changes``) go nowhere."""
         from deltalake.transaction import RemoveAction
 
         bounded = self._bounded()
@@ -876,8 +877,8 @@ class LakeTables:
             return None
         if log_has(self.changelog_uri, version + 1):  # another commit came right after it (or before it)
             return None
-        changes = pc.not_equal(rows["_op"], "r")
-        return rows if pc.all(changes, skip_nulls=False).as_py() else rows.filter(changes)  # most batches have no re-read rows
+        changes = pc.not_equal(rows["_op"], "r")  # most batches have no re-read rows: nothing to filter
+        return rows if pc.all(changes, skip_nulls=False).as_py() else rows.filter(changes)
 
     def _window_bytes(self, window: list) -> int:
         """About how much memory the changes in ``window`` take in ``current``'s columns (a count of rows,
