@@ -51,25 +51,28 @@ def test_a_postgres_statement_runs_again_after_its_backend_is_terminated(postgre
     client.close()
 
 
-def test_a_slot_read_whose_backend_is_terminated_mid_read_resumes_after_what_it_gave(postgres, pg_db):
-    """A peek of 30,000 messages loses its backend after the first 6,000: the read connects again and gives each
-    message once, in order, exactly as an undisturbed peek."""
+def test_a_slot_read_whose_backend_is_terminated_mid_read_resumes_after_what_it_gave(postgres, pg_db, caplog):
+    """A peek of 400,000 messages (≈50 MB, more than the pipe, the socket and the COPY's buffers hold) loses its
+    backend after the first 6,000: the read connects again and gives each message once, in order, exactly as an
+    undisturbed peek."""
     postgres.sql("CREATE TABLE public.t (id int PRIMARY KEY, v text)", "CREATE PUBLICATION p FOR TABLE public.t",
                  "SELECT pg_create_logical_replication_slot('s_resume', 'pgoutput')", db=pg_db)
-    postgres.sql("INSERT INTO public.t SELECT g, 'v' || g FROM generate_series(1, 15000) g",
+    postgres.sql("INSERT INTO public.t SELECT g, repeat('v', 100) || g FROM generate_series(1, 200000) g",
                  "UPDATE public.t SET v = v || '!'", db=pg_db)
     client = PostgresClient(SourceConfig.parse(postgres.uri(pg_db)))
     reader = SlotReader(client, "s_resume", "p")
     end = client.current_lsn()
     want = list(reader._messages(end))
-    assert len(want) > 30_000
+    assert len(want) > 400_000
     got = []
     for payload in reader._messages(end):
         got.append(payload)
         if len(got) == 6_000:
             killed = postgres.sql("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                  "WHERE application_name = 'dblog' AND query LIKE '%dblog_slot_changes%'")[0][0]
+                                  "WHERE application_name = 'dblog' AND query LIKE 'COPY (SELECT data FROM "
+                                  "pg_logical_slot_peek_binary_changes(%'")[0][0]
     assert killed == 1
+    assert "the server closed the connection" in caplog.text  # the kill landed mid-read: it was read again
     assert got == want
     postgres.sql("SELECT pg_drop_replication_slot('s_resume')", db=pg_db)
     client.close()

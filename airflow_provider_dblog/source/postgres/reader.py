@@ -14,9 +14,7 @@ A value the lake cannot hold (``infinity`` timestamps, BC or year > 9999 dates, 
 from __future__ import annotations
 
 import io
-import os
 import re
-import threading
 
 import numpy as np
 import pyarrow as pa
@@ -26,8 +24,9 @@ import pyarrow.csv as pcsv
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.tables import TableMeta
+from airflow_provider_dblog.source.postgres.copy_out import copy_out
 
-BLOCK_BYTES = 1 << 20  # Arrow's parse blocks (larger ones parsed slower here) and the pipe's buffer
+BLOCK_BYTES = 1 << 20  # Arrow's parse blocks (larger ones parsed slower here)
 # hex digit -> its value; 255 marks a byte that is not a hex digit
 _HEX = np.full(256, 255, dtype=np.uint8)
 for _i, _c in enumerate(b"0123456789abcdef"):
@@ -107,33 +106,11 @@ def hex_to_binary(array: pa.Array, table: str = "", column: str = "") -> pa.Arra
 
 
 def read_rows(conn, meta: TableMeta, schema: pa.Schema, select: str, params) -> pa.Table:
-    """Run the chunk's COPY on ``conn`` (in whatever transaction it is in) and parse it as it arrives: a
-    thread copies into a pipe that Arrow's reader consumes, so PostgreSQL's output, the transfer and the
-    parse overlap (≈1.3-1.6x a copy-then-parse on 2 cores). A failed COPY raises its own error, a failed
-    parse stops the COPY (the caller drops the connection: it may be left inside the COPY)."""
+    """Run the chunk's COPY on ``conn`` (in whatever transaction it is in) and parse it as it arrives
+    (``copy_out``: PostgreSQL's output, the transfer and Arrow's parse overlap, ≈1.3-1.6x a copy-then-parse on
+    2 cores). A failed COPY raises its own error, a failed parse stops the COPY (the caller drops the
+    connection: it may be left inside the COPY)."""
     with conn.cursor() as cur:
         statement = copy_sql(cur.mogrify(select, params).decode())
-    read_end, write_end = os.pipe()
-    failed: list[BaseException] = []
-
-    def copy() -> None:
-        try:
-            with os.fdopen(write_end, "wb", buffering=BLOCK_BYTES) as sink, conn.cursor() as cur:
-                cur.copy_expert(statement, sink, size=BLOCK_BYTES)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the reading thread
-            failed.append(exc)
-
-    thread = threading.Thread(target=copy, name="dblog-copy", daemon=True)
-    thread.start()
-    try:
-        with os.fdopen(read_end, "rb") as source:
-            rows = parse_csv(source, schema, meta.qualified)
-    except BaseException:
-        thread.join()  # closing the pipe's read end stops a COPY still writing (BrokenPipeError)
-        if failed and not isinstance(failed[0], BrokenPipeError):
-            raise failed[0] from None
-        raise
-    thread.join()
-    if failed:
-        raise failed[0]
-    return rows
+    with copy_out(conn, statement) as source:
+        return parse_csv(source, schema, meta.qualified)

@@ -1,7 +1,7 @@
 """The change stream of a PostgreSQL capture: its slot's ``pgoutput`` messages as ``ChangeEvent`` s.
 
 A range ``(start, end]`` is read with ``pg_logical_slot_peek_binary_changes(slot, end, ...)`` through a
-server-side cursor: plain SQL on an ordinary connection, decoded from the slot's restart point up to the
+binary ``COPY`` (``copy_out``; a cursor's fetch cost ≈0.4 s more per 300,000 messages): plain SQL on an ordinary connection, decoded from the slot's restart point up to the
 first record that ends at or past ``end``, and *peeked*: nothing is consumed, so a read that fails or is
 killed is simply read again (the slot moves only on ``slot.advance``, after the lake committed). A read of
 a slot another process holds waits a little, then says which process.
@@ -48,6 +48,7 @@ from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source import spans
 from airflow_provider_dblog.source.postgres import pgoutput
 from airflow_provider_dblog.source.postgres.connection import OBJECT_IN_USE, PostgresClient, first_line, sqlstate
+from airflow_provider_dblog.source.postgres.copy_out import binary_values, copy_out
 from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, decode_blocks
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
@@ -62,7 +63,6 @@ from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 from airflow_provider_dblog.source.reconnect import LOST_CONNECTION_RETRIES, ConnectionLost
 
 log = logging.getLogger("dblog")
-FETCH_ROWS = 5000  # messages per round trip of the server-side cursor
 BLOCK_ROWS = 10_000  # row messages per ChangeBlock
 BLOCK_BYTES = 8 << 20  # and their bytes: the block decoder gathers a column's values through an 8-byte index per byte
 _INSERT, _UPDATE, _DELETE = ord("I"), ord("U"), ord("D")
@@ -269,19 +269,20 @@ class SlotReader:
                 time.sleep(min(0.2 * lost, 2.0))
 
     def _peek(self, end: int) -> Iterator[list[bytes]]:
-        """One peek of the slot up to ``end`` on its own connection, ``FETCH_ROWS`` messages at a time
-        (``ConnectionLost``: the server closed it)."""
+        """One peek of the slot up to ``end`` on its own connection, as a binary COPY read as it arrives, about
+        ``copy_out.BLOCK_BYTES`` of messages at a time (``ConnectionLost``: the server closed it)."""
         conn = self.client.connect(autocommit=False)
         deadline, waited = time.monotonic() + slot_busy_seconds(), False
         try:
+            with conn.cursor() as cur:
+                statement = cur.mogrify(
+                    "COPY (SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, 'proto_version', "
+                    "'1', 'publication_names', %s)) TO STDOUT WITH (FORMAT binary)",
+                    (self.slot, format_lsn(end), self.publication)).decode()
             while True:
-                cur = conn.cursor(name="dblog_slot_changes")
                 try:
-                    cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
-                                "'proto_version', '1', 'publication_names', %s)",
-                                (self.slot, format_lsn(end), self.publication))
-                    while rows := cur.fetchmany(FETCH_ROWS):
-                        yield [bytes(data) for data, in rows]
+                    with copy_out(conn, statement) as source:
+                        yield from binary_values(source, f"reading replication slot {self.slot}")
                     return
                 except psycopg2.Error as exc:
                     message = first_line(exc, self.client.config.password)
