@@ -28,10 +28,11 @@ _TRAILER = b"\xff\xff"  # a field count of -1
 
 @contextmanager
 def copy_out(conn, statement: str) -> Iterator[BinaryIO]:
-    """The output of ``statement`` (a ``COPY ... TO STDOUT``) on ``conn``, as a file a thread is writing. A failed COPY raises its own error when the block ends, before any error of the reader (which may
-    only have seen the output end early). A reader that stops early or fails stops the COPY (its query
-    cancelled, its writes refused) and waits for the thread: ``conn`` may be left inside the COPY, to be closed
-    or rolled back by the caller."""
+    """The output of ``statement`` (a ``COPY ... TO STDOUT``) on ``conn``, as a file a thread is writing. A
+    failed COPY raises its own error when the block ends, before any error of the reader (which may only have
+    seen the output end early). A reader that stops early or fails stops the COPY (its query cancelled, its
+    writes refused) and waits for the thread: ``conn`` may be left inside the COPY, to be closed or rolled back
+    by the caller."""
     read_end, write_end = os.pipe()
     failed: list[BaseException] = []
 

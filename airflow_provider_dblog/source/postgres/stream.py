@@ -1,8 +1,9 @@
 """The change stream of a PostgreSQL capture: its slot's ``pgoutput`` messages as ``ChangeEvent`` s.
 
 A range ``(start, end]`` is read with ``pg_logical_slot_peek_binary_changes(slot, end, ...)`` through a
-binary ``COPY`` (``copy_out``; a cursor's fetch cost ≈0.4 s more per 300,000 messages): plain SQL on an ordinary connection, decoded from the slot's restart point up to the
-first record that ends at or past ``end``, and *peeked*: nothing is consumed, so a read that fails or is
+binary ``COPY`` (``copy_out``; a cursor's fetches cost ≈0.4 s more per 300,000 messages): plain SQL on an
+ordinary connection, decoded from the slot's restart point up to the first record that ends at or past
+``end``, and *peeked*: nothing is consumed, so a read that fails or is
 killed is simply read again (the slot moves only on ``slot.advance``, after the lake committed). A read of
 a slot another process holds waits a little, then says which process.
 
