@@ -236,7 +236,7 @@ class ChangeCommitter:
                 self.lake.record_reread(last.pos)
                 self._adopt_identity(live)
                 return False
-            self.lake.evolve(source, last.pos)
+            self.lake.evolve(source, last.pos, log_rows=False)  # the re-read below logs every row
             self.state.record_schema_version(live, last.pos)
         log.info("schema change: reading the %d chunks of %s again with columns %s", len(self.plan.chunks),
                  live.qualified, ", ".join(self.lake.source.names if self.behaviour == "freeze" else live.column_names))

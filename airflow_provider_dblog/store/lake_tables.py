@@ -197,22 +197,26 @@ class LakeTables:
         return _version_position(app_version(self.current(), REREAD_APP))
 
     def evolve(self, source: pa.Schema, at: SourcePosition, renamed: dict[str, str] | None = None,
-               defaults: dict[str, pa.Scalar] | None = None) -> bool:
+               defaults: dict[str, pa.Scalar] | None = None, log_rows: bool = True) -> bool:
         """Give ``current`` the source's columns in force from ``at`` (dropped ones removed, changed types
         cast, ``renamed`` new name -> old name carried over, added ones null or, for rows from before
         ``at``, their ``defaults``) and widen the changelog where a type changed (it keeps every column it
-        ever had: its history stays readable). False if the lake already followed a change at or after ``at``."""
+        ever had: its history stays readable). False if the lake already followed a change at or after ``at``.
+        ``log_rows=False`` when every chunk is read again next: the re-read logs each row as the source has it
+        (and a removal for each row gone), so ``current``'s rows as they were (before a TRUNCATE, or with values
+        a rewrite changed) are not logged as the table after the change."""
         done = self.schema_position()
         if done is not None and done >= at.boundary():
             return False
         _retrying(f"changing the columns of {self.table}'s changelog", lambda: self._widen_changelog(source))
         _retrying(f"changing the columns of {self.table}'s current state",
-                  lambda: self._evolve_current(source, at, renamed or {}, defaults or {}))
+                  lambda: self._evolve_current(source, at, renamed or {}, defaults or {}, log_rows))
         self.current()  # its columns now
         log.info("lake: %s follows the source's columns from %s: %s", self.table, at, ", ".join(source.names))
         return True
 
-    def _evolve_current(self, source: pa.Schema, at: SourcePosition, renamed: dict, defaults: dict) -> None:
+    def _evolve_current(self, source: pa.Schema, at: SourcePosition, renamed: dict, defaults: dict,
+                        log_rows: bool = True) -> None:
         from deltalake import CommitProperties, Transaction, write_deltalake
 
         current = self.current()
@@ -220,7 +224,8 @@ class LakeTables:
         if done is not None and done >= at.boundary():
             return  # another writer followed a later change meanwhile: its columns stay
         data = changed_columns(current.to_pyarrow_dataset().to_table(), source, at, renamed, defaults)
-        self._log_followed_rows(data, at)
+        if log_rows:
+            self._log_followed_rows(data, at)
         target = data.schema
         write_deltalake(current, data, mode="overwrite", schema_mode="overwrite", partition_by=["_chunk"],
                         storage_options=self.options, writer_properties=writer_properties(target),
@@ -231,14 +236,17 @@ class LakeTables:
         """A schema change followed in place gives the rows already there new values (an added column's
         DEFAULT, a renamed or retyped column) without a binlog event: each such row goes to the changelog
         as a snapshot row at the statement's position, so replaying the changelog gives ``current``. Once per
-        statement (the changelog records it as ``dblog-schema``)."""
+        statement (the changelog records it as ``dblog-schema``). The rows sit at ``CLOSED_ROW`` of it: after
+        every change up to the statement, before the rows of a chunk read at that very position (``SNAPSHOT_ROW``),
+        so no key has two images at one ``_pos``; a row read at it already has its image after the statement."""
         from deltalake import CommitProperties, Transaction
 
         done = _version_position(app_version(self.changelog(), SCHEMA_APP))
         if done is not None and done >= at.boundary():
             return
-        rows = data.filter(pc.less_equal(data["_pos"], at.as_snapshot().encode()))
-        logged = position_rows(rows, source_columns(rows.schema), "r", at.as_snapshot().encode(), rows["_chunk"])
+        here = at.as_closed().encode()
+        rows = data.filter(pc.less(data["_pos"], here))
+        logged = position_rows(rows, source_columns(rows.schema), "r", here, rows["_chunk"])
         self._append(logged, CommitProperties(app_transactions=[Transaction(SCHEMA_APP, at.boundary().to_version())]))
         log.info("lake: %s: %d rows as they are after the schema change at %s logged to the changelog", self.table,
                  rows.num_rows, at)

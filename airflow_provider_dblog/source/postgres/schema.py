@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from airflow_provider_dblog.core.errors import DblogError, UnknownTable, UnsupportedTables
 from airflow_provider_dblog.core.tables import Column, TableMeta
@@ -175,18 +175,73 @@ def _columns(client: PostgresClient, oid: int, leave_out: Sequence[str] = ()) ->
     return tuple(columns)
 
 
-def _unique_keys(client: PostgresClient, oid: int) -> list[tuple[str, bool, list[str], bool]]:
-    """(index, primary, key columns in order, all NOT NULL) of the table's valid unique indexes on plain
-    columns without a predicate, the primary key first."""
+class UniqueKey(NamedTuple):
+    """A valid unique index of plain columns without a predicate (``unique_keys``)."""
+
+    index: str
+    oid: int  # the index's: dropped and created again, it has another
+    primary: bool
+    columns: tuple[str, ...]  # its key columns, in order (not its INCLUDE columns)
+    not_null: bool  # every one of them NOT NULL
+    immediate: bool  # not DEFERRABLE: checked at each row, so no two rows share it at any point of a transaction
+
+
+def unique_keys(client: PostgresClient, oids: Sequence[int]) -> dict[int, list[UniqueKey]]:
+    """Per table OID, its valid unique indexes on plain columns without a predicate, the primary key first, then
+    by name; an index on a generated column is left out (the stream does not carry those: ``generated_columns``).
+    One query whatever the tables (each tail read asks it: ``key_problem``)."""
+    generated = "AND a.attgenerated = ''" if client.version_num >= 120000 else ""
     rows = client.query(
-        "SELECT ic.relname, i.indisprimary, array_agg(a.attname::text ORDER BY k.ord), bool_and(a.attnotnull) "
+        "SELECT i.indrelid, ic.relname, i.indexrelid, i.indisprimary, array_agg(a.attname::text ORDER BY k.ord), "
+        "bool_and(a.attnotnull), i.indimmediate, count(*) = i.indnkeyatts "
         "FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid "
         "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
-        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-        "WHERE i.indrelid = %s AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL "
-        "AND k.ord <= i.indnkeyatts GROUP BY ic.relname, i.indisprimary "
-        "ORDER BY i.indisprimary DESC, ic.relname", (oid,))
-    return [(r[0], bool(r[1]), list(r[2]), bool(r[3])) for r in rows]
+        f"JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum {generated} "
+        "WHERE i.indrelid = ANY(%s::oid[]) AND i.indisunique AND i.indisvalid AND i.indpred IS NULL "
+        "AND i.indexprs IS NULL AND k.ord <= i.indnkeyatts "
+        "GROUP BY i.indrelid, ic.relname, i.indexrelid, i.indisprimary, i.indimmediate, i.indnkeyatts "
+        "ORDER BY i.indrelid, i.indisprimary DESC, ic.relname", (list(oids),))
+    keys: dict[int, list[UniqueKey]] = {int(oid): [] for oid in oids}
+    for oid, index, index_oid, primary, columns, not_null, immediate, whole in rows:
+        if whole:  # else a key column is generated
+            keys[int(oid)].append(UniqueKey(index, int(index_oid), bool(primary), tuple(columns), bool(not_null),
+                                            bool(immediate)))
+    return keys
+
+
+def chosen_key(keys: Sequence[UniqueKey]) -> UniqueKey | None:
+    """The key a capture takes when no ``--chunk-key`` names one: the primary key, else the first unique index
+    whose columns are all NOT NULL; DEFERRABLE ones never (PostgreSQL does not use them as the replica identity,
+    and inside a transaction two rows may share one, so changes applied by key would lose rows)."""
+    usable = [k for k in keys if k.immediate]
+    return next((k for k in usable if k.primary), None) or next((k for k in usable if k.not_null), None)
+
+
+def key_problem(meta: TableMeta, keys: Sequence[UniqueKey], not_null: Mapping[str, bool]) -> str | None:
+    """Why ``meta``'s key may no longer identify the table's rows (None: it still does), from the catalog now
+    (``keys``: ``unique_keys``; ``not_null``: each column's NOT NULL). DDL is not in the WAL: a primary key dropped
+    or replaced (``DROP CONSTRAINT``, ``ADD PRIMARY KEY (id, region)``), recreated DEFERRABLE, or a key column made
+    nullable leaves the stream applying changes by a key two rows may share, and rows would collapse in the lake.
+    The index the key rested on when the table was described (``storage_identities``' key part) must still be
+    there: a key dropped and added back between two reads leaves nothing else behind, and while it was gone two
+    rows could share it. A ``--chunk-key`` that is not unique has nothing to lose."""
+    if not meta.key_unique:
+        return None
+    key = set(meta.key_columns)
+    nullable = sorted(c for c in key if not not_null.get(c, False))
+    if nullable:
+        return f"key column {', '.join(nullable)} of {meta.qualified} is nullable now (or gone)"
+    identifies = [k for k in keys if k.immediate and k.not_null and set(k.columns) <= key]
+    rested_on = key_index(meta.storage)
+    if rested_on is not None and identifies and all(k.oid != rested_on for k in identifies):
+        return (f"the index the key of {meta.qualified} rested on (OID {rested_on}) is gone: dropped, or dropped and "
+                f"created again, since the table was read")
+    if identifies:
+        return None
+    deferrable = [k.index for k in keys if not k.immediate and set(k.columns) <= key]
+    if deferrable:
+        return f"the unique index on the key of {meta.qualified} ({deferrable[0]}) is DEFERRABLE now"
+    return f"no unique index of {meta.qualified} covers its key ({', '.join(meta.key_columns)}) now"
 
 
 def storage_identities(client: PostgresClient, oids: Sequence[int], publication: str | None = None) -> dict[int, str]:
@@ -249,7 +304,24 @@ def _value_types(client: PostgresClient, oids: Sequence[int]) -> tuple[dict[int,
     return ({int(rel): l for rel, l, _ in rows if l is not None}, {int(rel): c for rel, _, c in rows if c is not None})
 
 
-PUBLISHED, ENUM_LABELS, COMPOSITES = "pub=", "enum=", "comp="  # the named parts of a ``storage_identities`` value
+def key_problems(client: PostgresClient, tables: Mapping[int, TableMeta]) -> dict[str, str]:
+    """``key_problem`` of each table (by OID) whose key may no longer identify its rows: two queries whatever the
+    tables (each tail read asks)."""
+    keyed = {oid: meta for oid, meta in tables.items() if meta.key_unique}
+    if not keyed:
+        return {}
+    keys = unique_keys(client, sorted(keyed))
+    not_null: dict[int, dict[str, bool]] = {oid: {} for oid in keyed}
+    for oid, column, attnotnull in client.query(
+            "SELECT attrelid, attname, attnotnull FROM pg_attribute WHERE attrelid = ANY(%s::oid[]) AND attnum > 0 "
+            "AND NOT attisdropped", (sorted(keyed),)):
+        not_null[int(oid)][column] = bool(attnotnull)
+    return {meta.qualified: problem for oid, meta in keyed.items()
+            if (problem := key_problem(meta, keys[oid], not_null[oid]))}
+
+
+# the named parts of a ``storage_identities`` value (``KEY_INDEX``: added by ``describe_table``, which knows the key)
+PUBLISHED, ENUM_LABELS, COMPOSITES, KEY_INDEX = "pub=", "enum=", "comp=", "key="
 UNLOGGED, FOREIGN = ":unlogged", ":foreign"  # a partition's marks in it: its changes are not in the WAL
 
 
@@ -308,6 +380,13 @@ def changed_composites(was: str | None, now: str | None) -> bool:
     return old is not None and old != _named_part(now, COMPOSITES)
 
 
+def key_index(storage: str | None) -> int | None:
+    """The OID of the unique index the key rested on when the table was described (None: a ``--chunk-key``, or
+    described before it was recorded)."""
+    part = _named_part(storage, KEY_INDEX)
+    return int(part) if part else None
+
+
 def storage_oid(storage: str | None) -> int | None:
     """The table's OID in a ``storage_identities`` value (None: unknown, or the table was dropped)."""
     return int(storage.split("|", 1)[0]) if storage and "|" in storage else None
@@ -349,7 +428,7 @@ def _described(client: PostgresClient, table: str, chunk_key: Sequence[str] | No
     if not columns:
         raise DblogError(f"{table} has no columns: nothing to capture")
     by_name = {c.name: c for c in columns}
-    keys = [k for k in _unique_keys(client, oid) if not set(k[2]) & set(generated)]
+    keys = unique_keys(client, [oid])[oid]
     if generated:
         log.warning("%s: generated column%s %s not captured: PostgreSQL's logical replication does not send "
                     "generated columns (compute them from the captured ones in a view over the lake)", table,
@@ -364,14 +443,20 @@ def _described(client: PostgresClient, table: str, chunk_key: Sequence[str] | No
             raise DblogError(f"--chunk-key {','.join(unknown)} is not a column of {table}: "
                              f"choose from {', '.join(c.name for c in columns)}")
         refuse_nullable(table, [c for c in chunk_key if by_name[c].nullable])
-        unique = any(cols == list(chunk_key) for _, _, cols, _ in keys)
-        return TableMeta(schema, name, columns, tuple(chunk_key), "unique" if unique else "chunk_key", storage)
-    for _, primary, cols, not_null in keys:
-        if primary:
-            return TableMeta(schema, name, columns, tuple(cols), "primary", storage)
-    for _, _, cols, not_null in keys:
-        if not_null:
-            return TableMeta(schema, name, columns, tuple(cols), "unique", storage)
+        unique = next((k for k in keys if k.columns == tuple(chunk_key) and k.immediate), None)
+        if unique is None:
+            return TableMeta(schema, name, columns, tuple(chunk_key), "chunk_key", storage)
+        return TableMeta(schema, name, columns, tuple(chunk_key), "unique", f"{storage}|{KEY_INDEX}{unique.oid}")
+    key = chosen_key(keys)
+    if key is not None:
+        return TableMeta(schema, name, columns, key.columns, "primary" if key.primary else "unique",
+                         f"{storage}|{KEY_INDEX}{key.oid}")
+    deferrable = next((k for k in keys if not k.immediate), None)
+    if deferrable is not None:
+        raise DblogError(f"table {table}'s {'primary key' if deferrable.primary else 'unique key'} "
+                         f"({', '.join(deferrable.columns)}) is DEFERRABLE and it has no other key: PostgreSQL does not "
+                         f"use a deferrable key as the replica identity, and two rows may share it inside a "
+                         f"transaction; recreate it NOT DEFERRABLE, or add a NOT NULL unique key that is not")
     without = (f" without a generated column (PostgreSQL's logical replication does not send {', '.join(generated)})"
                if generated else "")
     raise DblogError(f"table {table} has no primary key or NOT NULL unique key{without}: add one, or pass "

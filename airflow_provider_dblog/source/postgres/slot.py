@@ -271,13 +271,16 @@ def ensure_publication(client: PostgresClient, publication: str, tables: Sequenc
 
 def identity_misses_key(client: PostgresClient, metas: Sequence[TableMeta]) -> list[str]:
     """The tables whose replica identity does not give the old key of an UPDATE or DELETE in the capture's key
-    columns now: it must be DEFAULT with the key as primary key, USING INDEX on exactly the key, or FULL."""
+    columns now: it must be DEFAULT with the key as primary key, USING INDEX on exactly the key, or FULL. Under
+    DEFAULT a DEFERRABLE primary key is no identity (PostgreSQL then logs no old key, and refuses UPDATEs and
+    DELETEs of a published table)."""
     bad = []
     for meta in metas:
         identity, pk, index = client.query(
             "SELECT c.relreplident, "
             "(SELECT array_agg(a.attname ORDER BY k.n) FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(att, n), "
-            " pg_attribute a WHERE i.indrelid = c.oid AND i.indisprimary AND a.attrelid = c.oid AND a.attnum = k.att),"
+            " pg_attribute a WHERE i.indrelid = c.oid AND i.indisprimary AND i.indimmediate AND a.attrelid = c.oid "
+            " AND a.attnum = k.att),"
             "(SELECT array_agg(a.attname ORDER BY k.n) FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(att, n), "
             " pg_attribute a WHERE i.indrelid = c.oid AND i.indisreplident AND a.attrelid = c.oid AND a.attnum = k.att) "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",

@@ -32,7 +32,7 @@ import logging
 import struct
 import time
 from dataclasses import replace
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import psycopg2
@@ -54,8 +54,8 @@ from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, deco
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import (
-    changed_composites, collation_name, outside_the_wal, outside_the_wal_names, renamed_labels, resolve_types,
-    split_name, storage_files, storage_identities, storage_oid, storage_publication,
+    changed_composites, collation_name, key_problems, outside_the_wal, outside_the_wal_names, relation_oid,
+    renamed_labels, resolve_types, split_name, storage_files, storage_identities, storage_oid, storage_publication,
 )
 from airflow_provider_dblog.source.postgres.slot import (
     carries_key, check_holds, check_usable, identity_misses_key, publication_problem, slot_busy_seconds,
@@ -119,6 +119,14 @@ def _starts(firsts: Sequence[SourcePosition], span: np.ndarray, rows: np.ndarray
     keys, which = np.unique(span * width + steps, return_inverse=True)
     starts = [_at(firsts[k // width], (k % width) * ROWS_PER_POSITION) for k in keys.tolist()]
     return starts, which, rows % ROWS_PER_POSITION
+
+
+class _Catalog(NamedTuple):
+    """What orders and identifies each captured table's rows now: its columns' collations (as ``schema`` names
+    them) and, for a table whose key no longer identifies its rows, why (``schema.key_problem``)."""
+
+    collations: Mapping[str, Mapping[str, str | None]]
+    key_problems: Mapping[str, str]
 
 
 class _Version:
@@ -346,7 +354,7 @@ class SlotReader:
         relations: dict[int, tuple[str, _Version | None]] = {}  # relation OID -> (its table, version if captured)
         refused: dict[int, str] = {}  # relation OID -> why its UPDATEs and DELETEs cannot be applied (its identity)
         unknown_rows: dict[str, tuple[str, SourcePosition, SourcePosition]] = {}  # the last such change per table
-        oids, attnums, storage, collations = self._catalog(metas)
+        oids, attnums, storage, catalog = self._catalog(metas)
         created = {n for n, m in metas.items() if n in storage and m.storage is not None
                    and storage_oid(m.storage) != storage_oid(storage[n])}  # published when the committer follows it
         problem = publication_problem(self.client, self.publication,
@@ -456,14 +464,14 @@ class SlotReader:
         for run in runs.values():
             yield from run.flush(self)
         for name, (problem, at, pos) in unknown_rows.items():
-            yield self._unreadable(metas[name], problem, at, pos)
+            if name not in catalog.key_problems:  # else the table is read again, with the key it has now
+                yield self._unreadable(metas[name], problem, at, pos)
         if start < end:
-            yield from self._unlogged_changes(metas, attnums, storage, created, start, end, collations)
+            yield from self._unlogged_changes(metas, attnums, storage, created, start, end, catalog)
 
     def _unlogged_changes(self, metas: Mapping[str, TableMeta], attnums: Mapping[str, Mapping[str, int]],
                           storage: Mapping[str, str], created: set[str], start: SourcePosition,
-                          end: SourcePosition, collations: Mapping[str, Mapping[str, str | None]] | None = None
-                          ) -> Iterator[SchemaChange]:
+                          end: SourcePosition, catalog: "_Catalog | None" = None) -> Iterator[SchemaChange]:
         """A schema change at ``end`` for each table whose rows may have changed without a change in the WAL
         since its meta was read, so that the committer reads it again: ``recreate``, a column dropped and added
         again (its rows now hold the new column's default, not the old values); ``rewrite``, the table's files
@@ -471,7 +479,11 @@ class SlotReader:
         changes are not in the WAL (``schema.outside_the_wal``: SET UNLOGGED, or a foreign table attached), which
         stops the reader until SET LOGGED or DETACH gives the table new files. The catalog says it, not the WAL: it
         happened after the previous read's check, so it spans the read (from ``start``: ``fail`` commits none of
-        the read's rows; its position is the read's end), and its statement names what changed."""
+        the read's rows; its position is the read's end), and its statement names what changed. A key that no
+        longer identifies the rows (``schema.key_problem``) is a ``rewrite`` too: the committer plans the table
+        again with the key it has now, or stops in one line when it has none."""
+        collations = catalog.collations if catalog else {}
+        key_problems = catalog.key_problems if catalog else {}
         for name, meta in metas.items():
             if name not in attnums:  # the lake keeps its rows until a table of that name exists again
                 if meta.storage:  # known, and not gone already
@@ -495,11 +507,15 @@ class SlotReader:
                                                      f"catalog; PostgreSQL's WAL carries no DDL)", start, end)
             elif reordered := [(c, collation, now) for c, collation in ((k, meta.column(k).collation)
                                                                         for k in meta.key_columns)
-                               if (now := (collations or {}).get(name, {}).get(c, collation)) != collation]:
+                               if (now := collations.get(name, {}).get(c, collation)) != collation]:
                 moves = ", ".join(f"{c} ({old or 'none'} -> {new or 'none'})" for c, old, new in reordered)
                 yield SchemaChange(name, "rewrite", f"(the collation of key column {moves} of {name} changed: the "
                                                     f"keys sort in another order, so the planned chunks no longer "
                                                     f"apply; PostgreSQL's WAL carries no DDL)", start, end)
+            elif name in key_problems:
+                yield SchemaChange(name, "rewrite", f"({key_problems[name]}: two rows may have shared the capture's "
+                                                    f"key meanwhile, so the table is read again, with the key it has "
+                                                    f"now; PostgreSQL's WAL carries no DDL)", start, end)
             elif meta.storage is not None and storage_files(storage.get(name, meta.storage)) != storage_files(meta.storage):
                 yield SchemaChange(name, "rewrite", f"({name} has new files ({storage[name][:200]}): rewritten by "
                                                     f"ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER "
@@ -531,6 +547,10 @@ class SlotReader:
         if not identity_misses_key(self.client, [meta]):
             return SchemaChange(name, "identity", f"({what}: its row is unknown, and the identity carries the key "
                                                   f"now: the table is read again)", boundary, pos)
+        key = key_problems(self.client, {relation_oid(self.client, name): meta})
+        if key:  # a new key since the read began, which the identity carries: read again with it
+            return SchemaChange(name, "rewrite", f"({what}: {key[name]}: the table is read again, with the key it "
+                                                 f"has now)", boundary, pos)
         return SchemaChange(name, UNREADABLE, f"{what}, so the row it changed is unknown: ALTER TABLE {name} "
                                               f"REPLICA IDENTITY FULL (the tail then reads the table again)", boundary, pos)
 
@@ -568,12 +588,12 @@ class SlotReader:
         return _Version(meta)
 
     def _catalog(self, metas: dict[str, TableMeta]) -> tuple[dict[int, str], dict[str, dict[str, int]], dict[str, str],
-                                                             dict[str, dict[str, str | None]]]:
+                                                             "_Catalog"]:
         """The captured tables' OIDs now (a RENAME keeps the OID: a later Relation under another name is one),
-        each one's columns' attnums, its storage (``schema.storage_identities``) and its columns' collations (as
-        ``schema`` names them: what orders a key): two queries whatever the tables."""
+        each one's columns' attnums, its storage (``schema.storage_identities``), and what orders and identifies
+        its rows (``_Catalog``): five queries whatever the tables."""
         if not metas:
-            return {}, {}, {}, {}
+            return {}, {}, {}, _Catalog({}, {})
         rows = self.client.query(
             "SELECT c.oid, n.nspname, c.relname, a.attname, a.attnum, cn.nspname, co.collname "
             "FROM unnest(%s::text[], %s::text[]) AS w(s, t) "
@@ -591,7 +611,8 @@ class SlotReader:
             collations.setdefault(name, {})[column] = collation_name(coll_schema, coll_name)
         storage = {oids[oid]: files for oid, files in storage_identities(self.client, sorted(oids),
                                                                           self.publication).items()}
-        return oids, attnums, storage, collations
+        problems = key_problems(self.client, {oid: metas[name] for oid, name in oids.items()})
+        return oids, attnums, storage, _Catalog(collations, problems)
 
     @staticmethod
     def recreated_columns(meta: TableMeta, attnums: Mapping[str, int]) -> list[str]:
