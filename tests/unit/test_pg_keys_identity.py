@@ -12,45 +12,45 @@ from airflow_provider_dblog.source.postgres.schema import KEY_INDEX, UniqueKey, 
 COLUMNS = ("id", "region", "v")
 
 
-def meta(key=("id",), source="primary", index: int | None = 500) -> TableMeta:
+def meta(key=("id",), source="primary", index: str | None = "c500") -> TableMeta:
     storage = "16400|16400:16400" + (f"|{KEY_INDEX}{index}" if index is not None else "")
     return TableMeta("public", "acct", tuple(Column(c, "integer", "integer", c == "v") for c in COLUMNS), key,
                      source, storage)
 
 
 NOT_NULL = {"id": True, "region": True, "v": False}
-PK = UniqueKey("acct_pkey", 500, True, ("id",), True, True)
+PK = UniqueKey("acct_pkey", "c500", True, ("id",), True, True)
 
 
 def test_the_key_it_rested_on_still_there_is_no_problem():
     assert key_problem(meta(), [PK], NOT_NULL) is None
-    assert key_index(meta().storage) == 500 and key_index(meta(index=None).storage) is None
+    assert key_index(meta().storage) == "c500" and key_index(meta(index=None).storage) is None
 
 
 def test_a_key_replaced_by_a_wider_one_no_longer_identifies_rows():
-    wider = UniqueKey("acct_pkey", 501, True, ("id", "region"), True, True)
+    wider = UniqueKey("acct_pkey", "c501", True, ("id", "region"), True, True)
     assert "no unique index of public.acct covers its key (id)" in key_problem(meta(), [wider], NOT_NULL)
     assert "no unique index" in key_problem(meta(), [], NOT_NULL)
 
 
 def test_a_key_dropped_and_added_back_has_another_index_oid():
-    again = PK._replace(oid=777)
-    assert "rested on (OID 500) is gone" in key_problem(meta(), [again], NOT_NULL)
+    again = PK._replace(identity="c777")
+    assert "rested on constraint OID 500, which is gone" in key_problem(meta(), [again], NOT_NULL)
     assert key_problem(meta(index=None), [again], NOT_NULL) is None  # planned before the OID was recorded
 
 
 def test_a_deferrable_or_nullable_key_is_a_problem_and_a_chunk_key_never():
-    assert "DEFERRABLE now" in key_problem(meta(), [PK._replace(oid=9, immediate=False)], NOT_NULL)
+    assert "DEFERRABLE now" in key_problem(meta(), [PK._replace(identity="c9", immediate=False)], NOT_NULL)
     assert "nullable now" in key_problem(meta(), [PK], {**NOT_NULL, "id": False})
     assert key_problem(meta(source="chunk_key", index=None), [], NOT_NULL) is None
 
 
 def test_a_narrower_unique_key_inside_the_key_still_identifies_rows():
-    narrow = UniqueKey("acct_id_key", 600, False, ("id",), True, True)
+    narrow = UniqueKey("acct_id_key", "i600", False, ("id",), True, True)
     assert key_problem(meta(("id", "region"), index=None), [narrow], NOT_NULL) is None
 
 
-keys = st.lists(st.builds(UniqueKey, st.sampled_from(["a", "b", "c"]), st.integers(1, 5), st.booleans(),
+keys = st.lists(st.builds(UniqueKey, st.sampled_from(["a", "b", "c"]), st.sampled_from(["c1", "i2"]), st.booleans(),
                           st.sampled_from([("id",), ("id", "region"), ("v",)]), st.booleans(), st.booleans()),
                 max_size=5)
 

@@ -179,7 +179,8 @@ class UniqueKey(NamedTuple):
     """A valid unique index of plain columns without a predicate (``unique_keys``)."""
 
     index: str
-    oid: int  # the index's: dropped and created again, it has another
+    identity: str  # ``c`` + its constraint's OID (PRIMARY KEY, UNIQUE), else ``i`` + the index's: dropped and
+    #                created again it has another; REINDEX CONCURRENTLY gives the index a new OID, not its constraint
     primary: bool
     columns: tuple[str, ...]  # its key columns, in order (not its INCLUDE columns)
     not_null: bool  # every one of them NOT NULL
@@ -192,19 +193,21 @@ def unique_keys(client: PostgresClient, oids: Sequence[int]) -> dict[int, list[U
     One query whatever the tables (each tail read asks it: ``key_problem``)."""
     generated = "AND a.attgenerated = ''" if client.version_num >= 120000 else ""
     rows = client.query(
-        "SELECT i.indrelid, ic.relname, i.indexrelid, i.indisprimary, array_agg(a.attname::text ORDER BY k.ord), "
-        "bool_and(a.attnotnull), i.indimmediate, count(*) = i.indnkeyatts "
+        "SELECT i.indrelid, ic.relname, COALESCE('c' || con.oid::text, 'i' || i.indexrelid::text), i.indisprimary, "
+        "array_agg(a.attname::text ORDER BY k.ord), bool_and(a.attnotnull), i.indimmediate, count(*) = i.indnkeyatts "
         "FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid "
+        "LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid "
+        "AND con.contype IN ('p', 'u') "
         "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
         f"JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum {generated} "
         "WHERE i.indrelid = ANY(%s::oid[]) AND i.indisunique AND i.indisvalid AND i.indpred IS NULL "
         "AND i.indexprs IS NULL AND k.ord <= i.indnkeyatts "
-        "GROUP BY i.indrelid, ic.relname, i.indexrelid, i.indisprimary, i.indimmediate, i.indnkeyatts "
+        "GROUP BY i.indrelid, ic.relname, i.indexrelid, con.oid, i.indisprimary, i.indimmediate, i.indnkeyatts "
         "ORDER BY i.indrelid, i.indisprimary DESC, ic.relname", (list(oids),))
     keys: dict[int, list[UniqueKey]] = {int(oid): [] for oid in oids}
-    for oid, index, index_oid, primary, columns, not_null, immediate, whole in rows:
+    for oid, index, identity, primary, columns, not_null, immediate, whole in rows:
         if whole:  # else a key column is generated
-            keys[int(oid)].append(UniqueKey(index, int(index_oid), bool(primary), tuple(columns), bool(not_null),
+            keys[int(oid)].append(UniqueKey(index, identity, bool(primary), tuple(columns), bool(not_null),
                                             bool(immediate)))
     return keys
 
@@ -222,9 +225,9 @@ def key_problem(meta: TableMeta, keys: Sequence[UniqueKey], not_null: Mapping[st
     (``keys``: ``unique_keys``; ``not_null``: each column's NOT NULL). DDL is not in the WAL: a primary key dropped
     or replaced (``DROP CONSTRAINT``, ``ADD PRIMARY KEY (id, region)``), recreated DEFERRABLE, or a key column made
     nullable leaves the stream applying changes by a key two rows may share, and rows would collapse in the lake.
-    The index the key rested on when the table was described (``storage_identities``' key part) must still be
-    there: a key dropped and added back between two reads leaves nothing else behind, and while it was gone two
-    rows could share it. A ``--chunk-key`` that is not unique has nothing to lose."""
+    The constraint (or index) the key rested on when the table was described (``storage_identities``' key part)
+    must still be there: a key dropped and added back between two reads leaves nothing else behind, and while it
+    was gone two rows could share it. A ``--chunk-key`` that is not unique has nothing to lose."""
     if not meta.key_unique:
         return None
     key = set(meta.key_columns)
@@ -233,9 +236,10 @@ def key_problem(meta: TableMeta, keys: Sequence[UniqueKey], not_null: Mapping[st
         return f"key column {', '.join(nullable)} of {meta.qualified} is nullable now (or gone)"
     identifies = [k for k in keys if k.immediate and k.not_null and set(k.columns) <= key]
     rested_on = key_index(meta.storage)
-    if rested_on is not None and identifies and all(k.oid != rested_on for k in identifies):
-        return (f"the index the key of {meta.qualified} rested on (OID {rested_on}) is gone: dropped, or dropped and "
-                f"created again, since the table was read")
+    if rested_on is not None and identifies and all(k.identity != rested_on for k in identifies):
+        what = f"constraint OID {rested_on[1:]}" if rested_on.startswith("c") else f"index OID {rested_on[1:]}"
+        return (f"the key of {meta.qualified} rested on {what}, which is gone: dropped, or dropped and created again, "
+                f"since the table was read")
     if identifies:
         return None
     deferrable = [k.index for k in keys if not k.immediate and set(k.columns) <= key]
@@ -380,11 +384,10 @@ def changed_composites(was: str | None, now: str | None) -> bool:
     return old is not None and old != _named_part(now, COMPOSITES)
 
 
-def key_index(storage: str | None) -> int | None:
-    """The OID of the unique index the key rested on when the table was described (None: a ``--chunk-key``, or
+def key_index(storage: str | None) -> str | None:
+    """What the key rested on when the table was described (``UniqueKey.identity``; None: a ``--chunk-key``, or
     described before it was recorded)."""
-    part = _named_part(storage, KEY_INDEX)
-    return int(part) if part else None
+    return _named_part(storage, KEY_INDEX) or None
 
 
 def storage_oid(storage: str | None) -> int | None:
@@ -446,11 +449,11 @@ def _described(client: PostgresClient, table: str, chunk_key: Sequence[str] | No
         unique = next((k for k in keys if k.columns == tuple(chunk_key) and k.immediate), None)
         if unique is None:
             return TableMeta(schema, name, columns, tuple(chunk_key), "chunk_key", storage)
-        return TableMeta(schema, name, columns, tuple(chunk_key), "unique", f"{storage}|{KEY_INDEX}{unique.oid}")
+        return TableMeta(schema, name, columns, tuple(chunk_key), "unique", f"{storage}|{KEY_INDEX}{unique.identity}")
     key = chosen_key(keys)
     if key is not None:
         return TableMeta(schema, name, columns, key.columns, "primary" if key.primary else "unique",
-                         f"{storage}|{KEY_INDEX}{key.oid}")
+                         f"{storage}|{KEY_INDEX}{key.identity}")
     deferrable = next((k for k in keys if not k.immediate), None)
     if deferrable is not None:
         raise DblogError(f"table {table}'s {'primary key' if deferrable.primary else 'unique key'} "
