@@ -7,13 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.tables import Column, TableMeta
-from airflow_provider_dblog.source.postgres.schema import KEY_INDEX, UniqueKey, chosen_key, key_index, key_problem
+from airflow_provider_dblog.source.postgres.schema import KEY_IDENTITY, UniqueKey, chosen_key, key_identity, key_problem
 
 COLUMNS = ("id", "region", "v")
 
 
 def meta(key=("id",), source="primary", index: str | None = "c500") -> TableMeta:
-    storage = "16400|16400:16400" + (f"|{KEY_INDEX}{index}" if index is not None else "")
+    storage = "16400|16400:16400" + (f"|{KEY_IDENTITY}{index}" if index is not None else "")
     return TableMeta("public", "acct", tuple(Column(c, "integer", "integer", c == "v") for c in COLUMNS), key,
                      source, storage)
 
@@ -24,7 +24,7 @@ PK = UniqueKey("acct_pkey", "c500", True, ("id",), True, True)
 
 def test_the_key_it_rested_on_still_there_is_no_problem():
     assert key_problem(meta(), [PK], NOT_NULL) is None
-    assert key_index(meta().storage) == "c500" and key_index(meta(index=None).storage) is None
+    assert key_identity(meta().storage) == "c500" and key_identity(meta(index=None).storage) is None
 
 
 def test_a_key_replaced_by_a_wider_one_no_longer_identifies_rows():

@@ -235,7 +235,7 @@ def key_problem(meta: TableMeta, keys: Sequence[UniqueKey], not_null: Mapping[st
     if nullable:
         return f"key column {', '.join(nullable)} of {meta.qualified} is nullable now (or gone)"
     identifies = [k for k in keys if k.immediate and k.not_null and set(k.columns) <= key]
-    rested_on = key_index(meta.storage)
+    rested_on = key_identity(meta.storage)
     if rested_on is not None and identifies and all(k.identity != rested_on for k in identifies):
         what = f"constraint OID {rested_on[1:]}" if rested_on.startswith("c") else f"index OID {rested_on[1:]}"
         return (f"the key of {meta.qualified} rested on {what}, which is gone: dropped, or dropped and created again, "
@@ -308,24 +308,28 @@ def _value_types(client: PostgresClient, oids: Sequence[int]) -> tuple[dict[int,
     return ({int(rel): l for rel, l, _ in rows if l is not None}, {int(rel): c for rel, _, c in rows if c is not None})
 
 
-def key_problems(client: PostgresClient, tables: Mapping[int, TableMeta]) -> dict[str, str]:
-    """``key_problem`` of each table (by OID) whose key may no longer identify its rows: two queries whatever the
-    tables (each tail read asks)."""
+def key_problems(client: PostgresClient, tables: Mapping[int, TableMeta],
+                 not_null: Mapping[int, Mapping[str, bool]] | None = None) -> dict[str, str]:
+    """``key_problem`` of each table (by OID) whose key may no longer identify its rows: one query whatever the
+    tables (each tail read asks), and one more for the columns' NOT NULL unless the caller read them (``not_null``,
+    per OID)."""
     keyed = {oid: meta for oid, meta in tables.items() if meta.key_unique}
     if not keyed:
         return {}
     keys = unique_keys(client, sorted(keyed))
-    not_null: dict[int, dict[str, bool]] = {oid: {} for oid in keyed}
-    for oid, column, attnotnull in client.query(
-            "SELECT attrelid, attname, attnotnull FROM pg_attribute WHERE attrelid = ANY(%s::oid[]) AND attnum > 0 "
-            "AND NOT attisdropped", (sorted(keyed),)):
-        not_null[int(oid)][column] = bool(attnotnull)
+    if not_null is None:
+        found: dict[int, dict[str, bool]] = {oid: {} for oid in keyed}
+        for oid, column, attnotnull in client.query(
+                "SELECT attrelid, attname, attnotnull FROM pg_attribute WHERE attrelid = ANY(%s::oid[]) "
+                "AND attnum > 0 AND NOT attisdropped", (sorted(keyed),)):
+            found[int(oid)][column] = bool(attnotnull)
+        not_null = found
     return {meta.qualified: problem for oid, meta in keyed.items()
-            if (problem := key_problem(meta, keys[oid], not_null[oid]))}
+            if (problem := key_problem(meta, keys[oid], not_null.get(oid, {})))}
 
 
-# the named parts of a ``storage_identities`` value (``KEY_INDEX``: added by ``describe_table``, which knows the key)
-PUBLISHED, ENUM_LABELS, COMPOSITES, KEY_INDEX = "pub=", "enum=", "comp=", "key="
+# the named parts of a ``storage_identities`` value (``KEY_IDENTITY``: added by ``describe_table``, which knows the key)
+PUBLISHED, ENUM_LABELS, COMPOSITES, KEY_IDENTITY = "pub=", "enum=", "comp=", "key="
 UNLOGGED, FOREIGN = ":unlogged", ":foreign"  # a partition's marks in it: its changes are not in the WAL
 
 
@@ -384,10 +388,10 @@ def changed_composites(was: str | None, now: str | None) -> bool:
     return old is not None and old != _named_part(now, COMPOSITES)
 
 
-def key_index(storage: str | None) -> str | None:
+def key_identity(storage: str | None) -> str | None:
     """What the key rested on when the table was described (``UniqueKey.identity``; None: a ``--chunk-key``, or
     described before it was recorded)."""
-    return _named_part(storage, KEY_INDEX) or None
+    return _named_part(storage, KEY_IDENTITY) or None
 
 
 def storage_oid(storage: str | None) -> int | None:
@@ -449,16 +453,17 @@ def _described(client: PostgresClient, table: str, chunk_key: Sequence[str] | No
         unique = next((k for k in keys if k.columns == tuple(chunk_key) and k.immediate), None)
         if unique is None:
             return TableMeta(schema, name, columns, tuple(chunk_key), "chunk_key", storage)
-        return TableMeta(schema, name, columns, tuple(chunk_key), "unique", f"{storage}|{KEY_INDEX}{unique.identity}")
+        return TableMeta(schema, name, columns, tuple(chunk_key), "unique",
+                         f"{storage}|{KEY_IDENTITY}{unique.identity}")
     key = chosen_key(keys)
     if key is not None:
         return TableMeta(schema, name, columns, key.columns, "primary" if key.primary else "unique",
-                         f"{storage}|{KEY_INDEX}{key.identity}")
+                         f"{storage}|{KEY_IDENTITY}{key.identity}")
     deferrable = next((k for k in keys if not k.immediate), None)
     if deferrable is not None:
         raise DblogError(f"table {table}'s {'primary key' if deferrable.primary else 'unique key'} "
-                         f"({', '.join(deferrable.columns)}) is DEFERRABLE and it has no other key: PostgreSQL does not "
-                         f"use a deferrable key as the replica identity, and two rows may share it inside a "
+                         f"({', '.join(deferrable.columns)}) is DEFERRABLE and it has no other key: PostgreSQL "
+                         f"does not use a deferrable key as the replica identity, and two rows may share it inside a "
                          f"transaction; recreate it NOT DEFERRABLE, or add a NOT NULL unique key that is not")
     without = (f" without a generated column (PostgreSQL's logical replication does not send {', '.join(generated)})"
                if generated else "")

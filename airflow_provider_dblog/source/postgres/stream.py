@@ -471,7 +471,7 @@ class SlotReader:
 
     def _unlogged_changes(self, metas: Mapping[str, TableMeta], attnums: Mapping[str, Mapping[str, int]],
                           storage: Mapping[str, str], created: set[str], start: SourcePosition,
-                          end: SourcePosition, catalog: "_Catalog | None" = None) -> Iterator[SchemaChange]:
+                          end: SourcePosition, catalog: "_Catalog") -> Iterator[SchemaChange]:
         """A schema change at ``end`` for each table whose rows may have changed without a change in the WAL
         since its meta was read, so that the committer reads it again: ``recreate``, a column dropped and added
         again (its rows now hold the new column's default, not the old values); ``rewrite``, the table's files
@@ -482,8 +482,7 @@ class SlotReader:
         the read's rows; its position is the read's end), and its statement names what changed. A key that no
         longer identifies the rows (``schema.key_problem``) is a ``rewrite`` too: the committer plans the table
         again with the key it has now, or stops in one line when it has none."""
-        collations = catalog.collations if catalog else {}
-        key_problems = catalog.key_problems if catalog else {}
+        collations, key_problems = catalog.collations, catalog.key_problems
         for name, meta in metas.items():
             if name not in attnums:  # the lake keeps its rows until a table of that name exists again
                 if meta.storage:  # known, and not gone already
@@ -591,11 +590,11 @@ class SlotReader:
                                                              "_Catalog"]:
         """The captured tables' OIDs now (a RENAME keeps the OID: a later Relation under another name is one),
         each one's columns' attnums, its storage (``schema.storage_identities``), and what orders and identifies
-        its rows (``_Catalog``): five queries whatever the tables."""
+        its rows (``_Catalog``): four queries whatever the tables."""
         if not metas:
             return {}, {}, {}, _Catalog({}, {})
         rows = self.client.query(
-            "SELECT c.oid, n.nspname, c.relname, a.attname, a.attnum, cn.nspname, co.collname "
+            "SELECT c.oid, n.nspname, c.relname, a.attname, a.attnum, cn.nspname, co.collname, a.attnotnull "
             "FROM unnest(%s::text[], %s::text[]) AS w(s, t) "
             "JOIN pg_namespace n ON n.nspname = w.s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t "
             "AND c.relkind IN ('r', 'p') JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
@@ -604,14 +603,16 @@ class SlotReader:
         oids: dict[int, str] = {}
         attnums: dict[str, dict[str, int]] = {}
         collations: dict[str, dict[str, str | None]] = {}
-        for oid, schema, table, column, attnum, coll_schema, coll_name in rows:
+        not_null: dict[int, dict[str, bool]] = {}
+        for oid, schema, table, column, attnum, coll_schema, coll_name, attnotnull in rows:
             name = f"{schema}.{table}"
             oids[int(oid)] = name
             attnums.setdefault(name, {})[column] = int(attnum)
             collations.setdefault(name, {})[column] = collation_name(coll_schema, coll_name)
+            not_null.setdefault(int(oid), {})[column] = bool(attnotnull)
         storage = {oids[oid]: files for oid, files in storage_identities(self.client, sorted(oids),
                                                                           self.publication).items()}
-        problems = key_problems(self.client, {oid: metas[name] for oid, name in oids.items()})
+        problems = key_problems(self.client, {oid: metas[name] for oid, name in oids.items()}, not_null)
         return oids, attnums, storage, _Catalog(collations, problems)
 
     @staticmethod
