@@ -3,8 +3,8 @@
 On a small binlog range the start of Spark and of a streaming query (JVM, Python data source workers,
 the first micro-batch: ≈6 s here) costs more than the reading itself (≈40k changes/s on one core,
 ≈200 bytes per change of a 9-column row). The same reader as the streaming source (emit rule, chunk of
-each key) commits the range to the lake like a micro-batch ending at ``now``; then ``[FROM, now)`` is
-recorded as caught up, so a later streaming tail starts at ``now``.
+each key) commits the range to the lake like a micro-batch ending at ``now``; then ``now`` is recorded as
+every table's tail position, so a later streaming tail starts there.
 """
 from __future__ import annotations
 
@@ -58,11 +58,12 @@ def catch_up_tables_in_driver(state: StateDir, sink: str, dialect: DataSourceDia
 
     def commit(name: str) -> None:
         committers(dialect, name).commit(parts[name], ddl[name], now)
-        state.write_caught_up(name, floors[name], now, at_now)
 
     for_each_table(commit, sorted(tables), "tail: the driver's catch-up committed", table_threads(sink))
     rows = {name: sum(p.num_rows for p in parts[name]) for name in tables}
     committed = time.time()
+    # one record for every table, after every commit (not a caught-up file per table: three requests each on
+    # object storage): a crash before it reads the range again, and each table's lake takes only what it lacks
     state.record_tail_positions(dict.fromkeys(tables, now), at_now)
     log.info("tail: %d tables caught up in the driver: %d rows (%d decoded column by column) from %s bytes of "
              "binlog [%s, %s) in %.1fs (read %.1fs, commits %.1fs; a streaming tail continues from there)",

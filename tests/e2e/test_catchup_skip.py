@@ -174,11 +174,13 @@ def test_an_idle_table_is_skipped_across_rotations_whatever_the_checkpoint_holds
 @pytest.mark.slow
 def test_small_cold_catch_ups_run_in_the_driver_then_the_stream_continues(mariadb, db, spark, tmp_path):
     """Without a checkpoint, a catch-up within the byte limit is read in the driver and committed to the
-    lake; a second one extends the recorded range; a crash before the record reruns without adding a
+    lake; a second one continues from where it ended; a crash before the record reruns without adding a
     second copy; the streaming query then starts where they ended. The mirror equals the source after
     each step, and no change is written twice."""
     table, state, sink = _loaded(mariadb, db, spark, tmp_path)
     min_hw = StateDir(state).offsets()[table].min_hw
+    positions = StateDir(state).files
+    before = positions.read_json(StateDir.TAIL_POSITIONS) if positions.exists(StateDir.TAIL_POSITIONS) else None
     mariadb.sql(f"UPDATE {table} SET v = 'one' WHERE id <= 100", f"DELETE FROM {table} WHERE id BETWEEN 500 AND 509")
     summary = run_tail(state, sink, available_now=True, executor=LocalExecutor("dblog-test", 1 << 20, spark=spark))
     assert table in summary["caught_up_in_driver"] and summary["rows"][table] == 110
@@ -186,11 +188,15 @@ def test_small_cold_catch_ups_run_in_the_driver_then_the_stream_continues(mariad
     _assert_converged(spark, state, sink, table, mariadb.port, tmp_path / "m1")
 
     # killed after the lake commit, before the record: the rerun adds no second copy
-    StateDir(state).files.delete(StateDir(state).caught_up_file(table))
+    if before is None:
+        positions.delete(StateDir.TAIL_POSITIONS)
+    else:
+        positions.write_json(StateDir.TAIL_POSITIONS, before)
+    assert StateDir(state).resume_position(table, min_hw) < _position(mariadb), "the record was not undone"
     run_tail(state, sink, available_now=True, executor=LocalExecutor("dblog-test", 1 << 20, spark=spark))
     assert assert_each_change_once(sink, table) == 110
 
-    # a second small catch-up continues the recorded range
+    # a second small catch-up continues from the recorded position
     mariadb.sql(f"UPDATE {table} SET n = -n WHERE id BETWEEN 50 AND 149", f"INSERT INTO {table} VALUES (7000, 'x', 7)")
     summary = run_tail(state, sink, available_now=True, executor=LocalExecutor("dblog-test", 1 << 20, spark=spark))
     assert summary["rows"][table] == 101
