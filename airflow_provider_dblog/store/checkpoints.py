@@ -17,7 +17,7 @@ def _numbered(folder: Path) -> list[Path]:
 
 
 def _end_offset(offsets_file: Path) -> SourcePosition:
-    return SourcePosition.from_dict(json.loads(offsets_file.read_text().strip().splitlines()[-1]))
+    return SourcePosition.from_dict(json.loads(offsets_file.read_text().strip().split("\n")[-1]))
 
 
 class CheckpointState(NamedTuple):

@@ -34,14 +34,19 @@ def marked_adds(table_uri: str, mark: str, first: int, last: int) -> list[dict] 
     log = Files(table_uri, "--sink")
     for version in range(last, max(first, 0) - 1, -1):
         adds, ours = [], False
-        for line in log.read_bytes(f"_delta_log/{version:020d}.json").decode().splitlines():
-            action = json.loads(line) if line.strip() else {}
+        for action in json_lines(log.read_bytes(f"_delta_log/{version:020d}.json")):
             if "add" in action:
                 adds.append(action["add"])
             ours = ours or action.get("commitInfo", {}).get(MARK) == mark
         if ours:
             return adds
     return None
+
+
+def json_lines(data: bytes) -> list[dict]:
+    """The JSON values of a JSON-lines file (a Delta log entry), split at ``\\n`` only: ``str.splitlines`` also
+    breaks at U+2028, U+2029 and NEL, which JSON leaves unescaped inside a string (a column's statistics)."""
+    return [json.loads(line) for line in data.decode().split("\n") if line.strip()]
 
 
 def copy_into(adds: Sequence[dict], source_uri: str, target_uri: str, partition: dict[str, str],
