@@ -22,6 +22,7 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.lake import UNCHANGED
+from airflow_provider_dblog.store.lake_schema import LAKE_COLUMNS
 
 # {key: (position, chunk)} -> {key: image}: the lake's latest image of each key before its position
 PreviousImages = Callable[[dict[tuple, tuple[str, int]]], dict[tuple, dict]]
@@ -124,7 +125,7 @@ class _Rows:
         images = {}
         for part, indices in by_part.items():
             t = self.tables[part]
-            names = [n for n in t.schema.names if not n.startswith("_")]
+            names = [n for n in t.schema.names if n not in LAKE_COLUMNS]  # a source's "_body" is its own
             for index, image in zip(indices, t.select(names).take(indices).to_pylist()):
                 images[(part, index)] = image
         return images

@@ -10,6 +10,8 @@ from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.lake import UNCHANGED, current_schema
 
 METADATA = ("_op", "_pos", "_ts_ms", "_chunk")
+# every column the lake adds to a source's: ``current``'s, the changelog's two more, a change's transient one
+LAKE_COLUMNS = (*METADATA, "_kind", "_before", UNCHANGED)
 
 
 def changed_columns(data: pa.Table, source: pa.Schema, at: SourcePosition, renamed: dict, defaults: dict
@@ -41,7 +43,7 @@ def same_column_set(a: pa.Schema, b: pa.Schema) -> bool:
 
 def source_columns(schema: pa.Schema) -> pa.Schema:
     """The source's columns of a lake schema (without the ``_``-prefixed metadata)."""
-    return pa.schema([f for f in schema if f.name not in METADATA and f.name not in ("_kind", "_before", UNCHANGED)])
+    return pa.schema([f for f in schema if f.name not in LAKE_COLUMNS])
 
 
 def column_names(table) -> set[str]:
