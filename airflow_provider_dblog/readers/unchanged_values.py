@@ -21,6 +21,7 @@ import pyarrow as pa
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.positions import SourcePosition
+from airflow_provider_dblog.core.tables import exact_key
 from airflow_provider_dblog.store.lake import UNCHANGED
 from airflow_provider_dblog.store.lake_schema import LAKE_COLUMNS
 
@@ -52,16 +53,18 @@ def fill_unchanged(table: str, parts: Sequence[pa.Table | pa.RecordBatch], key_c
 
 
 class _Rows:
-    """The parts' positions, ops and keys as Python values (only computed when some value is missing)."""
+    """The parts' positions, ops and keys as Python values (only computed when some value is missing); a key is
+    looked up by its ``exact_key`` (a NaN key is its own), asked of the lake and named by its values."""
 
     def __init__(self, tables: list[pa.Table], key_columns: Sequence[str]):
         self.tables, self.key_columns = tables, tuple(key_columns)
-        self.order = []  # (pos, part, row, op, key, chunk, unchanged columns)
+        self.order = []  # (pos, part, row, op, key, chunk, unchanged columns, exact key)
         for i, t in enumerate(tables):
             unchanged = t[UNCHANGED].to_pylist() if UNCHANGED in t.schema.names else [None] * t.num_rows
             keys = zip(*[t[k].to_pylist() for k in self.key_columns])
-            self.order.extend(zip(t["_pos"].to_pylist(), [i] * t.num_rows, range(t.num_rows), t["_op"].to_pylist(),
-                                  keys, t["_chunk"].to_pylist(), unchanged))
+            self.order.extend((*r, exact_key(r[4])) for r in zip(
+                t["_pos"].to_pylist(), [i] * t.num_rows, range(t.num_rows), t["_op"].to_pylist(), keys,
+                t["_chunk"].to_pylist(), unchanged))
         self.order.sort(key=lambda r: r[0])
         self.by_pos = {r[0]: r for r in self.order}
 
@@ -69,34 +72,35 @@ class _Rows:
         return [r for r in self.order if r[6]]
 
     def source_of(self, row: tuple) -> tuple:
-        """(key, chunk) whose previous image holds ``row``'s missing values: its own, or for the insert of a
+        """The row whose key's previous image holds ``row``'s missing values: ``row``, or for the insert of a
         key change the deleted old key's (the row before it at the same position)."""
         if row[3] == "c":
             pos = SourcePosition.decode(row[0])
             before = SourcePosition(pos.seq, pos.offset, pos.row - 1, pos.file)
             deleted = self.by_pos.get(before.encode())
             if deleted is not None and deleted[3] == "d" and _key_change(before, pos):
-                return deleted[4], deleted[5]
-        return row[4], row[5]
+                return deleted
+        return row
 
     def lake_requests(self, marked: list[tuple]) -> dict[tuple, tuple[str, int]]:
         """For each key whose first missing values have no earlier image in the range: (position, chunk)."""
-        first_marked = {}
+        first_marked = {}  # exact key -> (key, position, chunk)
         for row in marked:
-            key, chunk = self.source_of(row)
-            first_marked.setdefault(key, (row[0], chunk))
-        live = {}  # key -> position of its first image in the range that holds values
+            source = self.source_of(row)
+            first_marked.setdefault(source[7], (source[4], row[0], source[5]))
+        live = {}  # exact key -> position of its first image in the range that holds values
         for row in self.order:
             if row[3] != "d":
-                live.setdefault(row[4], row[0])
-        return {k: v for k, v in first_marked.items() if k not in live or live[k] >= v[0]}
+                live.setdefault(row[7], row[0])
+        return {key: (pos, chunk) for exact, (key, pos, chunk) in first_marked.items()
+                if exact not in live or live[exact] >= pos}
 
     def fills(self, marked: list[tuple], found: dict[tuple, dict], table: str) -> dict[int, dict[int, dict]]:
         """part -> row -> {column: value}, walking the keys' images in position order."""
-        wanted = {self.source_of(r)[0] for r in marked} | {r[4] for r in marked}
-        rows = [r for r in self.order if r[4] in wanted]
+        wanted = {self.source_of(r)[7] for r in marked} | {r[7] for r in marked}
+        rows = [r for r in self.order if r[7] in wanted]
         images = self._images(rows)
-        latest = dict(found)  # key -> its latest image with values (the lake's, then the range's)
+        latest = {exact_key(k): v for k, v in found.items()}  # its latest image with values (the lake's, the range's)
         fills: dict[int, dict[int, dict]] = {}
         for row in rows:
             pos, part, index, op, key = row[:5]
@@ -104,8 +108,7 @@ class _Rows:
                 continue  # the old key's image stays: a key change's insert reads it
             image = images[(part, index)]
             if row[6]:
-                source = self.source_of(row)[0]
-                before = latest.get(source)
+                before = latest.get(self.source_of(row)[7])
                 missing = [c for c in row[6] if before is None or c not in before]
                 if missing:
                     raise DblogError(f"{table}: the change of key {key} at {SourcePosition.decode(pos)} left "
@@ -115,7 +118,7 @@ class _Rows:
                 values = {c: before[c] for c in row[6]}
                 fills.setdefault(part, {})[index] = values
                 image = {**image, **values}
-            latest[key] = image
+            latest[row[7]] = image
         return fills
 
     def _images(self, rows: list[tuple]) -> dict[tuple[int, int], dict]:
@@ -151,21 +154,21 @@ def carry_unchanged(events: Iterable[ChangeEvent]) -> Iterator[tuple[ChangeEvent
     among the events before it (for the insert of a key change: the deleted old key's), and the key whose
     image holds them. What no earlier event holds stays in ``unchanged``: the caller takes it from the lake
     (``steps.verify`` brings ``current`` forward with such events without committing them)."""
-    images: dict[tuple, tuple[dict, frozenset, tuple]] = {}  # key -> (latest after image, lacking, lacking's source)
+    images: dict[tuple, tuple[dict, frozenset, tuple]] = {}  # exact key -> (latest after image, lacking, its source)
     previous = None
     for event in events:
         source = event.key
         if event.op == "c" and previous is not None and previous.op == "d" and _key_change(previous.pos, event.pos):
             source = previous.key
-        if event.unchanged and source in images:
-            image, lacking, origin = images[source]
+        if event.unchanged and exact_key(source) in images:
+            image, lacking, origin = images[exact_key(source)]
             have = {c: image[c] for c in event.unchanged if c not in lacking and c in image}
             rest = tuple(c for c in event.unchanged if c not in have)
             event = replace(event, after={**event.after, **have}, unchanged=rest)
             if rest:
                 source = origin  # the earlier image lacked them too: they are in its source's lake row
         if event.after is not None:
-            images[event.key] = (event.after, frozenset(event.unchanged), source)
+            images[exact_key(event.key)] = (event.after, frozenset(event.unchanged), source)
         previous = event
         yield event, source
 

@@ -88,7 +88,8 @@ def merge_schemas(old: pa.Schema, new: pa.Schema) -> pa.Schema:
 def widens(old: pa.DataType, new: pa.DataType) -> bool:
     """Whether every value of ``old`` is a value of ``new`` (a type the lake can change in place)."""
     if pa.types.is_integer(old) and pa.types.is_integer(new):
-        return new.bit_width >= old.bit_width and (pa.types.is_signed_integer(new) or not pa.types.is_signed_integer(old))
+        return new.bit_width >= old.bit_width and (pa.types.is_signed_integer(new)
+                                                   or not pa.types.is_signed_integer(old))
     if pa.types.is_decimal(old) and pa.types.is_decimal(new):
         return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
     if pa.types.is_integer(old) and pa.types.is_decimal(new):
@@ -122,7 +123,9 @@ def _conform_column(column, field: pa.Field, n: int):
         return column.cast(field.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         if pa.types.is_string(field.type):
-            return pc.cast(column, pa.string(), safe=False) if not pa.types.is_binary(column.type) else pa.nulls(n, field.type)
+            if pa.types.is_binary(column.type):
+                return pa.nulls(n, field.type)
+            return pc.cast(column, pa.string(), safe=False)
         return pa.nulls(n, field.type)
 
 

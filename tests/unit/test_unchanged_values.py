@@ -6,6 +6,7 @@ compared with the truth row by row; a value found nowhere stops in one line."""
 from __future__ import annotations
 
 import random
+import struct
 
 import pyarrow as pa
 import pytest
@@ -147,3 +148,31 @@ def test_events_carry_missing_values_from_earlier_events_and_name_the_rest(seed,
             assert source[0] in lake, (event, source)
             after.update({c: lake[source[0]][c] for c in event.unchanged})
         assert (after["id"], after["body"], after["n"]) == (want["id"], want["body"], want["n"]), event
+
+
+@pytest.mark.parametrize("key", [float("nan"), -0.0])
+def test_a_float_key_is_found_by_its_bits(key):
+    """A NaN key equals no float (itself included) and -0.0 equals 0.0, but each is one key of the lake: the
+    lake's image (a new float object) and the range's are found for it, and 0.0's are not -0.0's."""
+    schema = pa.schema([pa.field("k", pa.float64()), pa.field("body", pa.string()), pa.field("n", pa.int64())])
+    fresh = lambda: struct.unpack(">d", struct.pack(">d", key))[0]  # noqa: E731  (never the same object)
+
+    def update(i: int, k: float, body: str | None = None):
+        same = fresh() if k is key else k  # one object for the old and new key: not a key change
+        return row_change("t", SourcePosition(1, 100 + i, 0, "f"), ("k",), {"k": same},
+                          {"k": same, "body": body, "n": i}, 0, () if body else ("body",))[0]
+    events = [update(0, key), update(1, key), update(2, 0.5)]
+    asked = []
+
+    def previous_images(wanted):
+        asked.append(wanted)
+        return {(fresh(),): {"k": fresh(), "body": "lake", "n": 0}, (0.5,): {"k": 0.5, "body": "half", "n": 0}}
+    filled = fill_unchanged("t", [event_rows(events, [0] * 3, schema)], ("k",), previous_images)
+    assert [r["body"] for r in filled[0].to_pylist()] == ["lake", "lake", "half"]
+    assert len(asked) == 1 and len(asked[0]) == 2  # the second change's value is the first's
+    carried = [(e.after["body"], e.unchanged) for e, _ in carry_unchanged([update(0, key, "first"), *events[1:]])]
+    assert carried == [("first", ()), ("first", ()), (None, ("body",))]
+    if key == 0.0:  # -0.0: 0.0's image is not its image
+        with pytest.raises(DblogError, match="holds no earlier image"):
+            fill_unchanged("t", [event_rows(events[:1], [0], schema)], ("k",),
+                           lambda wanted: {(0.0,): {"k": 0.0, "body": "zero", "n": 0}})
