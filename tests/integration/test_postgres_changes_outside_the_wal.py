@@ -846,3 +846,56 @@ def test_a_truncate_or_rewrite_leaves_one_image_per_key_at_each_position(postgre
     assert code == 0 and "REWRITE of public.t" in err, err[-3000:]
     assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v"])
     verify_equal(state, sink)
+
+
+def test_a_partition_whose_replica_identity_misses_the_key_is_refused_or_stops_the_tail_until_fixed(
+        postgres, pg_db, tmp_path):
+    """A partition's own REPLICA IDENTITY decides what the WAL holds of its rows' old key (the Relation message is
+    the root's): one naming other columns is refused at plan in one line, before any slot. Set at run time, the
+    tail stops in one line naming the partition and the fix (its DELETEs carry no id, an UPDATE of the key that
+    leaves the identity's columns alone no old key at all); once fixed it reads the table again. Set and set back
+    between two reads, the partition's catalog row says so: the table is read again."""
+    pg, db = postgres, pg_db
+    pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
+    pg.sql("CREATE TABLE public.p (id int PRIMARY KEY, u int NOT NULL, v text) PARTITION BY RANGE (id)",
+           "CREATE TABLE public.p1 PARTITION OF public.p FOR VALUES FROM (0) TO (1000)",
+           "CREATE TABLE public.p2 PARTITION OF public.p FOR VALUES FROM (1000) TO (2000)",
+           "CREATE UNIQUE INDEX p1_u ON public.p1 (u)", "ALTER TABLE public.p1 REPLICA IDENTITY USING INDEX p1_u",
+           "INSERT INTO public.p SELECT g, g + 5000, 'v' || g FROM generate_series(1, 300) g",
+           "INSERT INTO public.p SELECT g, g + 5000, 'v' || g FROM generate_series(1000, 1050) g", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    args = ("run", "--source", pg.uri(db, password=PASSWORD), "--tables", "public.p", "--state", state,
+            "--sink", sink, "--chunk-size", "100")
+    slots = pg.sql("SELECT count(*) FROM pg_replication_slots", db=db)
+    code, out, err = dblog(*args)
+    line = one_error_line(err)
+    assert code != 0 and "public.p (partition public.p1)" in line, err[-2000:]
+    assert 'ALTER TABLE "public"."p1" REPLICA IDENTITY FULL' in line, line
+    assert pg.sql("SELECT count(*) FROM pg_replication_slots", db=db) == slots, "a slot was made before the refusal"
+
+    pg.sql("ALTER TABLE public.p1 REPLICA IDENTITY DEFAULT", db=db)
+    code, out, err = dblog(*args)
+    assert code == 0, err[-2000:]
+    pg.sql("ALTER TABLE public.p1 REPLICA IDENTITY USING INDEX p1_u", "UPDATE public.p SET id = 900 WHERE id = 7",
+           "UPDATE public.p SET v = 'x' WHERE id IN (250, 1001)", db=db)  # no old key at all: only the catalog says
+    for options, more in (((), ()), (("--driver-catch-up-mb", "0"), (
+            "DELETE FROM public.p WHERE id BETWEEN 10 AND 100", "DELETE FROM public.p WHERE id = 5"))):
+        if more:
+            pg.sql(*more, db=db)
+        code, out, err = tail(state, sink, *options)
+        line = one_error_line(err)
+        assert code != 0 and "partition public.p1" in line, err[-3000:]
+        assert 'ALTER TABLE "public"."p1" REPLICA IDENTITY FULL' in line, line
+    pg.sql("ALTER TABLE public.p1 REPLICA IDENTITY FULL", db=db)
+    pg.sql("DELETE FROM public.p WHERE id = 6", "UPDATE public.p SET id = 901 WHERE id = 8", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0, err[-3000:]
+    assert REREAD in err, err[-3000:]
+    assert_lake_equals_source(pg, db, sink, "public.p", ["id", "u", "v"])
+
+    pg.sql("ALTER TABLE public.p1 REPLICA IDENTITY USING INDEX p1_u", "UPDATE public.p SET id = 902 WHERE id = 9",
+           "ALTER TABLE public.p1 REPLICA IDENTITY FULL", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0, err[-3000:]
+    assert REREAD in err and "replica identity of a partition of public.p changed" in err, err[-3000:]
+    assert_lake_equals_source(pg, db, sink, "public.p", ["id", "u", "v"])

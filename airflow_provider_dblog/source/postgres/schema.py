@@ -259,7 +259,8 @@ def storage_identities(client: PostgresClient, oids: Sequence[int], publication:
     ``|enum=`` their labels (``renamed_labels``), and of composite types ``|comp=`` a hash of their attributes
     (``changed_composites``). ALTER PUBLICATION is not in the WAL, and a table dropped from the publication and added
     back, or ``publish`` narrowed and widened again, between two reads leaves no other trace: the changes of that
-    while are not in the stream. Each such statement writes a new catalog row, so its ``xmin`` changes."""
+    while are not in the stream. Each such statement writes a new catalog row, so its ``xmin`` changes. A partitioned
+    table gets ``|rid=`` its partitions' ``oid:xmin`` (``changed_partition_identities``)."""
     if not oids:
         return {}
     rows = client.query(
@@ -267,16 +268,19 @@ def storage_identities(client: PostgresClient, oids: Sequence[int], publication:
         "SELECT t.root, i.inhrelid FROM tree t JOIN pg_class p ON p.oid = t.relid AND p.relkind = 'p' "
         "JOIN pg_inherits i ON i.inhparent = t.relid) "
         "SELECT t.root, string_agg(c.oid::text || ':' || c.relfilenode::text || CASE WHEN c.relkind = 'f' THEN "
-        f"'{FOREIGN}' WHEN c.relpersistence <> 'p' THEN '{UNLOGGED}' ELSE '' END, ',' ORDER BY c.oid) "
+        f"'{FOREIGN}' WHEN c.relpersistence <> 'p' THEN '{UNLOGGED}' ELSE '' END, ',' ORDER BY c.oid), "
+        "string_agg(CASE WHEN t.relid <> t.root THEN c.oid::text || ':' || c.xmin::text END, ',' ORDER BY c.oid) "
         "FROM tree t JOIN pg_class c ON c.oid = t.relid WHERE c.relkind IN ('r', 'f') GROUP BY t.root",
         (list(oids),))
-    found = {int(oid): text for oid, text in rows}
+    found = {int(oid): text for oid, text, _ in rows}
+    identities = {int(oid): text for oid, _, text in rows if text is not None}
     members = {} if publication is None else {int(oid): f"{pub}.{rel}" for oid, pub, rel in client.query(
         "SELECT pr.prrelid, p.xmin::text, pr.xmin::text FROM pg_publication p JOIN pg_publication_rel pr "
         "ON pr.prpubid = p.oid WHERE p.pubname = %s AND pr.prrelid = ANY(%s::oid[])", (publication, list(oids)))}
     labels, composites = _value_types(client, oids)
     return {int(oid): f"{int(oid)}|{found.get(int(oid), '')}"
                       + (f"|{PUBLISHED}{members[int(oid)]}" if int(oid) in members else "")
+                      + (f"|{PARTITION_IDENTITIES}{identities[int(oid)]}" if int(oid) in identities else "")
                       + (f"|{ENUM_LABELS}{labels[int(oid)]}" if int(oid) in labels else "")
                       + (f"|{COMPOSITES}{composites[int(oid)]}" if int(oid) in composites else "") for oid in oids}
 
@@ -329,7 +333,7 @@ def key_problems(client: PostgresClient, tables: Mapping[int, TableMeta],
 
 
 # the named parts of a ``storage_identities`` value (``KEY_IDENTITY``: added by ``describe_table``, which knows the key)
-PUBLISHED, ENUM_LABELS, COMPOSITES, KEY_IDENTITY = "pub=", "enum=", "comp=", "key="
+PUBLISHED, ENUM_LABELS, COMPOSITES, KEY_IDENTITY, PARTITION_IDENTITIES = "pub=", "enum=", "comp=", "key=", "rid="
 UNLOGGED, FOREIGN = ":unlogged", ":foreign"  # a partition's marks in it: its changes are not in the WAL
 
 
@@ -386,6 +390,15 @@ def changed_composites(was: str | None, now: str | None) -> bool:
     row holding one prints otherwise, with no change in the WAL. Unknown before (``was`` without the part): no."""
     old = _named_part(was, COMPOSITES)
     return old is not None and old != _named_part(now, COMPOSITES)
+
+
+def changed_partition_identities(was: str | None, now: str | None) -> bool:
+    """Whether a partition was altered since ``was`` (its catalog row's ``xmin``: ``ALTER TABLE partition REPLICA
+    IDENTITY`` among others, also when set back): the WAL does not say (a partitioned table's Relation is its root's),
+    and while a partition's identity did not carry the key an UPDATE of the key that left the identity's columns
+    alone came with no old key. Unknown before (no part): no."""
+    old = _named_part(was, PARTITION_IDENTITIES)
+    return old is not None and old != _named_part(now, PARTITION_IDENTITIES)
 
 
 def key_identity(storage: str | None) -> str | None:

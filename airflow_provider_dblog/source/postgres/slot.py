@@ -23,7 +23,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import psycopg2
 
@@ -269,24 +269,42 @@ def ensure_publication(client: PostgresClient, publication: str, tables: Sequenc
     return have is None
 
 
-def identity_misses_key(client: PostgresClient, metas: Sequence[TableMeta]) -> list[str]:
-    """The tables whose replica identity does not give the old key of an UPDATE or DELETE in the capture's key
-    columns now: it must be DEFAULT with the key as primary key, USING INDEX on exactly the key, or FULL. Under
-    DEFAULT a DEFERRABLE primary key is no identity (PostgreSQL then logs no old key, and refuses UPDATEs and
-    DELETEs of a published table)."""
-    bad = []
-    for meta in metas:
-        identity, pk, index = client.query(
-            "SELECT c.relreplident, "
-            "(SELECT array_agg(a.attname ORDER BY k.n) FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(att, n), "
-            " pg_attribute a WHERE i.indrelid = c.oid AND i.indisprimary AND i.indimmediate AND a.attrelid = c.oid "
-            " AND a.attnum = k.att),"
-            "(SELECT array_agg(a.attname ORDER BY k.n) FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(att, n), "
-            " pg_attribute a WHERE i.indrelid = c.oid AND i.indisreplident AND a.attrelid = c.oid AND a.attnum = k.att) "
-            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
-            split_name(meta.qualified))[0]
-        if not carries_key(identity, {"d": pk, "i": index}.get(identity), meta.key_columns):
-            bad.append(meta.qualified)
+_IDENTITIES = (  # per captured table: itself and its leaf partitions, each one's replica identity and the columns
+    # of its primary key (immediate) and of its replica identity index
+    "WITH RECURSIVE roots(root, name) AS (SELECT c.oid, w.s || '.' || w.t FROM unnest(%s::text[], %s::text[]) "
+    "AS w(s, t) JOIN pg_namespace n ON n.nspname = w.s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t), "
+    "tree(root, relid) AS (SELECT root, root FROM roots UNION ALL SELECT t.root, i.inhrelid FROM tree t "
+    "JOIN pg_class p ON p.oid = t.relid AND p.relkind = 'p' JOIN pg_inherits i ON i.inhparent = t.relid) "
+    "SELECT r.name, cn.nspname || '.' || c.relname, c.oid = r.root, c.relreplident, "
+    "(SELECT array_agg(a.attname ORDER BY k.n) FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(att, n), "
+    " pg_attribute a WHERE i.indrelid = c.oid AND i.indisprimary AND i.indimmediate AND a.attrelid = c.oid "
+    " AND a.attnum = k.att), "
+    "(SELECT array_agg(a.attname ORDER BY k.n) FROM pg_index i, unnest(i.indkey) WITH ORDINALITY k(att, n), "
+    " pg_attribute a WHERE i.indrelid = c.oid AND i.indisreplident AND a.attrelid = c.oid AND a.attnum = k.att) "
+    "FROM tree t JOIN roots r ON r.root = t.root JOIN pg_class c ON c.oid = t.relid "
+    "JOIN pg_namespace cn ON cn.oid = c.relnamespace WHERE c.oid = r.root OR c.relkind = 'r' ORDER BY 1, 2")
+
+
+def identity_misses_key(client: PostgresClient, metas: Sequence[TableMeta]) -> dict[str, list[str]]:
+    """Per table whose replica identity does not give the old key of an UPDATE or DELETE in the capture's key
+    columns now, the relations at fault (itself, or its partitions): one query. A table's identity must be DEFAULT
+    with the key as primary key, USING INDEX on exactly the key, or FULL; under DEFAULT a DEFERRABLE primary key is no
+    identity (PostgreSQL then logs no old key, and refuses UPDATEs and DELETEs of a published table). A partition's
+    own identity decides what the WAL holds of its rows' old key (the root's only how pgoutput marks it), so each
+    must carry the key as well, and be FULL when the root is (pgoutput then sends the old row as whole)."""
+    if not metas:
+        return {}
+    schemas, names = zip(*(split_name(m.qualified) for m in metas))
+    keys = {m.qualified: m.key_columns for m in metas}
+    root_identity: dict[str, str] = {}
+    bad: dict[str, list[str]] = {}
+    rows = client.query(_IDENTITIES, (list(schemas), list(names)))
+    for table, relation, is_root, identity, pk, index in sorted(rows, key=lambda r: (r[0], not r[2])):
+        if is_root:
+            root_identity[table] = identity
+        if not carries_key(identity, {"d": pk, "i": index}.get(identity), keys[table]) or (
+                not is_root and root_identity.get(table) == "f" and identity != "f"):
+            bad.setdefault(table, []).append(relation)
     return bad
 
 
@@ -297,14 +315,21 @@ def carries_key(identity: str, columns: Sequence[str] | None, key: Sequence[str]
     return identity == "f" or (bool(columns) and set(columns) == set(key))
 
 
+def identity_fix(bad: Mapping[str, Sequence[str]]) -> str:
+    """The statements that give ``identity_misses_key``'s relations an identity carrying the key."""
+    return "; ".join(f"ALTER TABLE {_table_sql(r)} REPLICA IDENTITY FULL" for rels in bad.values() for r in rels)
+
+
 def check_replica_identity(client: PostgresClient, metas: Sequence[TableMeta]) -> None:
-    """Every table's replica identity gives the old key of an UPDATE or DELETE in the capture's key columns
-    (``identity_misses_key``). One line naming the fix."""
+    """Every table's replica identity (and each of its partitions') gives the old key of an UPDATE or DELETE in the
+    capture's key columns (``identity_misses_key``). One line naming the fix."""
     bad = identity_misses_key(client, metas)
     if bad:
-        fix = "; ".join(f"ALTER TABLE {_table_sql(t)} REPLICA IDENTITY FULL" for t in bad)
-        raise DblogError(f"{', '.join(bad)}: the replica identity does not name the capture's key, so an UPDATE or "
-                         f"DELETE would not say which row it changed: {fix} (or USING INDEX on the key's unique index)")
+        at_fault = ", ".join(t if rels == [t] else f"{t} (partition {', '.join(r for r in rels if r != t)})"
+                             for t, rels in bad.items())
+        raise DblogError(f"{at_fault}: the replica identity does not name the capture's key, so an UPDATE or "
+                         f"DELETE would not say which row it changed: {identity_fix(bad)} (or USING INDEX on the "
+                         f"key's unique index)")
 
 
 def check_holds(client: PostgresClient, slot: str, lsn: int, position: str) -> None:

@@ -37,6 +37,7 @@ from typing import Iterator, Mapping, NamedTuple, Sequence
 import numpy as np
 import psycopg2
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
 from airflow_provider_dblog.core.errors import DblogError
@@ -54,11 +55,12 @@ from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, deco
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import (
-    changed_composites, collation_name, key_problems, outside_the_wal, outside_the_wal_names, relation_oid,
-    renamed_labels, resolve_types, split_name, storage_files, storage_identities, storage_oid, storage_publication,
+    changed_composites, changed_partition_identities, collation_name, key_problems, outside_the_wal,
+    outside_the_wal_names, relation_oid, renamed_labels, resolve_types, split_name, storage_files, storage_identities,
+    storage_oid, storage_publication,
 )
 from airflow_provider_dblog.source.postgres.slot import (
-    carries_key, check_holds, check_usable, identity_misses_key, publication_problem, slot_busy_seconds,
+    carries_key, check_holds, check_usable, identity_fix, identity_misses_key, publication_problem, slot_busy_seconds,
 )
 from airflow_provider_dblog.source.postgres.values import UnrepresentableValue
 from airflow_provider_dblog.source.reconnect import LOST_CONNECTION_RETRIES, ConnectionLost
@@ -127,6 +129,9 @@ class _Catalog(NamedTuple):
 
     collations: Mapping[str, Mapping[str, str | None]]
     key_problems: Mapping[str, str]
+    # a partitioned table whose partitions' replica identity does not carry the key: the WAL does not say (its
+    # Relation is the root's), so its UPDATEs and DELETEs are not applied (``slot.identity_misses_key``)
+    partition_identity: Mapping[str, str] = {}
 
 
 class _Version:
@@ -174,28 +179,52 @@ class _Run:
         if not self.payloads:
             return []
         payloads, collected, self.payloads, self.spans, self.bytes = self.payloads, self.spans, [], [], 0
-        out: list[ChangeBlock | ChangeEvent] = []
         if len(payloads) < MIN_BLOCK:  # a block's array work costs more than a few messages one by one
-            i = 0
-            for first, row, count, ts in collected:
-                for r in range(row, row + count):
-                    out += reader._row_events(self.name, self.version, payloads[i][0], payloads[i],
-                                              _at(first, r), ts)
-                    i += 1
-            return out
+            return self._one_by_one(reader, payloads, collected)
         span, rows, ts_ms = _span_arrays(collected)
         starts, which, rows = _starts([first for first, _, _, _ in collected], span, rows)
         positions = _position_texts(starts, which, rows)
         pieces = decode_blocks(self.name, self.version.meta, payloads,
                                lambda i: starts[which[i]].with_row(2 * int(rows[i])), positions, ts_ms)
+        out: list[ChangeBlock | ChangeEvent] = []
         for piece in pieces:
             if isinstance(piece, ChangeBlock):
+                if _lacks_old_key(piece, self.version.key_columns):  # rare: said per row, by the row path
+                    return self._one_by_one(reader, payloads, collected)
                 out.append(piece)
                 continue
             for i in piece:
-                out += reader._row_events(self.name, self.version, payloads[i][0], payloads[i],
-                                          starts[which[i]].with_row(int(rows[i])), int(ts_ms[i]))
+                out += reader._known_row_events(self.name, self.version, payloads[i][0], payloads[i],
+                                                starts[which[i]].with_row(int(rows[i])), int(ts_ms[i]),
+                                                _boundary(starts[which[i]]))
         return out
+
+    def _one_by_one(self, reader: "SlotReader", payloads: Sequence[bytes],
+                    collected: Sequence[tuple[SourcePosition, int, int, int]]) -> list[ChangeEvent]:
+        out: list[ChangeEvent] = []
+        i = 0
+        for first, row, count, ts in collected:
+            for r in range(row, row + count):
+                out += reader._known_row_events(self.name, self.version, payloads[i][0], payloads[i], _at(first, r),
+                                                ts, _boundary(first))
+                i += 1
+        return out
+
+
+def _boundary(first: SourcePosition) -> SourcePosition:
+    """The boundary before a transaction whose first change is at ``first`` (``change_position(final)``)."""
+    return lsn_position(position_lsn(first) - 1)
+
+
+def _lacks_old_key(block: ChangeBlock, key_columns: Sequence[str]) -> bool:
+    """Whether an UPDATE or DELETE of ``block`` came with an old key that holds no value for a key column (its
+    partition's replica identity names other columns): such a row is not applied (``OldKeyUnknown``)."""
+    changed = pc.not_equal(block.ops, "c")
+    return any(pc.any(pc.and_(changed, pc.is_null(block.before.field(k)))).as_py() for k in key_columns)
+
+
+class OldKeyUnknown(Exception):
+    """An UPDATE or DELETE whose old key holds no value for a key column: the row it changed is unknown."""
 
 
 def _position_texts(starts: Sequence[SourcePosition], which: np.ndarray, rows: np.ndarray) -> pa.Array:
@@ -238,6 +267,7 @@ class SlotReader:
     def __init__(self, client: PostgresClient, slot: str, publication: str):
         self.client, self.slot, self.publication = client, slot, publication
         self._planned_versions: dict[str, _Version] = {}
+        self._unknown_rows: dict[str, tuple[str, SourcePosition, SourcePosition]] = {}  # of the read (``changes``)
 
     # ---- the rows of the slot ----
     def _messages(self, end: int) -> Iterator[bytes]:
@@ -353,7 +383,8 @@ class SlotReader:
         versions: dict[str, _Version] = {}  # the version in force per table (the planned one at first)
         relations: dict[int, tuple[str, _Version | None]] = {}  # relation OID -> (its table, version if captured)
         refused: dict[int, str] = {}  # relation OID -> why its UPDATEs and DELETEs cannot be applied (its identity)
-        unknown_rows: dict[str, tuple[str, SourcePosition, SourcePosition]] = {}  # the last such change per table
+        # the last change per table whose old key is unknown (refused, or ``OldKeyUnknown``): (why, boundary, at)
+        unknown_rows = self._unknown_rows = {}
         oids, attnums, storage, catalog = self._catalog(metas)
         created = {n for n, m in metas.items() if n in storage and m.storage is not None
                    and storage_oid(m.storage) != storage_oid(storage[n])}  # published when the committer follows it
@@ -410,7 +441,8 @@ class SlotReader:
                                 yield from run.flush(self)
                         continue
                     row, k = row + 1, k + 1
-                    yield from self._row_events(name, version, tag, payload, _at(first, position_row), ts)
+                    yield from self._known_row_events(name, version, tag, payload, _at(first, position_row), ts,
+                                                      boundary)
                     continue
                 k += 1
                 message = pgoutput.decode(payload)
@@ -443,7 +475,7 @@ class SlotReader:
                         continue
                     version = self._version(message, versions.get(name) or self._planned(metas[name]))
                     relations[message.oid] = (name, version)
-                    problem = identity_problem(message, metas[name])
+                    problem = identity_problem(message, metas[name]) or catalog.partition_identity.get(name)
                     if problem:
                         refused[message.oid] = problem
                     else:
@@ -520,6 +552,11 @@ class SlotReader:
                                                     f"ALTER COLUMN ... TYPE ... USING, SET LOGGED, VACUUM FULL, CLUSTER "
                                                     f"or TRUNCATE, or a partition attached or detached; the WAL holds "
                                                     f"no row changes for it)", start, end)
+            elif changed_partition_identities(meta.storage, storage.get(name)):
+                yield SchemaChange(name, "rewrite", f"(the replica identity of a partition of {name} changed (ALTER "
+                                                    f"TABLE ... REPLICA IDENTITY, not in the WAL): while it did not "
+                                                    f"carry the key, an UPDATE of the key may have come with no old "
+                                                    f"key)", start, end)
             elif renamed_labels(meta.storage, storage.get(name)):
                 yield SchemaChange(name, "rewrite", f"(an enum label of a column of {name} was renamed (ALTER TYPE ... "
                                                     f"RENAME VALUE): its rows show the new label, with no change in "
@@ -543,15 +580,16 @@ class SlotReader:
         table's floor)."""
         name = meta.qualified
         what = f"{name}: an UPDATE or DELETE at {pos} under {problem}"
-        if not identity_misses_key(self.client, [meta]):
+        misses = identity_misses_key(self.client, [meta])
+        if not misses:
             return SchemaChange(name, "identity", f"({what}: its row is unknown, and the identity carries the key "
                                                   f"now: the table is read again)", boundary, pos)
         key = key_problems(self.client, {relation_oid(self.client, name): meta})
         if key:  # a new key since the read began, which the identity carries: read again with it
             return SchemaChange(name, "rewrite", f"({what}: {key[name]}: the table is read again, with the key it "
                                                  f"has now)", boundary, pos)
-        return SchemaChange(name, UNREADABLE, f"{what}, so the row it changed is unknown: ALTER TABLE {name} "
-                                              f"REPLICA IDENTITY FULL (the tail then reads the table again)", boundary, pos)
+        return SchemaChange(name, UNREADABLE, f"{what}, so the row it changed is unknown: {identity_fix(misses)} "
+                                              f"(the tail then reads the table again)", boundary, pos)
 
     def _planned(self, meta: TableMeta) -> _Version:
         version = self._planned_versions.get(meta.qualified)
@@ -590,11 +628,12 @@ class SlotReader:
                                                              "_Catalog"]:
         """The captured tables' OIDs now (a RENAME keeps the OID: a later Relation under another name is one),
         each one's columns' attnums, its storage (``schema.storage_identities``), and what orders and identifies
-        its rows (``_Catalog``): four queries whatever the tables."""
+        its rows (``_Catalog``): four queries whatever the tables, and one more when some are partitioned."""
         if not metas:
             return {}, {}, {}, _Catalog({}, {})
         rows = self.client.query(
-            "SELECT c.oid, n.nspname, c.relname, a.attname, a.attnum, cn.nspname, co.collname, a.attnotnull "
+            "SELECT c.oid, n.nspname, c.relname, a.attname, a.attnum, cn.nspname, co.collname, a.attnotnull, "
+            "c.relkind = 'p' "
             "FROM unnest(%s::text[], %s::text[]) AS w(s, t) "
             "JOIN pg_namespace n ON n.nspname = w.s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t "
             "AND c.relkind IN ('r', 'p') JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
@@ -604,16 +643,23 @@ class SlotReader:
         attnums: dict[str, dict[str, int]] = {}
         collations: dict[str, dict[str, str | None]] = {}
         not_null: dict[int, dict[str, bool]] = {}
-        for oid, schema, table, column, attnum, coll_schema, coll_name, attnotnull in rows:
+        partitioned: set[str] = set()
+        for oid, schema, table, column, attnum, coll_schema, coll_name, attnotnull, is_partitioned in rows:
             name = f"{schema}.{table}"
             oids[int(oid)] = name
+            if is_partitioned:
+                partitioned.add(name)
             attnums.setdefault(name, {})[column] = int(attnum)
             collations.setdefault(name, {})[column] = collation_name(coll_schema, coll_name)
             not_null.setdefault(int(oid), {})[column] = bool(attnotnull)
         storage = {oids[oid]: files for oid, files in storage_identities(self.client, sorted(oids),
                                                                           self.publication).items()}
         problems = key_problems(self.client, {oid: metas[name] for oid, name in oids.items()}, not_null)
-        return oids, attnums, storage, _Catalog(collations, problems)
+        misses = identity_misses_key(self.client, [metas[name] for name in sorted(partitioned)]) if partitioned else {}
+        partition_identity = {name: f"the replica identity of partition {', '.join(r for r in rels if r != name)}, "
+                                    f"which does not carry the capture's key ({', '.join(metas[name].key_columns)})"
+                              for name, rels in misses.items() if any(r != name for r in rels)}
+        return oids, attnums, storage, _Catalog(collations, problems, partition_identity)
 
     @staticmethod
     def recreated_columns(meta: TableMeta, attnums: Mapping[str, int]) -> list[str]:
@@ -633,7 +679,20 @@ class SlotReader:
             after, unchanged = self._unchanged_toast(name, version, after, before if old_kind == "O" else None, pos)
         if tag == _UPDATE and before is None:  # key unchanged, REPLICA IDENTITY DEFAULT: no old image
             before = {k: after[k] for k in version.key_columns}
+        elif tag != _INSERT and (lacking := [k for k in version.key_columns if before.get(k) is None]):
+            raise OldKeyUnknown(f"an old key without {', '.join(lacking)} (the replica identity of the partition that "
+                                f"holds the row names other columns)")
         return row_change(name, pos, version.key_columns, before, after, ts, unchanged)
+
+    def _known_row_events(self, name: str, version: _Version, tag: int, buf: bytes, pos: SourcePosition, ts: int,
+                          boundary: SourcePosition) -> list[ChangeEvent]:
+        """``_row_events``, with a row whose old key is unknown (``OldKeyUnknown``) kept out and recorded as the
+        table's last such change in this read (``changes``: the table is read again, or the reader stops)."""
+        try:
+            return self._row_events(name, version, tag, buf, pos, ts)
+        except OldKeyUnknown as exc:
+            self._unknown_rows[name] = (str(exc), boundary, pos)
+            return []
 
     @staticmethod
     def _unchanged_toast(name: str, version: _Version, after: dict, old: dict | None, pos: SourcePosition
