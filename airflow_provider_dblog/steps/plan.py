@@ -17,6 +17,9 @@ from airflow_provider_dblog.core.status import LISTED_TABLES
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.steps.preflight import check_later_steps
 from airflow_provider_dblog.store.credentials import remember
+from airflow_provider_dblog.store.lake_schema import (
+    KEY_WORKING_COLUMNS, LAKE_COLUMNS, WORKING_COLUMNS, clashing_columns,
+)
 from airflow_provider_dblog.store.state import StateDir, TablePlan
 
 log = logging.getLogger("dblog")
@@ -152,15 +155,27 @@ def path_refusal(tables: Sequence[str]) -> str:
             f"'..' outside the sink: rename them, or take them out of the capture (--exclude)")
 
 
+def names_refusal(tables: Sequence[str]) -> str:
+    """``tables``: each as ``TABLE (COLUMN, ...)``, its columns ``store.lake_schema.clashing_columns``."""
+    own = ", ".join(LAKE_COLUMNS + WORKING_COLUMNS)
+    return (f"{len(tables)} table(s) have columns whose names the lake uses for its own ({own}; for a key column "
+            f"also {', '.join(KEY_WORKING_COLUMNS)}; case aside), so it cannot store them: {'; '.join(tables)}; "
+            f"rename those columns at the source, or take the tables out of the capture (--exclude)")
+
+
 def describe_tables(dialect, tables: Sequence[str], chunk_keys: dict) -> dict:
-    """Every table's metadata; one line naming every table without a usable key."""
+    """Every table's metadata; one line naming every table without a usable key, or naming every table the lake
+    cannot hold as it is (a '/' in its name, a column named like the lake's own, the dialect's refusals)."""
     metas, keyless, unsupported = {}, [], {}
     for table in tables:
         if "/" in table:
             unsupported.setdefault(path_refusal, []).append(table)
             continue
         try:
-            metas[table] = dialect.describe_table(table, chunk_keys.get(table))
+            meta = metas[table] = dialect.describe_table(table, chunk_keys.get(table))
+            clashing = clashing_columns(meta.column_names, meta.key_columns)
+            if clashing:
+                unsupported.setdefault(names_refusal, []).append(f"{table} ({', '.join(clashing)})")
         except UnsupportedTables as exc:
             unsupported.setdefault(exc.describe, []).extend(exc.tables)
         except DblogError as exc:

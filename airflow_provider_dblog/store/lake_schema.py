@@ -3,6 +3,8 @@ the source's do (merged, widened, renamed), and rows brought into a set of colum
 schemas and tables; ``lake_tables`` commits what they compute."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -12,6 +14,18 @@ from airflow_provider_dblog.store.lake import UNCHANGED, current_schema
 METADATA = ("_op", "_pos", "_ts_ms", "_chunk")
 # every column the lake adds to a source's: ``current``'s, the changelog's two more, a change's transient one
 LAKE_COLUMNS = (*METADATA, "_kind", "_before", UNCHANGED)
+# columns the tail's merges add next to a table's (lake_tables' MERGE source) and next to its key columns (lake_merge,
+# lake_tables' key probes): a source column of the same name would be two columns there
+WORKING_COLUMNS = ("_chunk_hw",)
+KEY_WORKING_COLUMNS = ("_held", "_i", "_j")
+
+
+def clashing_columns(columns: Sequence[str], key_columns: Sequence[str]) -> list[str]:
+    """The columns of a source table whose names the lake takes for its own, compared without case as Delta
+    compares names: refused when the table is planned, since every write of the table would fail on them."""
+    taken = {n.lower() for n in (*LAKE_COLUMNS, *WORKING_COLUMNS)}
+    key_taken = taken | set(KEY_WORKING_COLUMNS)
+    return [c for c in columns if c.lower() in (key_taken if c in key_columns else taken)]
 
 
 def changed_columns(data: pa.Table, source: pa.Schema, at: SourcePosition, renamed: dict, defaults: dict
