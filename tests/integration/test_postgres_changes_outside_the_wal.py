@@ -899,3 +899,27 @@ def test_a_partition_whose_replica_identity_misses_the_key_is_refused_or_stops_t
     assert code == 0, err[-3000:]
     assert REREAD in err and "replica identity of a partition of public.p changed" in err, err[-3000:]
     assert_lake_equals_source(pg, db, sink, "public.p", ["id", "u", "v"])
+
+
+def test_columns_changed_with_no_row_change_after_them_are_followed(postgres, pg_db, tmp_path):
+    """ADD COLUMN ... DEFAULT, RENAME COLUMN and DROP COLUMN with no later write to the table: no Relation message
+    comes (pgoutput sends one before a table's next change), so the catalog says it at the read's end and the lake
+    follows as for a Relation's: its columns and values equal the source's, the changelog replays to them."""
+    pg, db = postgres, pg_db
+    state, sink = capture(pg, db, tmp_path)
+    pg.sql("ALTER TABLE public.t ADD COLUMN w int DEFAULT 7", "INSERT INTO public.other (x) VALUES (1)", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0, err[-3000:]
+    assert_lake_equals_source(pg, db, sink, "public.t", ["id", "a", "v", "w"])
+    pg.sql("ALTER TABLE public.t RENAME COLUMN a TO b", "ALTER TABLE public.t DROP COLUMN v",
+           "INSERT INTO public.other (x) VALUES (2)", db=db)
+    code, out, err = tail(state, sink)
+    assert code == 0, err[-3000:]
+    columns = [f.name for f in DeltaTable(f"{sink}/public.t/current").schema().fields if not f.name.startswith("_")]
+    assert columns == ["id", "b", "w"], columns
+    assert_lake_equals_source(pg, db, sink, "public.t", ["id", "b", "w"])
+    pg.sql("UPDATE public.t SET b = 'later' WHERE id = 3", db=db)  # the Relation then: nothing followed twice
+    code, out, err = tail(state, sink)
+    assert code == 0, err[-3000:]
+    assert_lake_equals_source(pg, db, sink, "public.t", ["id", "b", "w"])
+    verify_equal(state, sink)

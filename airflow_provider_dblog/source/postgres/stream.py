@@ -72,6 +72,7 @@ _INSERT, _UPDATE, _DELETE = ord("I"), ord("U"), ord("D")
 _ROW_TAGS = frozenset((_INSERT, _UPDATE, _DELETE))
 _OID = struct.Struct("!I").unpack_from
 _NOT_CAPTURED = ("", None)
+GENERATED = "a.attgenerated <> ''"  # a generated column: not in the WAL, nor in the lake
 TOAST_FIX = "give the key a column that is never TOASTed, or ALTER TABLE {table} REPLICA IDENTITY FULL"
 
 
@@ -132,6 +133,7 @@ class _Catalog(NamedTuple):
     # a partitioned table whose partitions' replica identity does not carry the key: the WAL does not say (its
     # Relation is the root's), so its UPDATEs and DELETEs are not applied (``slot.identity_misses_key``)
     partition_identity: Mapping[str, str] = {}
+    columns: Mapping[str, frozenset[str]] = {}  # each table's columns now (not generated ones: not in the WAL)
 
 
 class _Version:
@@ -499,11 +501,14 @@ class SlotReader:
             if name not in catalog.key_problems:  # else the table is read again, with the key it has now
                 yield self._unreadable(metas[name], problem, at, pos)
         if start < end:
-            yield from self._unlogged_changes(metas, attnums, storage, created, start, end, catalog)
+            latest = {n: v.meta for n, v in relations.values() if v is not None}  # the last Relation of each
+            latest.update((n, v.meta) for n, v in versions.items())
+            yield from self._unlogged_changes(metas, attnums, storage, created, start, end, catalog, latest)
 
     def _unlogged_changes(self, metas: Mapping[str, TableMeta], attnums: Mapping[str, Mapping[str, int]],
                           storage: Mapping[str, str], created: set[str], start: SourcePosition,
-                          end: SourcePosition, catalog: "_Catalog") -> Iterator[SchemaChange]:
+                          end: SourcePosition, catalog: "_Catalog", latest: Mapping[str, TableMeta] | None = None
+                          ) -> Iterator[SchemaChange]:
         """A schema change at ``end`` for each table whose rows may have changed without a change in the WAL
         since its meta was read, so that the committer reads it again: ``recreate``, a column dropped and added
         again (its rows now hold the new column's default, not the old values); ``rewrite``, the table's files
@@ -513,7 +518,9 @@ class SlotReader:
         happened after the previous read's check, so it spans the read (from ``start``: ``fail`` commits none of
         the read's rows; its position is the read's end), and its statement names what changed. A key that no
         longer identifies the rows (``schema.key_problem``) is a ``rewrite`` too: the committer plans the table
-        again with the key it has now, or stops in one line when it has none."""
+        again with the key it has now, or stops in one line when it has none. Columns added, dropped or renamed
+        after the table's last change in the read (whose Relation, in ``latest``, or its meta has other columns)
+        are an ``alter`` at ``end``: the committer follows them as it follows a Relation's."""
         collations, key_problems = catalog.collations, catalog.key_problems
         for name, meta in metas.items():
             if name not in attnums:  # the lake keeps its rows until a table of that name exists again
@@ -570,6 +577,12 @@ class SlotReader:
                                                     f"was read (ALTER PUBLICATION: the table dropped from it and added "
                                                     f"back, or what it publishes narrowed and widened again); changes "
                                                     f"of that while may be missing from the stream)", start, end)
+            elif (now := catalog.columns.get(name)) is not None and now != (
+                    had := {c.name for c in (latest or {}).get(name, meta).columns}):
+                yield SchemaChange(name, "alter", f"(the columns of {name} changed with no row change after it: "
+                                                  f"{', '.join(sorted(now - had)) or 'none'} now, "
+                                                  f"{', '.join(sorted(had - now)) or 'none'} gone; PostgreSQL's WAL "
+                                                  f"carries no DDL)", end, end)
 
     def _unreadable(self, meta: TableMeta, problem: str, boundary: SourcePosition, pos: SourcePosition
                     ) -> SchemaChange:
@@ -633,7 +646,7 @@ class SlotReader:
             return {}, {}, {}, _Catalog({}, {})
         rows = self.client.query(
             "SELECT c.oid, n.nspname, c.relname, a.attname, a.attnum, cn.nspname, co.collname, a.attnotnull, "
-            "c.relkind = 'p' "
+            f"c.relkind = 'p', {GENERATED if self.client.version_num >= 120000 else 'false'} "
             "FROM unnest(%s::text[], %s::text[]) AS w(s, t) "
             "JOIN pg_namespace n ON n.nspname = w.s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = w.t "
             "AND c.relkind IN ('r', 'p') JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
@@ -644,11 +657,14 @@ class SlotReader:
         collations: dict[str, dict[str, str | None]] = {}
         not_null: dict[int, dict[str, bool]] = {}
         partitioned: set[str] = set()
-        for oid, schema, table, column, attnum, coll_schema, coll_name, attnotnull, is_partitioned in rows:
+        columns: dict[str, set[str]] = {}
+        for oid, schema, table, column, attnum, coll_schema, coll_name, attnotnull, is_partitioned, generated in rows:
             name = f"{schema}.{table}"
             oids[int(oid)] = name
             if is_partitioned:
                 partitioned.add(name)
+            if not generated:
+                columns.setdefault(name, set()).add(column)
             attnums.setdefault(name, {})[column] = int(attnum)
             collations.setdefault(name, {})[column] = collation_name(coll_schema, coll_name)
             not_null.setdefault(int(oid), {})[column] = bool(attnotnull)
@@ -659,7 +675,8 @@ class SlotReader:
         partition_identity = {name: f"the replica identity of partition {', '.join(r for r in rels if r != name)}, "
                                     f"which does not carry the capture's key ({', '.join(metas[name].key_columns)})"
                               for name, rels in misses.items() if any(r != name for r in rels)}
-        return oids, attnums, storage, _Catalog(collations, problems, partition_identity)
+        return oids, attnums, storage, _Catalog(collations, problems, partition_identity,
+                                                {n: frozenset(c) for n, c in columns.items()})
 
     @staticmethod
     def recreated_columns(meta: TableMeta, attnums: Mapping[str, int]) -> list[str]:
