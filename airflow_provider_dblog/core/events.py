@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from airflow_provider_dblog.core.exact import same_key
 from airflow_provider_dblog.core.positions import SourcePosition, check_row_index
 
 Key = tuple
@@ -47,8 +48,9 @@ def row_change(table: str, pos: SourcePosition, key_columns: tuple[str, ...],
 
     Each event gets its own position (row index ``2*i`` / ``2*i+1``) so that no two events share
     a ``_pos``; ``unchanged`` goes with the after image (for a key change: the insert, whose values the
-    committer takes from the deleted key at the row before it). Keys compare by exact stored value: an update from 'abc' to 'ABC' is a key change
-    even under a case-insensitive collation, because the stored key is a different value.
+    committer takes from the deleted key at the row before it). Keys compare by exact stored value (``core.exact``):
+    an update from 'abc' to 'ABC' is a key change even under a case-insensitive collation, and one from -0.0 to 0.0
+    too though they are equal (the lake's merge matches keys bit for bit); a NaN key stays itself.
     """
     check_row_index(pos.row, pos)
     first = SourcePosition(pos.seq, pos.offset, pos.row * 2, pos.file)
@@ -57,7 +59,7 @@ def row_change(table: str, pos: SourcePosition, key_columns: tuple[str, ...],
     if after is None:
         return [ChangeEvent(table, "d", first, key_of(before, key_columns), None, before, ts_ms)]
     old, new = key_of(before, key_columns), key_of(after, key_columns)
-    if old == new and tuple(map(type, old)) == tuple(map(type, new)):
+    if same_key(old, new):
         return [ChangeEvent(table, "u", first, new, after, before, ts_ms, unchanged)]
     second = SourcePosition(pos.seq, pos.offset, pos.row * 2 + 1, pos.file)
     return [ChangeEvent(table, "d", first, old, None, before, ts_ms),

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
+from airflow_provider_dblog.core.exact import same_values
 from airflow_provider_dblog.core.positions import ROWS_PER_POSITION, SourcePosition, position_prefix
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source import spans
@@ -234,9 +235,8 @@ def _decode(table, meta, specs, events: Sequence[RowsEvent]) -> list[ChangeBlock
     keys = [meta.column_names.index(k) for k in meta.key_columns]
     key_change = np.zeros(n, bool)
     if row_update.any():
-        for i in keys:
-            same = pc.equal(first_values[i], after_values[i]).fill_null(False).to_numpy(zero_copy_only=False)
-            key_change |= row_update & ~same
+        for i in keys:  # by the stored bits (``core.exact``): -0.0 to 0.0 is a key change
+            key_change |= row_update & ~same_values(first_values[i], after_values[i])
     names = meta.column_names
     fields = [pa.field(name, arr.type) for name, arr in zip(names, first_values)]
     if row_update.all() or not row_update.any():  # one kind of image per row: no per-value choice

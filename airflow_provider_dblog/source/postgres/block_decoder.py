@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.change_block import ChangeBlock
+from airflow_provider_dblog.core.exact import same_values
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source import spans
@@ -116,9 +117,8 @@ def _decode(table, meta, payloads, first, positions, ts_ms) -> ChangeBlock:
         return decoded[i, old_image]
 
     if np.any(updated_old & ~bad):  # REPLICA IDENTITY FULL: a key change is a delete and an insert (``row_change``)
-        for i in keys:
-            same = pc.equal(column(i, True), column(i, False)).fill_null(False)
-            bad |= updated_old & ~same.to_numpy(zero_copy_only=False)
+        for i in keys:  # by the stored bits (``core.exact``): -0.0 to 0.0 is a key change, NaN to NaN is not
+            bad |= updated_old & ~same_values(column(i, True), column(i, False))
     if np.any(bad):
         raise _Uncommon(~bad)
     # an image no message of the run carries (no old rows: inserts, and updates under REPLICA IDENTITY DEFAULT
