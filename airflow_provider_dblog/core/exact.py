@@ -26,8 +26,19 @@ def same_key(old: tuple, new: tuple) -> bool:
                                         for a, b in zip(old, new))
 
 
+def bits_view(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A float column as the integers of its bits (nulls kept), so that equality, grouping and sorting go by the
+    stored value: -0.0 apart from 0.0, a NaN equal to the same NaN bits; any other column as it is (no copy)."""
+    if not pa.types.is_floating(column.type):
+        return column
+    bits = _BITS[column.type.bit_width]
+    if isinstance(column, pa.ChunkedArray):
+        return pa.chunked_array([c.view(bits) for c in column.chunks], bits)
+    return column.view(bits)
+
+
 def same_values(a: pa.Array, b: pa.Array) -> np.ndarray:
     """Per row: ``a`` and ``b`` hold the same stored value (floats by their bits; a null is never the same)."""
-    if pa.types.is_floating(a.type) and a.type == b.type:
-        a, b = a.view(_BITS[a.type.bit_width]), b.view(_BITS[b.type.bit_width])
+    if a.type == b.type:
+        a, b = bits_view(a), bits_view(b)
     return pc.equal(a, b).fill_null(False).to_numpy(zero_copy_only=False)

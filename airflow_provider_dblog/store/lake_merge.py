@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_dblog.core.exact import bits_view
 from airflow_provider_dblog.core.positions import SourcePosition
 
 
@@ -41,13 +42,18 @@ def merge_changes(data: pa.Table, changes: pa.Table, keys: Sequence[str],
 
 
 def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """Per key the row with the greatest ``_pos`` (deletes included: the caller decides)."""
+    """Per key the row with the greatest ``_pos`` (deletes included: the caller decides). Keys are the stored
+    values, as the merge's hash join matches them: a float key column is grouped and sorted by its bits (-0.0 and
+    0.0 are two keys, a NaN one key with its own bits), so a key change's delete of -0.0 is not lost to the insert
+    of 0.0. The rows kept come sorted by key (float keys in the order of their bits)."""
     if rows.num_rows <= 1:
         return rows
     # the order is found on the keys and ``_pos`` alone, and the other columns are taken once, for the rows kept
-    order = pc.sort_indices(rows.select(list(dict.fromkeys([*keys, "_pos"]))),
-                            sort_keys=[(k, "ascending") for k in keys] + [("_pos", "descending")])
-    ordered = rows.select(list(keys)).take(order)
+    keyed = rows.select(list(dict.fromkeys([*keys, "_pos"])))
+    if any(pa.types.is_floating(t) for t in keyed.schema.types):  # other keys as they are: no work added
+        keyed = pa.table([bits_view(c) for c in keyed.columns], names=keyed.column_names)
+    order = pc.sort_indices(keyed, sort_keys=[(k, "ascending") for k in keys] + [("_pos", "descending")])
+    ordered = keyed.select(list(keys)).take(order)
     same = None  # row i has the key of row i - 1 (two nulls are the same key: a key column older rows lack)
     for k in keys:
         col = ordered[k]

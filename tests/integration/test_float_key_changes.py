@@ -15,10 +15,7 @@ from tests.support.postgres_fixtures import pg_db, postgres  # noqa: F401  (fixt
 PASSWORD = "pg-Float-5ecret"
 FILLER = 100  # keys 1..FILLER, updated around the key change: past the block decoders' thresholds
 VIEWS = ("current", "changelog")
-# the decoders' events are right (the changelog); current also needs the store to group keys by their bits
-VIEW = pytest.mark.parametrize("view", [pytest.param("current", marks=pytest.mark.xfail(
-    strict=True, reason="store.lake_merge.latest_per_key groups -0.0 with 0.0 (pc.equal): a key change's delete "
-    "is dropped before the merge; remove this mark with that fix")), "changelog"])
+VIEW = pytest.mark.parametrize("view", VIEWS)  # current: the store groups keys by their bits too
 
 
 def exact(k: float):
