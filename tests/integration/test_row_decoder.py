@@ -99,8 +99,8 @@ def test_binlog_images_equal_the_snapshot_for_every_type(typed, rows):
     compiled = []
     real_compile = mysql_rows.compile_row_decoder
 
-    def spy(columns, meta_):
-        compiled.append(real_compile(columns, meta_))
+    def spy(*args):
+        compiled.append(real_compile(*args))
         return compiled[-1]
 
     mariadb.sql("DELETE FROM decoder.t")

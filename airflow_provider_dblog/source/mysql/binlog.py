@@ -433,8 +433,9 @@ class BinlogStream:
             for name, problem in problems.items():
                 yield "ddl", at, SchemaChange(name, UNREADABLE, problem, boundary, at)
 
-        images = RowImages(metas, row_converter)
-        runs = _Runs(blocks_after or {}, versions)
+        mariadb = self.client.is_mariadb  # a FLOAT/DOUBLE -0 read as 0.0, as its SELECT shows it
+        images = RowImages(metas, row_converter, mariadb)
+        runs = _Runs(blocks_after or {}, versions, mariadb)
         boundary = start  # the last transaction end seen: where a DDL statement starts
         xa = PreparedXa()  # XA groups' items wait for their XA COMMIT
         self.gtids = {}
@@ -713,9 +714,11 @@ class _Runs:
     run's size, the end of the read). Items of one table stay in binlog order; tables need no order between
     them."""
 
-    def __init__(self, blocks_after: Mapping[str, SourcePosition], versions: dict[str, TableMeta]):
+    def __init__(self, blocks_after: Mapping[str, SourcePosition], versions: dict[str, TableMeta],
+                 mariadb: bool = False):
         self.after = {name: pos for name, pos in blocks_after.items()}
         self.versions = versions
+        self.mariadb = mariadb
         self.runs: dict[str, tuple[TableMeta, list, RowDecoder, list[RowsEvent]]] = {}
         self.sizes: dict[str, int] = {}
         self._layouts = ByColumns()  # the block layout of a table map's columns, or None
@@ -730,7 +733,7 @@ class _Runs:
         body = body_of(event) if decoder is not None else None
         if body is None:
             return None
-        specs = self._layouts.get(event.columns, lambda: block_layout(event.columns, meta))
+        specs = self._layouts.get(event.columns, lambda: block_layout(event.columns, meta, self.mariadb))
         if specs is None:
             return None
         table = meta.qualified

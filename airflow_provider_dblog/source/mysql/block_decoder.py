@@ -74,28 +74,29 @@ class RowsEvent:
     ts_ms: int
 
 
-def block_layout(columns: Sequence, meta: TableMeta) -> list[ColumnSpec] | None:
+def block_layout(columns: Sequence, meta: TableMeta, mariadb: bool = False) -> list[ColumnSpec] | None:
     """The column specs of a table map's ``columns`` (the library's) for ``meta``'s columns, or None when one
-    of them is not read column by column (module docstring)."""
+    of them is not read column by column (module docstring). ``mariadb``: a FLOAT/DOUBLE -0 is read as 0.0, as
+    the per-row decoder reads it there (what MariaDB's SELECT shows: ``rows.positive_zeros``)."""
     specs = []
     for tm, col in zip(columns, meta.columns):
-        spec = _spec(tm, col)
+        spec = _spec(tm, col, mariadb)
         if spec is None:
             return None
         specs.append(spec)
     return specs if len(specs) == len(meta.columns) else None
 
 
-def _spec(tm, col: Column) -> ColumnSpec | None:
+def _spec(tm, col: Column, mariadb: bool) -> ColumnSpec | None:
     t, target = tm.type, arrow_type(col)
     unsigned = bool(getattr(tm, "unsigned", False)) or col.unsigned
     if t in _INT_WIDTHS:
         width = _INT_WIDTHS[t]
         return ColumnSpec(width, 0, lambda d, s, n, v: _array(spans.little_endian(d, s, width, not unsigned), v, target))
     if t in (FLOAT, DOUBLE):
-        width = 4 if t == FLOAT else 8
-        return ColumnSpec(width, 0, lambda d, s, n, v: _array(
-            np.ascontiguousarray(spans.gather(d, s, width)).view(f"<f{width}")[:, 0], v, target))
+        width, zero = (4 if t == FLOAT else 8), (0.0 if mariadb else None)  # -0.0 + 0.0 is 0.0
+        return ColumnSpec(width, 0, lambda d, s, n, v: _array(_floats(spans.gather(d, s, width), width, zero), v,
+                                                              target))
     if t == YEAR:
         return ColumnSpec(1, 0, lambda d, s, n, v: _array(_year(d[s]), v, target))
     if t == DATE:
@@ -277,6 +278,12 @@ def _decode(table, meta, specs, events: Sequence[RowsEvent]) -> list[ChangeBlock
 
 
 # ---- what each value is ----------------------------------------------------------------------------------------
+def _floats(raw: np.ndarray, width: int, zero: float | None) -> np.ndarray:
+    """Little-endian FLOAT/DOUBLE values; ``zero`` (0.0) added to each turns -0.0 into 0.0."""
+    values = np.ascontiguousarray(raw).view(f"<f{width}")[:, 0]
+    return values if zero is None else values + np.asarray(zero, values.dtype)
+
+
 def _array(values: np.ndarray, present: np.ndarray, target: pa.DataType) -> pa.Array:
     return pa.array(values, mask=~present).cast(target)
 

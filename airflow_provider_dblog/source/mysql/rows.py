@@ -184,7 +184,7 @@ def _text_expression(b: Builder, charset: str | None, data: str) -> str | None:
 
 
 # ---- code generation ----------------------------------------------------------------------------------------
-def _column_code(b: Builder, i: int, tm, col: Column) -> bool:
+def _column_code(b: Builder, i: int, tm, col: Column, mariadb: bool) -> bool:
     """Lines that set ``v{i}`` and advance ``p`` for one non-NULL value; False if it can't be decoded."""
     t, target = tm.type, arrow_type(col)
     v = f"v{i}"
@@ -194,7 +194,8 @@ def _column_code(b: Builder, i: int, tm, col: Column) -> bool:
         unpack = b.const("S", fmt.unpack_from)
         wrap = "Decimal" if pa.types.is_decimal(target) else ""  # unsigned BIGINT
         b.env["Decimal"] = Decimal
-        b.emit(f"{v} = {wrap}({unpack}(buf, p)[0]); p += {fmt.size}")
+        zero = " + 0.0" if mariadb and t in (FLOAT, DOUBLE) else ""  # -0.0 + 0.0 is 0.0: as MariaDB's SELECT shows
+        b.emit(f"{v} = {wrap}({unpack}(buf, p)[0]){zero}; p += {fmt.size}")
     elif t == INT24:
         b.emit(f"{v} = int.from_bytes(buf[p:p + 3], 'little', signed={not unsigned}); p += 3")
     elif t == YEAR:
@@ -240,9 +241,10 @@ def _column_code(b: Builder, i: int, tm, col: Column) -> bool:
     return True
 
 
-def compile_row_decoder(columns: Sequence, meta: TableMeta) -> RowDecoder | None:
+def compile_row_decoder(columns: Sequence, meta: TableMeta, mariadb: bool = False) -> RowDecoder | None:
     """One row image decoder for a table map's ``columns`` (python-mysql-replication's ``Column``
-    objects: type and type metadata), or None if any column can't be decoded exactly."""
+    objects: type and type metadata), or None if any column can't be decoded exactly. ``mariadb``: a FLOAT or
+    DOUBLE -0 is read as 0.0, as MariaDB's SELECT (the snapshot) shows it (``positive_zeros``)."""
     names = [c.name for c in meta.columns]
     if [getattr(c, "name", None) for c in columns] != names:
         return None  # a table map without column names (binlog_row_metadata not FULL)
@@ -253,7 +255,7 @@ def compile_row_decoder(columns: Sequence, meta: TableMeta) -> RowDecoder | None
         b.emit(f"if nulls & {1 << i}:", 1)
         b.emit(f"v{i} = None")
         b.emit("else:", 1)
-        if not _column_code(b, i, tm, col):
+        if not _column_code(b, i, tm, col, mariadb):
             return None
     items = ", ".join(f"{name!r}: v{i}" for i, name in enumerate(names))
     b.emit(f"return {{{items}}}, p", 1)
@@ -311,14 +313,35 @@ def _layout(columns: Sequence) -> tuple:
 _DECODERS: dict[tuple, RowDecoder | None] = {}  # per process: a window reader lives for one window only
 
 
+def positive_zeros(meta: TableMeta, convert: Callable[[dict | None], dict | None]
+                   ) -> Callable[[dict | None], dict | None]:
+    """``convert`` (library row images -> the lake's values), then each FLOAT/DOUBLE -0.0 as 0.0. MariaDB stores
+    a FLOAT -0 (an underflow makes one) and logs it as -0, but its SELECT shows 0: the snapshot reads 0.0, so a
+    later change of the row read as -0.0 was another key (two rows in the lake for one source row)."""
+    floats = [c.name for c in meta.columns if pa.types.is_floating(arrow_type(c))]
+    if not floats:
+        return convert
+
+    def positive(values: dict | None) -> dict | None:
+        values = convert(values)
+        if values is not None:
+            for name in floats:
+                if values.get(name) is not None:
+                    values[name] += 0.0
+        return values
+    return positive
+
+
 class RowImages:
     """The row images of python-mysql-replication's rows events as the lake's values, each decoded with
     the table's columns in force at its position (its table map: ``meta_of``): by a compiled decoder
-    per layout, or by the library and ``converter(meta)`` where no decoder can be compiled."""
+    per layout, or by the library and ``converter(meta)`` where no decoder can be compiled. ``mariadb``: a
+    FLOAT/DOUBLE -0 is read as 0.0 either way (what the server's SELECT shows: ``positive_zeros``)."""
 
-    def __init__(self, metas: dict[str, TableMeta], converter: Callable[[TableMeta], Callable]):
+    def __init__(self, metas: dict[str, TableMeta], converter: Callable[[TableMeta], Callable], mariadb: bool = False):
         self.metas = metas
-        self.converter = converter
+        self.converter = (lambda meta: positive_zeros(meta, converter(meta))) if mariadb else converter
+        self.mariadb = mariadb
         self._versions: dict[tuple, TableMeta] = {}
         self._metas, self._decoders = ByColumns(), ByColumns()
         self._converters: dict[TableMeta, Callable] = {}
@@ -344,9 +367,9 @@ class RowImages:
 
     def _decoder(self, event, meta: TableMeta) -> RowDecoder | None:
         """By layout: the library builds new column objects for every table map event."""
-        layout = (meta, layout_of(event.columns))
+        layout = (meta, layout_of(event.columns), self.mariadb)
         if layout not in _DECODERS:
-            _DECODERS[layout] = compile_row_decoder(event.columns, meta)
+            _DECODERS[layout] = compile_row_decoder(event.columns, meta, self.mariadb)
         return _DECODERS[layout]
 
     def of_compressed(self, table_map, qualified: str, images: bytes, count: int) -> list[tuple]:
