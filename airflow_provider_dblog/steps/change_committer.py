@@ -210,8 +210,10 @@ class ChangeCommitter:
         """Follow one group of statements; True if that read every chunk again."""
         last = group[-1]
         if self.behaviour == "freeze" and all(c.kind == "alter" for c in group):
-            self._live_meta(last)  # a new key, or a new order of it, stops here: the chunks no longer apply
+            live = self._live_meta(last)  # a new key, or a new order of it, stops here: the chunks no longer apply
             self._log_ignored(group)
+            if live is not None:  # the lake keeps its columns; the source's, seen, are not a change again
+                self._adopt_identity(live)
             return False
         fresh = live = self._live_meta(last)
         if live is None:

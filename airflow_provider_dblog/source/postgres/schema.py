@@ -334,6 +334,7 @@ def key_problems(client: PostgresClient, tables: Mapping[int, TableMeta],
 
 # the named parts of a ``storage_identities`` value (``KEY_IDENTITY``: added by ``describe_table``, which knows the key)
 PUBLISHED, ENUM_LABELS, COMPOSITES, KEY_IDENTITY, PARTITION_IDENTITIES = "pub=", "enum=", "comp=", "key=", "rid="
+COLUMN_LIST = "cols="  # added by ``describe_table`` (``column_list``): the columns the source had then
 UNLOGGED, FOREIGN = ":unlogged", ":foreign"  # a partition's marks in it: its changes are not in the WAL
 
 
@@ -401,6 +402,22 @@ def changed_partition_identities(was: str | None, now: str | None) -> bool:
     return old is not None and old != _named_part(now, PARTITION_IDENTITIES)
 
 
+def column_list(attnums: Mapping[str, int]) -> str:
+    """The columns a table has (names and attnums, generated ones left out), as a short hash."""
+    import hashlib
+
+    text = ",".join(f"{name}:{attnum}" for name, attnum in sorted(attnums.items(), key=lambda item: item[1]))
+    return hashlib.md5(text.encode()).hexdigest()[:16]
+
+
+def changed_column_list(storage: str | None, attnums: Mapping[str, int], had: Sequence[str]) -> bool:
+    """Whether the table's columns now (``attnums``) are not those it had when ``storage`` was described (without
+    that part: not the names ``had``): ADD, DROP or RENAME COLUMN, which the WAL shows only in the Relation message
+    before the table's next change."""
+    was = _named_part(storage, COLUMN_LIST)
+    return was != column_list(attnums) if was is not None else set(attnums) != set(had)
+
+
 def key_identity(storage: str | None) -> str | None:
     """What the key rested on when the table was described (``UniqueKey.identity``; None: a ``--chunk-key``, or
     described before it was recorded)."""
@@ -442,6 +459,7 @@ def _described(client: PostgresClient, table: str, chunk_key: Sequence[str] | No
     generated = generated_columns(client, oid)
     columns = _columns(client, oid, generated)
     storage = storage_identities(client, [oid], publication)[oid]
+    storage += f"|{COLUMN_LIST}{column_list({c.name: c.ordinal for c in columns})}"
     outside = outside_the_wal(storage)
     if outside:
         raise UnsupportedTables([f"{table} ({outside_the_wal_names(client, outside)})"], partitions_refusal)

@@ -55,8 +55,8 @@ from airflow_provider_dblog.source.postgres.block_decoder import MIN_BLOCK, deco
 from airflow_provider_dblog.source.postgres.pgoutput import UNCHANGED_TOAST, format_lsn
 from airflow_provider_dblog.source.postgres.row_decoder import compile_tuple_decoder, decode_row_message
 from airflow_provider_dblog.source.postgres.schema import (
-    changed_composites, changed_partition_identities, collation_name, key_problems, outside_the_wal,
-    outside_the_wal_names, relation_oid, renamed_labels, resolve_types, split_name, storage_files, storage_identities,
+    changed_column_list, changed_composites, changed_partition_identities, collation_name, key_problems,
+    outside_the_wal, outside_the_wal_names, relation_oid, renamed_labels, resolve_types, split_name, storage_files, storage_identities,
     storage_oid, storage_publication,
 )
 from airflow_provider_dblog.source.postgres.slot import (
@@ -133,7 +133,7 @@ class _Catalog(NamedTuple):
     # a partitioned table whose partitions' replica identity does not carry the key: the WAL does not say (its
     # Relation is the root's), so its UPDATEs and DELETEs are not applied (``slot.identity_misses_key``)
     partition_identity: Mapping[str, str] = {}
-    columns: Mapping[str, frozenset[str]] = {}  # each table's columns now (not generated ones: not in the WAL)
+    columns: Mapping[str, Mapping[str, int]] = {}  # each table's columns now, their attnums (not generated ones)
 
 
 class _Version:
@@ -577,12 +577,13 @@ class SlotReader:
                                                     f"was read (ALTER PUBLICATION: the table dropped from it and added "
                                                     f"back, or what it publishes narrowed and widened again); changes "
                                                     f"of that while may be missing from the stream)", start, end)
-            elif (now := catalog.columns.get(name)) is not None and now != (
-                    had := {c.name for c in (latest or {}).get(name, meta).columns}):
+            elif ((now := catalog.columns.get(name)) is not None
+                  and changed_column_list(meta.storage, now, meta.column_names)
+                  and set(now) != (had := {c.name for c in (latest or {}).get(name, meta).columns})):
                 yield SchemaChange(name, "alter", f"(the columns of {name} changed with no row change after it: "
-                                                  f"{', '.join(sorted(now - had)) or 'none'} now, "
-                                                  f"{', '.join(sorted(had - now)) or 'none'} gone; PostgreSQL's WAL "
-                                                  f"carries no DDL)", end, end)
+                                                  f"{', '.join(sorted(set(now) - had)) or 'none'} now, "
+                                                  f"{', '.join(sorted(had - set(now))) or 'none'} gone; PostgreSQL's "
+                                                  f"WAL carries no DDL)", end, end)
 
     def _unreadable(self, meta: TableMeta, problem: str, boundary: SourcePosition, pos: SourcePosition
                     ) -> SchemaChange:
@@ -657,14 +658,14 @@ class SlotReader:
         collations: dict[str, dict[str, str | None]] = {}
         not_null: dict[int, dict[str, bool]] = {}
         partitioned: set[str] = set()
-        columns: dict[str, set[str]] = {}
+        columns: dict[str, dict[str, int]] = {}
         for oid, schema, table, column, attnum, coll_schema, coll_name, attnotnull, is_partitioned, generated in rows:
             name = f"{schema}.{table}"
             oids[int(oid)] = name
             if is_partitioned:
                 partitioned.add(name)
             if not generated:
-                columns.setdefault(name, set()).add(column)
+                columns.setdefault(name, {})[column] = int(attnum)
             attnums.setdefault(name, {})[column] = int(attnum)
             collations.setdefault(name, {})[column] = collation_name(coll_schema, coll_name)
             not_null.setdefault(int(oid), {})[column] = bool(attnotnull)
@@ -676,7 +677,7 @@ class SlotReader:
                                     f"which does not carry the capture's key ({', '.join(metas[name].key_columns)})"
                               for name, rels in misses.items() if any(r != name for r in rels)}
         return oids, attnums, storage, _Catalog(collations, problems, partition_identity,
-                                                {n: frozenset(c) for n, c in columns.items()})
+                                                columns)
 
     @staticmethod
     def recreated_columns(meta: TableMeta, attnums: Mapping[str, int]) -> list[str]:
