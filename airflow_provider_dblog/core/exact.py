@@ -7,7 +7,7 @@ so a float key updated from -0 to 0 is a delete of the old key and an insert, an
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -16,14 +16,16 @@ import pyarrow.compute as pc
 _BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}  # a float's width -> the integer its bits are read as
 
 
-def _stored(value: Any) -> Any:
-    return struct.pack("<d", value) if isinstance(value, float) else value
+def exact_key(values: Iterable) -> tuple:
+    """A key's values as a dict key that tells keys apart as the lake does: a float by its bits, so a NaN key finds
+    itself (NaN equals no float, and hashes by identity) and -0.0 is not 0.0."""
+    return tuple(struct.pack(">d", v) if isinstance(v, float) else v for v in values)
 
 
 def same_key(old: tuple, new: tuple) -> bool:
     """The two keys are the same stored values: each part of the same type and equal, floats by their bits."""
-    return len(old) == len(new) and all(a is b or (type(a) is type(b) and _stored(a) == _stored(b))
-                                        for a, b in zip(old, new))
+    return (len(old) == len(new) and all(type(a) is type(b) for a, b in zip(old, new))
+            and exact_key(old) == exact_key(new))
 
 
 def bits_view(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:

@@ -1,9 +1,7 @@
 """A source table as the pipeline sees it: columns and the key that identifies a row and orders chunks."""
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, replace
-from typing import Iterable
 
 
 # fields only some sources set: left out of ``to_dict`` when unset, so other sources' plans do not change
@@ -108,9 +106,3 @@ class TableMeta:
     def from_dict(cls, data: dict) -> "TableMeta":
         return cls(data["database"], data["name"], tuple(Column(**c) for c in data["columns"]),
                    tuple(data["key_columns"]), data["key_source"], data.get("storage"))
-
-
-def exact_key(values: Iterable) -> tuple:
-    """A key's values as a dict key that tells keys apart as the lake does: a float by its bits, so a NaN key finds
-    itself (NaN equals no float, and hashes by identity) and -0.0 is not 0.0."""
-    return tuple(struct.pack(">d", v) if isinstance(v, float) else v for v in values)

@@ -20,8 +20,8 @@ import pyarrow as pa
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
+from airflow_provider_dblog.core.exact import exact_key
 from airflow_provider_dblog.core.positions import SourcePosition
-from airflow_provider_dblog.core.tables import exact_key
 from airflow_provider_dblog.store.lake import UNCHANGED
 from airflow_provider_dblog.store.lake_schema import LAKE_COLUMNS
 
