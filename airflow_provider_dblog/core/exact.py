@@ -22,6 +22,11 @@ def exact_key(values: Iterable) -> tuple:
     return tuple(struct.pack(">d", v) if isinstance(v, float) else v for v in values)
 
 
+def unpacked(parts: Iterable, floating: bool) -> list:
+    """The values of one column's parts of ``exact_key`` s (a float column's are its packed bits)."""
+    return [struct.unpack(">d", p)[0] for p in parts] if floating else list(parts)
+
+
 def same_key(old: tuple, new: tuple) -> bool:
     """The two keys are the same stored values: each part of the same type and equal, floats by their bits."""
     return (len(old) == len(new) and all(type(a) is type(b) for a, b in zip(old, new))

@@ -25,7 +25,7 @@ from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.lake import UNCHANGED
 from airflow_provider_dblog.store.lake_schema import LAKE_COLUMNS
 
-# {key: (position, chunk)} -> {key: image}: the lake's latest image of each key before its position
+# {exact key: (position, chunk)} -> {exact key: image}: the lake's latest image of each key before its position
 PreviousImages = Callable[[dict[tuple, tuple[str, int]]], dict[tuple, dict]]
 FIX = ("make the source send whole rows (PostgreSQL: ALTER TABLE {table} REPLICA IDENTITY FULL), then read the "
        "table again (dblog resnapshot --table {table})")
@@ -54,7 +54,7 @@ def fill_unchanged(table: str, parts: Sequence[pa.Table | pa.RecordBatch], key_c
 
 class _Rows:
     """The parts' positions, ops and keys as Python values (only computed when some value is missing); a key is
-    looked up by its ``exact_key`` (a NaN key is its own), asked of the lake and named by its values."""
+    looked up and asked of the lake by its ``exact_key`` (a NaN key is its own), named by its values."""
 
     def __init__(self, tables: list[pa.Table], key_columns: Sequence[str]):
         self.tables, self.key_columns = tables, tuple(key_columns)
@@ -84,15 +84,15 @@ class _Rows:
 
     def lake_requests(self, marked: list[tuple]) -> dict[tuple, tuple[str, int]]:
         """For each key whose first missing values have no earlier image in the range: (position, chunk)."""
-        first_marked = {}  # exact key -> (key, position, chunk)
+        first_marked = {}  # exact key -> (position, chunk)
         for row in marked:
             source = self.source_of(row)
-            first_marked.setdefault(source[7], (source[4], row[0], source[5]))
+            first_marked.setdefault(source[7], (row[0], source[5]))
         live = {}  # exact key -> position of its first image in the range that holds values
         for row in self.order:
             if row[3] != "d":
                 live.setdefault(row[7], row[0])
-        return {key: (pos, chunk) for exact, (key, pos, chunk) in first_marked.items()
+        return {exact: (pos, chunk) for exact, (pos, chunk) in first_marked.items()
                 if exact not in live or live[exact] >= pos}
 
     def fills(self, marked: list[tuple], found: dict[tuple, dict], table: str) -> dict[int, dict[int, dict]]:
@@ -100,7 +100,7 @@ class _Rows:
         wanted = {self.source_of(r)[7] for r in marked} | {r[7] for r in marked}
         rows = [r for r in self.order if r[7] in wanted]
         images = self._images(rows)
-        latest = {exact_key(k): v for k, v in found.items()}  # its latest image with values (the lake's, the range's)
+        latest = dict(found)  # exact key -> its latest image with values (the lake's, the range's)
         fills: dict[int, dict[int, dict]] = {}
         for row in rows:
             pos, part, index, op, key = row[:5]

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.exact import exact_key, unpacked
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store import key_ranges
 from airflow_provider_dblog.store.atomic import dictionary_columns
@@ -394,16 +395,15 @@ class LakeTables:
         return None if applied is not None and applied >= logged else (applied, logged)
 
     def previous_images(self, wanted: dict[tuple, tuple[str, int]]) -> dict[tuple, dict]:
-        """Per key of ``wanted`` (key -> (``_pos``, chunk)) its latest image before that position, as a dict of
-        the source's columns; a key whose latest image there is a delete, or that has none, is left out.
+        """Per key of ``wanted`` (its ``exact_key`` -> (``_pos``, chunk)) its latest image before that position, as
+        a dict of the source's columns, under the same exact key (a NaN key finds itself, -0.0 is not 0.0); a key
+        whose latest image there is a delete, or that has none, is left out.
         ``current``'s row when it is older than the position, overlaid with the changelog's changes ``current``
         does not reflect yet (a merge interval); for a key whose row in ``current`` is newer than the position (a
         chunk read again at a later position) or missing, the changelog's latest row before it."""
         found, older = {}, {}
-        for row in self._rows_of_keys(self.current(), wanted, partitions=True).to_pylist():
-            key = tuple(row[k] for k in self.keys)
-            if key in wanted and row["_pos"] < wanted[key][0]:
-                found[key] = older[key] = row
+        for key, row in self._rows_of_keys(self.current(), wanted, partitions=True):
+            found[key] = older[key] = row
         behind = self.current_behind()
         if behind is not None:  # changes after ``current``'s position: only the changelog's newest files
             since = None if behind[0] is None else behind[0].as_snapshot().encode()
@@ -418,32 +418,34 @@ class LakeTables:
         applied in position order (a delete removes the key)."""
         if not wanted:
             return
-        rows = self._rows_of_keys(self.changelog(), wanted, partitions=False, since=since)
-        for row in sorted(rows.to_pylist(), key=lambda r: r["_pos"]):
-            key = tuple(row[k] for k in self.keys)
-            if key in wanted and row["_pos"] < wanted[key][0]:
-                if row["_op"] == "d":
-                    found.pop(key, None)
-                else:
-                    found[key] = row
+        for key, row in sorted(self._rows_of_keys(self.changelog(), wanted, partitions=False, since=since),
+                               key=lambda kr: kr[1]["_pos"]):
+            if row["_op"] == "d":
+                found.pop(key, None)
+            else:
+                found[key] = row
 
     def _rows_of_keys(self, table, wanted: dict[tuple, tuple[str, int]], partitions: bool, since: str | None = None
-                      ) -> pa.Table:
-        """The rows of a Delta table whose key columns take the values of ``wanted``'s keys (a superset for a
-        composite key) and whose ``_pos`` is below the largest wanted one (and above ``since``), read through the
-        files' statistics (and ``_chunk`` partitions)."""
+                      ) -> list[tuple[tuple, dict]]:
+        """(exact key, row) of a Delta table's rows of ``wanted``'s keys below each one's position (and above
+        ``since``), read through the files' statistics (and ``_chunk`` partitions): a superset, kept by exact key.
+        The statistics leave NaN out, so a NaN key is asked by ``is_nan``, never by its value alone."""
         schema = delta_schema(table)
+        floats = [pa.types.is_floating(schema.field(k).type) for k in self.keys]
         expression = pc.field("_pos") < max(p for p, _ in wanted.values())
         if since is not None:
             expression = expression & (pc.field("_pos") > since)
         for i, k in enumerate(self.keys):
-            values = pa.array(sorted({key[i] for key in wanted}), schema.field(k).type)
-            expression = expression & pc.field(k).isin(values)
+            values = unpacked({key[i] for key in wanted}, floats[i])  # -0.0 and 0.0 both, when both are asked
+            matches = pc.field(k).isin(pa.array(sorted(v for v in values if v == v), schema.field(k).type))
+            expression = expression & (matches | pc.field(k).is_nan() if any(v != v for v in values) else matches)
         if partitions:
             expression = expression & pc.field("_chunk").isin(pa.array(sorted({c for _, c in wanted.values()}),
                                                                        pa.int32()))
         names = [n for n in schema.names if n != "_before"]
-        return table.to_pyarrow_dataset().to_table(columns=names, filter=expression)
+        rows = table.to_pyarrow_dataset().to_table(columns=names, filter=expression).to_pylist()
+        keyed = ((exact_key(row[k] for k in self.keys), row) for row in rows)
+        return [(key, row) for key, row in keyed if key in wanted and row["_pos"] < wanted[key][0]]
 
     # ---- snapshot chunks ----
     def commit_chunk(self, chunk_id: int, hw: SourcePosition, rows: pa.Table, keep_columns: bool = False) -> bool:

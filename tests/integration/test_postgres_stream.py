@@ -314,28 +314,36 @@ def test_an_unchanged_toasted_value_under_replica_identity_default_is_the_keys_p
     assert code == 0, err
 
 
-def test_an_unchanged_toasted_value_is_filled_whatever_the_columns_name(postgres, pg_db, tmp_path):
-    """A value left unchanged comes from an earlier change of the key in the range even when the TOASTed column's
-    name starts with ``_`` (only dblog's own metadata columns are left out of an image) or the key is a float NaN
-    (which equals no float, itself included: keys are matched by their bits). Before, either stopped the tail with
-    a false "the lake holds no earlier image"."""
+@pytest.mark.parametrize("earlier", ["in the range", "in the lake"])
+def test_an_unchanged_toasted_value_is_filled_whatever_the_columns_name(postgres, pg_db, tmp_path, earlier):
+    """A value left unchanged comes from an earlier image of the key, in the range or in the lake, even when the
+    TOASTed column's name starts with ``_`` (only dblog's own metadata columns are left out of an image) or the key
+    is a float NaN (which equals no float, itself included: keys are matched by their bits). Before, either stopped
+    the tail with a false "the lake holds no earlier image"."""
     pg, db = postgres, pg_db
     pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
     pg.sql('CREATE TABLE public.floats (k float8 PRIMARY KEY, "_body" text, n int)',
            'ALTER TABLE public.floats ALTER COLUMN "_body" SET STORAGE EXTERNAL',
            f"INSERT INTO public.floats VALUES (1, repeat('a', {BIG}), 1)", db=db)
+    inserts = [f"INSERT INTO public.floats VALUES ('{key}', repeat('b', {BIG}), 1)" for key in ["2.5", "NaN"]]
+    updates = [f"UPDATE public.floats SET n = 2 WHERE k = '{key}'" for key in ["2.5", "NaN"]]
+    if earlier == "in the lake":  # snapshotted: the update's unchanged value is the lake's
+        pg.sql(*inserts, db=db)
     state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
     code, out, err = dblog("run", "--source", uri(pg, db), "--tables", "public.floats", "--state", state,
                            "--sink", sink)
     assert code == 0, err
-    for key in ["2.5", "NaN"]:  # inserted and updated in one range: the update's value is the insert's
-        pg.sql(f"INSERT INTO public.floats VALUES ('{key}', repeat('b', {BIG}), 1)",
-               f"UPDATE public.floats SET n = 2 WHERE k = '{key}'", db=db)
+    pg.sql(*(updates if earlier == "in the lake" else [*inserts, *updates]), db=db)
     code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
     assert code == 0, err
     changes = DeltaTable(f"{sink}/public.floats/changelog").to_pyarrow_table(columns=["k", "_body", "n", "_op"])
+    first = "r" if earlier == "in the lake" else "c"
     assert sorted((repr(r["k"]), r["_op"], r["n"]) for r in changes.to_pylist() if r["_body"] == "b" * BIG) == [
-        ("2.5", "c", 1), ("2.5", "u", 2), ("nan", "c", 1), ("nan", "u", 2)]
+        ("2.5", first, 1), ("2.5", "u", 2), ("nan", first, 1), ("nan", "u", 2)]
+    current = DeltaTable(f"{sink}/public.floats/current").to_pyarrow_table(columns=["k", "_body", "n"]).to_pylist()
+    source = pg.sql('SELECT k::text, "_body", n FROM public.floats', db=db)
+    assert sorted((repr(r["k"]), r["_body"], r["n"]) for r in current) == sorted(
+        (repr(float(k)), body, n) for k, body, n in source)
 
 
 def test_replica_identity_and_settings_are_checked_in_one_line_before_anything_is_written(postgres, pg_db, tmp_path):

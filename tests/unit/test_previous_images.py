@@ -5,12 +5,14 @@ changelog), and a chunk read again at a later position than the asked one (``cur
 from __future__ import annotations
 
 import random
+import struct
 
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.events import ChangeEvent
+from airflow_provider_dblog.core.exact import exact_key
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.lake import event_rows, snapshot_rows
 from airflow_provider_dblog.store.lake_tables import LakeTables
@@ -65,3 +67,24 @@ def test_the_image_before_a_position_is_the_truths(tmp_path_factory, seed, batch
     assert sorted(found) == sorted((k,) for k in state)
     for (key,), image in found.items():
         assert (image["id"], image["v"], image["s"]) == (key, state[key]["v"], state[key]["s"]), key
+
+
+def test_a_float_key_is_found_by_its_bits(tmp_path):
+    """Keys are asked and found by their ``exact_key``: a NaN key finds its image (NaN equals no float, and the
+    files' statistics leave NaN out), another NaN payload is another key, and -0.0 is not 0.0, in ``current`` and
+    in the changelog it is behind. Before, a NaN key had no earlier image (a false stop of the tail)."""
+    source = pa.schema([pa.field("k", pa.float64(), False), pa.field("v", pa.int64())])
+    lake = LakeTables(str(tmp_path), "db.f", source, ["k"])
+    nan, other_nan = float("nan"), struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000001))[0]
+    for chunk, keys in enumerate([[1.0, nan, 2.5], [other_nan], [-0.0]]):  # a NaN among other keys, a NaN alone
+        hw = _pos(10 + chunk)
+        rows = pa.table({"k": pa.array(keys, pa.float64()), "v": pa.array([chunk] * len(keys))}, schema=source)
+        lake.commit_chunk(chunk, hw, snapshot_rows(rows, hw.as_snapshot().encode(), chunk, 0, source))
+    update = ChangeEvent("db.f", "u", _pos(100), (nan,), {"k": nan, "v": 7}, {"k": nan, "v": 0})
+    lake.commit_stream(event_rows([update], [0], source), _pos(101), update_current=False)
+    asked = _pos(200).encode()
+    found = lake.previous_images({exact_key((float("nan"),)): (asked, 0), exact_key((other_nan,)): (asked, 1),
+                                  exact_key((-0.0,)): (asked, 2)})
+    assert {k: (image["_chunk"], image["v"]) for k, image in found.items()} == {
+        exact_key((nan,)): (0, 7), exact_key((other_nan,)): (1, 1), exact_key((-0.0,)): (2, 2)}
+    assert lake.previous_images({exact_key((0.0,)): (asked, 2)}) == {}

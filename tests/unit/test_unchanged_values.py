@@ -14,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import row_change
+from airflow_provider_dblog.core.exact import exact_key
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.readers.unchanged_values import carry_unchanged, fill_unchanged
 from airflow_provider_dblog.store.lake import UNCHANGED, event_rows
@@ -166,7 +167,8 @@ def test_a_float_key_is_found_by_its_bits(key):
 
     def previous_images(wanted):
         asked.append(wanted)
-        return {(fresh(),): {"k": fresh(), "body": "lake", "n": 0}, (0.5,): {"k": 0.5, "body": "half", "n": 0}}
+        return {exact_key((fresh(),)): {"k": fresh(), "body": "lake", "n": 0},
+                exact_key((0.5,)): {"k": 0.5, "body": "half", "n": 0}}
     filled = fill_unchanged("t", [event_rows(events, [0] * 3, schema)], ("k",), previous_images)
     assert [r["body"] for r in filled[0].to_pylist()] == ["lake", "lake", "half"]
     assert len(asked) == 1 and len(asked[0]) == 2  # the second change's value is the first's
@@ -175,4 +177,4 @@ def test_a_float_key_is_found_by_its_bits(key):
     if key == 0.0:  # -0.0: 0.0's image is not its image
         with pytest.raises(DblogError, match="holds no earlier image"):
             fill_unchanged("t", [event_rows(events[:1], [0], schema)], ("k",),
-                           lambda wanted: {(0.0,): {"k": 0.0, "body": "zero", "n": 0}})
+                           lambda wanted: {exact_key((0.0,)): {"k": 0.0, "body": "zero", "n": 0}})
