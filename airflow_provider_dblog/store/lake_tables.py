@@ -82,9 +82,13 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def key_match(key_columns: Sequence[str]) -> str:
-    """The MERGE condition of a key: same chunk partition, same key columns."""
-    return " AND ".join(["s._chunk = t._chunk", *(f"t.{quote(k)} = s.{quote(k)}" for k in key_columns)])
+def key_match(key_columns: Sequence[str], schema: pa.Schema) -> str:
+    """The MERGE condition of a key: same chunk partition, same key columns, bit for bit. delta-rs's ``t.k = s.k``
+    matches -0.0 with 0.0 (NaN payloads it keeps apart), so a float key also needs the same sign of zero:
+    ``atan2(k, -1)`` is pi for 0.0, -pi for -0.0."""
+    floats = [k for k in key_columns if k in schema.names and pa.types.is_floating(schema.field(k).type)]
+    return " AND ".join(["s._chunk = t._chunk", *(f"t.{quote(k)} = s.{quote(k)}" for k in key_columns),
+                         *(f"atan2(t.{quote(k)}, -1) = atan2(s.{quote(k)}, -1)" for k in floats)])
 
 
 def writer_properties(schema: pa.Schema):
@@ -136,7 +140,10 @@ class LakeTables:
         self._appended = None  # (changelog position before, after, its version, rows) of the last tail append
         self._held = HeldTables(self)
         self._use_source(source)
-        self.key_match = key_match(key_columns)
+
+    @property
+    def key_match(self) -> str:
+        return key_match(self.keys, self.current_schema)
 
     def _use_source(self, source: pa.Schema) -> None:
         self.source = source
@@ -335,7 +342,7 @@ class LakeTables:
                                 Transaction(SCHEMA_APP, at.boundary().to_version()),
                                 Transaction(RESTART_APP, closing.boundary().to_version())]))
         _retrying(f"starting the current state of {self.table} again", attempt)
-        self.keys, self.key_match = keys, key_match(keys)
+        self.keys = keys
         self.current()
 
     def _live_keys_closed(self, keys: tuple[str, ...], closing: SourcePosition) -> pa.Table | None:
