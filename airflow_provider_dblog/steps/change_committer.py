@@ -41,8 +41,11 @@ from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.chunk_reader import persist_reports, run_chunk
 from airflow_provider_dblog.readers.unchanged_values import fill_unchanged, has_unchanged
 from airflow_provider_dblog.source.dialect import DataSourceDialect
+from airflow_provider_dblog.steps.plan import names_refusal
 from airflow_provider_dblog.store.lake import UNCHANGED
-from airflow_provider_dblog.store.lake_schema import conform, same_column_set, same_columns, source_columns, widens
+from airflow_provider_dblog.store.lake_schema import (
+    clashing_columns, conform, same_column_set, same_columns, source_columns, widens,
+)
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.staged import StagedFile, discard, read_staged
 from airflow_provider_dblog.store.state import StateDir, TablePlan
@@ -94,6 +97,11 @@ class ChangeCommitter:
 
     def _commit(self, parts: Sequence[pa.Table | pa.RecordBatch], changes: Sequence[SchemaChange],
                 end: SourcePosition, update_current: bool, staged: Sequence[StagedFile]) -> str:
+        if changes:  # before a row is built or written: a column added under one of the lake's names
+            try:
+                self._described(changes[-1])
+            except UnknownTable:
+                pass  # dropped: followed as such
         if staged and any(UNCHANGED in f.schema.names for f in staged):
             parts = [*parts, *read_staged(self.lake.changelog_uri, staged)]  # filled from memory: rare beside a
             discard(self.lake.changelog_uri, staged)                          # transaction too large for it
@@ -275,12 +283,22 @@ class ChangeCommitter:
             self.state.replace_table_meta(meta)
             self.plan = replace(self.plan, meta=meta)
 
+    def _described(self, change: SchemaChange) -> TableMeta:
+        """The table as the source has it now, refused in one line when ``change`` gave it a column named like
+        one of the lake's own (checked at plan for the columns it had then): no write of it could succeed."""
+        plan = self.plan.meta
+        live = self.dialect.describe_table(plan.qualified, plan.key_columns if plan.key_source == "chunk_key" else None)
+        clashing = clashing_columns(live.column_names, live.key_columns)
+        if clashing:
+            columns = ", ".join(clashing)
+            raise DblogError(f"{change.describe()}: {names_refusal([f'{plan.qualified} ({columns})'])}")
+        return live
+
     def _live_meta(self, change: SchemaChange) -> TableMeta | None:
         """The table as the source has it now (None: dropped; its lake tables stay as they are)."""
         plan = self.plan.meta
         try:
-            live = self.dialect.describe_table(plan.qualified, plan.key_columns if plan.key_source == "chunk_key"
-                                               else None)
+            live = self._described(change)
         except UnknownTable as exc:  # any other refusal (no key left, a nullable --chunk-key) stops the tail
             log.warning("schema change: %s: %s; the lake keeps its rows and stops following it until it "
                         "exists again", change.describe(), exc)

@@ -56,3 +56,21 @@ def test_postgresql_columns_named_like_the_lakes_are_refused_before_a_slot_is_ma
 def test_mysql_columns_named_like_the_lakes_are_refused_before_anything_is_written(mariadb, source_uri, db, tmp_path):
     create(lambda *s: mariadb.sql(*(q.replace('"', "`") for q in s)), db, "text")
     assert_refused_then_excluded(source_uri, db, tmp_path)
+
+
+def test_a_column_named_like_the_lakes_added_later_stops_the_tail_before_the_lake_changes(mariadb, source_uri, db,
+                                                                                          tmp_path):
+    """``ALTER TABLE ... ADD COLUMN _op`` after the plan: following it stops the tail in one line naming the table,
+    the column and the fix, with ``current`` as it was (before, the tail crashed writing the lake)."""
+    mariadb.sql(f"CREATE TABLE {db}.t (id int PRIMARY KEY, v int)", f"INSERT INTO {db}.t VALUES (1, 1), (2, 2)")
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, out, err = dblog("run", "--source", source_uri, "--tables", f"{db}.t", "--state", state, "--sink", sink)
+    assert code == 0, err
+    version = DeltaTable(f"{sink}/{db}.t/current").version()
+    mariadb.sql(f"ALTER TABLE {db}.t ADD COLUMN `_op` text", f"INSERT INTO {db}.t VALUES (3, 3, 'x')",
+                f"UPDATE {db}.t SET v = 10 WHERE id = 1")
+    code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+    assert code != 0
+    line = one_error_line(err)
+    assert f"{db}.t (_op)" in line and "rename those columns" in line and "--exclude" in line, line
+    assert DeltaTable(f"{sink}/{db}.t/current").version() == version
