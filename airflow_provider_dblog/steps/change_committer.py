@@ -99,7 +99,8 @@ class ChangeCommitter:
                 end: SourcePosition, update_current: bool, staged: Sequence[StagedFile]) -> str:
         if changes:  # before a row is built or written: a column added under one of the lake's names
             try:
-                self._described(changes[-1])
+                with _FOLLOWING:  # the tables' committers share the dialect's connection
+                    self._described(changes[-1])
             except UnknownTable:
                 pass  # dropped: followed as such
         if staged and any(UNCHANGED in f.schema.names for f in staged):
