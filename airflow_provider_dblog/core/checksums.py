@@ -77,7 +77,20 @@ def value_text(array: pa.ChunkedArray | pa.Array) -> pa.Array:
         return array.cast(pa.int32()).cast(pa.string())
     if pa.types.is_timestamp(t):
         return array.cast(pa.timestamp("us", tz=t.tz)).cast(pa.int64()).cast(pa.string())
-    return array.cast(pa.string())  # integers, decimals
+    if pa.types.is_decimal(t):
+        return decimal_text(array)
+    return array.cast(pa.string())  # integers
+
+
+def decimal_text(array: pa.Array) -> pa.Array:
+    """DECIMAL/NUMERIC values as the database prints them: every digit of the column's scale, never an exponent
+    (Arrow prints 0 and values below 1e-6 of a scale past six as ``0E-8``, ``1E-7``: a false drift before)."""
+    text = array.cast(pa.string())
+    exponent = pc.match_substring(text, "E")
+    if not pc.any(exponent).as_py():
+        return text
+    plain = [None if v is None else format(v, "f") for v in array.filter(exponent).to_pylist()]
+    return pc.replace_with_mask(text, exponent, pa.array(plain, pa.string()))
 
 
 def row_texts(table: pa.Table, columns: Sequence[str]) -> pa.Array:

@@ -70,11 +70,13 @@ def compare(state_dir: str, lake_rows: pa.Table, table: str, examples: int = 5) 
         return {tuple(r[k] for k in keys): {c: same(v) for c, v in r.items()} for r in t.to_pylist()}
 
     want, have = by_key(source), by_key(mirrored)
+    doubled = mirrored.num_rows - len(have)  # a key the lake holds twice (a dict keeps one of them)
     missing = [k for k in want if k not in have]
     extra = [k for k in have if k not in want]
     different = [k for k in want if k in have and want[k] != have[k]]
-    result = {"table": table, "source_rows": len(want), "lake_rows": len(have), "missing": len(missing),
-              "extra": len(extra), "different": len(different), "equal": not (missing or extra or different),
+    result = {"table": table, "source_rows": len(want), "lake_rows": mirrored.num_rows, "missing": len(missing),
+              "extra": len(extra), "different": len(different), "doubled": doubled,
+              "equal": not (missing or extra or different or doubled),
               "examples": {"missing": missing[:examples], "extra": extra[:examples], "different": [
                   {"key": k, "columns": [c for c in want[k] if want[k][c] != have[k][c]]} for k in different[:examples]]}}
     log.info("verify %s: source %d rows, lake %d rows, %d missing, %d extra, %d different", table, len(want),
@@ -98,5 +100,6 @@ def verify(state_dir: str, sink: str, table: str, out: str | None = None) -> dic
     if not result["equal"]:
         log.error("verify %s: %s", table, result)
         raise DblogError(f"the lake's {table} differs from the source: {result['missing']} missing, "
-                         f"{result['extra']} extra, {result['different']} different rows")
+                         f"{result['extra']} extra, {result['different']} different rows"
+                         + (f", {result['doubled']} rows of keys it holds twice" if result["doubled"] else ""))
     return result

@@ -18,11 +18,13 @@ from dataclasses import replace
 from typing import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.checksums import ChunkChecksum, table_checksum
 from airflow_provider_dblog.core.config import SourceConfig, compress_ids, match_tables, table_patterns
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
+from airflow_provider_dblog.core.exact import bits_view
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.core.tables import TableMeta
@@ -122,6 +124,8 @@ def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int
             latest = _latest_changes(dialect, meta, offsets, exact_at, position, lake)
             drifted = [c.id for c in chunks if not _lake_checksum(lake, meta, c.id, exact_at[c.id],
                                                                   latest.get(c.id, {})).matches(source_sums[c.id])]
+        if chunk_ids is None:
+            _check_no_stray_rows(lake, table, [c.id for c in plan.chunks])
     finally:
         dialect.close()
     for chunk_id in drifted:
@@ -222,11 +226,29 @@ def _unchanged_from_lake(lake: PinnedCurrent, meta: TableMeta, reader: TableChan
     return out
 
 
+def _check_no_stray_rows(lake: PinnedCurrent, table: str, chunk_ids: Sequence[int]) -> None:
+    """Rows of ``current`` in no planned chunk (its ``_chunk`` another id, or null) are in no chunk's checksum: not
+    the source's rows (a writer other than dblog), they stop verify in one line instead of passing unseen."""
+    outside = ~pc.field("_chunk").isin(list(chunk_ids)) | pc.field("_chunk").is_null()
+    stray = lake.table.to_pyarrow_dataset().count_rows(filter=outside)
+    if stray:
+        raise DblogError(f"verify {table}: current holds {stray} rows in no planned chunk (_chunk not one of the "
+                         f"plan's, or null): a writer other than dblog put them there; delete them (DELETE FROM the "
+                         f"table's current WHERE _chunk is not a planned chunk), or capture the table again")
+
+
 def _lake_checksum(lake: PinnedCurrent, meta: TableMeta, chunk_id: int, exact_at: SourcePosition | None,
                    changes: dict[tuple, ChangeEvent]) -> ChunkChecksum:
-    """The chunk's checksum in ``current`` brought forward by ``changes`` (the last per key)."""
+    """The chunk's checksum in ``current`` brought forward by ``changes`` (the last per key). A key held twice is
+    never the source's: such a chunk differs (no checksum matches a row count of -1), also when a change of that
+    key would replace its rows here."""
     names, keys = list(meta.column_names), list(meta.key_columns)
     rows = lake.chunk_rows(chunk_id, [*names, "_pos"])
+    doubled = _doubled_keys(rows, keys)
+    if doubled.num_rows:
+        log.error("verify %s: chunk %d holds %d keys more than once in current, e.g. %s", meta.qualified, chunk_id,
+                  doubled.num_rows, doubled.slice(0, 3).to_pylist())
+        return ChunkChecksum(-1, 0)
     if exact_at is not None and changes:
         row_keys = [tuple(r[k] for k in keys) for r in rows.select(keys).to_pylist()]
         pos_of = dict(zip(row_keys, rows["_pos"].to_pylist()))
@@ -244,3 +266,10 @@ def _lake_checksum(lake: PinnedCurrent, meta: TableMeta, chunk_id: int, exact_at
             rows = pa.concat_tables([rows.filter(keep).select(names),
                                      pa.Table.from_pylist(after, schema=rows.select(names).schema)])
     return table_checksum(rows.select(names), names)
+
+
+def _doubled_keys(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """The keys ``rows`` hold more than once, compared as stored (floats by their bits)."""
+    stored = pa.table({k: bits_view(rows[k]) for k in keys})
+    counted = stored.group_by(list(keys)).aggregate([([], "count_all")])
+    return counted.filter(pc.greater(counted["count_all"], 1)).select(list(keys))
