@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.exact import exact_key
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.atomic import write_parquet
 from airflow_provider_dblog.store.lake_tables import LakeTables
@@ -66,19 +67,27 @@ def compare(state_dir: str, lake_rows: pa.Table, table: str, examples: int = 5) 
     def same(value):  # a float NaN is kept as NaN (PostgreSQL has them): equal to itself here
         return "NaN" if isinstance(value, float) and value != value else value
 
+    shown: dict[tuple, tuple] = {}  # a key as ``core.exact`` matches it -> its values, for the examples
+
     def by_key(t):
-        return {tuple(r[k] for k in keys): {c: same(v) for c, v in r.items()} for r in t.to_pylist()}
+        out = {}
+        for r in t.to_pylist():
+            values = tuple(r[k] for k in keys)
+            out[key := exact_key(values)] = {c: same(v) for c, v in r.items()}
+            shown.setdefault(key, values)
+        return out
 
     want, have = by_key(source), by_key(mirrored)
     doubled = mirrored.num_rows - len(have)  # a key the lake holds twice (a dict keeps one of them)
-    missing = [k for k in want if k not in have]
-    extra = [k for k in have if k not in want]
+    missing = [shown[k] for k in want if k not in have]
+    extra = [shown[k] for k in have if k not in want]
     different = [k for k in want if k in have and want[k] != have[k]]
     result = {"table": table, "source_rows": len(want), "lake_rows": mirrored.num_rows, "missing": len(missing),
               "extra": len(extra), "different": len(different), "doubled": doubled,
               "equal": not (missing or extra or different or doubled),
               "examples": {"missing": missing[:examples], "extra": extra[:examples], "different": [
-                  {"key": k, "columns": [c for c in want[k] if want[k][c] != have[k][c]]} for k in different[:examples]]}}
+                  {"key": shown[k], "columns": [c for c in want[k] if want[k][c] != have[k][c]]}
+                  for k in different[:examples]]}}
     log.info("verify %s: source %d rows, lake %d rows, %d missing, %d extra, %d different", table, len(want),
              len(have), len(missing), len(extra), len(different))
     return result

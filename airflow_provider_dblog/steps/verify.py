@@ -24,7 +24,7 @@ from airflow_provider_dblog.core.checksums import ChunkChecksum, table_checksum
 from airflow_provider_dblog.core.config import SourceConfig, compress_ids, match_tables, table_patterns
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
-from airflow_provider_dblog.core.exact import bits_view
+from airflow_provider_dblog.core.exact import bits_view, exact_key
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.schema_events import SchemaChange
 from airflow_provider_dblog.core.tables import TableMeta
@@ -186,14 +186,16 @@ def _latest_changes(dialect: DataSourceDialect, meta: TableMeta, offsets, exact_
                                  f"(dblog tail), then verify")
             yield item
 
+    # keyed as the lake matches keys (``core.exact``: a NaN key finds itself, -0.0 is not 0.0)
     latest: dict[tuple, ChangeEvent] = {}
     sources: dict[tuple, tuple] = {}  # key -> the key whose lake row holds the values its change lacks
     for event, source in carry_unchanged(changes()):
-        latest[event.key] = event
+        key = exact_key(event.key)
+        latest[key] = event
         if event.unchanged:
-            sources[event.key] = source
+            sources[key] = source
         else:
-            sources.pop(event.key, None)
+            sources.pop(key, None)
     if not latest:
         return {}
     reader = TableChangeReader(meta, offsets, dialect)
@@ -201,25 +203,26 @@ def _latest_changes(dialect: DataSourceDialect, meta: TableMeta, offsets, exact_
         latest.update(_unchanged_from_lake(lake, meta, reader, {k: latest[k] for k in sources}, sources))
     keys = list(latest)
     by_chunk: dict[int, dict[tuple, ChangeEvent]] = {}
-    for key, chunk in zip(keys, reader.chunks_of(keys)):
+    for key, chunk in zip(keys, reader.chunks_of([latest[k].key for k in keys])):
         by_chunk.setdefault(chunk, {})[key] = latest[key]
     return by_chunk
 
 
 def _unchanged_from_lake(lake: PinnedCurrent, meta: TableMeta, reader: TableChangeReader,
                          events: dict[tuple, ChangeEvent], sources: dict[tuple, tuple]) -> dict[tuple, ChangeEvent]:
-    """``events`` with their missing values taken from the lake's row of their source key (older than them)."""
+    """``events`` (by exact key) with their missing values taken from the lake's row of their source key (its
+    values, ``sources``), older than them."""
     names, keys = list(meta.column_names), list(meta.key_columns)
     wanted = sorted(set(sources.values()), key=repr)
     rows: dict[tuple, dict] = {}
     for chunk in set(reader.chunks_of(wanted)):
         for row in lake.chunk_rows(chunk, [*names, "_pos"]).to_pylist():
-            rows[tuple(row[k] for k in keys)] = row
+            rows[exact_key(row[k] for k in keys)] = row
     out = {}
     for key, event in events.items():
-        row = rows.get(sources[key])
+        row = rows.get(exact_key(sources[key]))
         if row is None or SourcePosition.decode(row["_pos"]) >= event.pos:
-            raise DblogError(f"verify {meta.qualified}: the change of key {key} at {event.pos} left "
+            raise DblogError(f"verify {meta.qualified}: the change of key {event.key} at {event.pos} left "
                              f"{', '.join(event.unchanged)} unchanged and the lake has no earlier image of it: let "
                              f"the tail commit it (dblog tail), then verify")
         out[key] = replace(event, after={**event.after, **{c: row[c] for c in event.unchanged}}, unchanged=())
@@ -250,7 +253,7 @@ def _lake_checksum(lake: PinnedCurrent, meta: TableMeta, chunk_id: int, exact_at
                   doubled.num_rows, doubled.slice(0, 3).to_pylist())
         return ChunkChecksum(-1, 0)
     if exact_at is not None and changes:
-        row_keys = [tuple(r[k] for k in keys) for r in rows.select(keys).to_pylist()]
+        row_keys = [exact_key(r[k] for k in keys) for r in rows.select(keys).to_pylist()]
         pos_of = dict(zip(row_keys, rows["_pos"].to_pylist()))
         applied = {}
         for key, event in changes.items():
