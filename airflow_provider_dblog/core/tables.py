@@ -82,6 +82,11 @@ class TableMeta:
         return ", ".join(f"{name} {collation}" if collation else name for name, collation in self.key_order) or "none"
 
     @property
+    def chunk_key(self) -> tuple[str, ...] | None:
+        """The ``--chunk-key`` the table was planned with (None: its own key), to describe it again the same way."""
+        return self.key_columns if self.key_source == "chunk_key" else None
+
+    @property
     def key_unique(self) -> bool:
         return self.key_source != "chunk_key"
 

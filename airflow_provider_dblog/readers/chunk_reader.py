@@ -77,7 +77,7 @@ def read_chunk(dialect: DataSourceDialect, meta: TableMeta, chunk: ChunkRange, s
 def live_columns(dialect: DataSourceDialect, meta: TableMeta) -> TableMeta:
     """The table as the source has it now, keyed as ``meta`` (``DblogError`` if its key changed: the plan's
     chunks no longer apply, and the tail plans the table again when it sees the statement)."""
-    live = dialect.describe_table(meta.qualified, meta.key_columns if meta.key_source == "chunk_key" else None)
+    live = dialect.describe_table(meta.qualified, meta.chunk_key)
     if not meta.keeps_key_order(live):
         raise DblogError(f"the key of {meta.qualified} changed ({meta.key_text} -> {live.key_text}): its planned "
                          f"chunks no longer apply; run the tail, which plans the table again and reads its new chunks")

@@ -288,7 +288,7 @@ class ChangeCommitter:
         """The table as the source has it now, refused in one line when ``change`` gave it a column named like
         one of the lake's own (checked at plan for the columns it had then): no write of it could succeed."""
         plan = self.plan.meta
-        live = self.dialect.describe_table(plan.qualified, plan.key_columns if plan.key_source == "chunk_key" else None)
+        live = self.dialect.describe_table(plan.qualified, plan.chunk_key)
         clashing = clashing_columns(live.column_names, live.key_columns)
         if clashing:
             columns = ", ".join(clashing)

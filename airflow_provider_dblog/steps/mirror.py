@@ -53,7 +53,7 @@ def compare(state_dir: str, lake_rows: pa.Table, table: str, examples: int = 5) 
     planned = state.table(table).meta
     dialect = open_dialect(state.source(), state.options())
     try:  # the source's columns now, keyed as planned
-        meta = dialect.describe_table(table, planned.key_columns if planned.key_source == "chunk_key" else None)
+        meta = dialect.describe_table(table, planned.chunk_key)
         source = dialect.read_snapshot(meta, ChunkRange(0, None, None))
     finally:
         dialect.close()

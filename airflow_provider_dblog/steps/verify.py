@@ -141,7 +141,7 @@ def _source_only_columns(dialect: DataSourceDialect, table: str, meta: TableMeta
     """The source's columns the lake does not follow (yet: a tail follows them; or kept out by ``--schema-changes
     freeze``), said in the result and the log; the checksums compare the lake's. A column of the lake the source no
     longer has (dropped or renamed since the lake's position) makes the table unverifiable for now: one line."""
-    live = dialect.describe_table(table, meta.key_columns if meta.key_source == "chunk_key" else None).column_names
+    live = dialect.describe_table(table, meta.chunk_key).column_names
     gone = [c for c in meta.column_names if c not in live]
     if gone:
         raise DblogError(f"verify {table}: the source no longer has the lake's column(s) {', '.join(gone)} (dropped "
