@@ -111,3 +111,27 @@ def test_a_runs_positions_are_each_messages_own(collected):
     expected = [stream._at(first, r) for first, row, count, _ in collected for r in range(row, row + count)]
     assert [starts[w].with_row(int(r)) for w, r in zip(which, rows)] == expected
     assert texts == [p.with_row(2 * p.row).encode() for p in expected]
+
+
+def test_a_row_the_block_leaves_past_a_step_is_bounded_before_its_whole_transaction(monkeypatch):
+    """A row message the block decoder leaves to the row path (an UPDATE whose old key is unknown, ...) in a
+    transaction past ``ROWS_PER_POSITION`` changes is bounded by the location before the transaction's commit
+    record, not before its later step: a stop there (``UNREADABLE``) keeps the whole transaction out of the lake."""
+    from tests.unit.test_pg_block_decoder import message, meta_of
+
+    small = 8
+    monkeypatch.setattr(stream, "ROWS_PER_POSITION", small)
+    monkeypatch.setattr(stream, "decode_blocks", lambda name, meta, payloads, *_: [list(range(len(payloads)))])
+    seen: list[SourcePosition] = []
+
+    class Reader:
+        def _known_row_events(self, name, version, tag, buf, pos, ts, boundary):
+            seen.append(boundary)
+            return []
+
+    final = 0x1234_5678
+    run = stream._Run("public.t", stream._Version(meta_of([])), blocks=True)
+    payloads = [message("I", new=[str(i).encode()]) for i in range(stream.MIN_BLOCK + 8)]
+    run.add(payloads, [len(p) for p in payloads], change_position(final), small - 3, 0)
+    run.flush(Reader())
+    assert len(seen) == len(payloads) and set(seen) == {lsn_position(final)}

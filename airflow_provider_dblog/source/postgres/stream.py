@@ -195,10 +195,10 @@ class _Run:
                     return self._one_by_one(reader, payloads, collected)
                 out.append(piece)
                 continue
-            for i in piece:
+            for i in piece:  # the boundary from the transaction's first position (``starts`` may be a later step)
                 out += reader._known_row_events(self.name, self.version, payloads[i][0], payloads[i],
                                                 starts[which[i]].with_row(int(rows[i])), int(ts_ms[i]),
-                                                _boundary(starts[which[i]]))
+                                                _boundary(collected[int(span[i])][0]))
         return out
 
     def _one_by_one(self, reader: "SlotReader", payloads: Sequence[bytes],
