@@ -23,8 +23,11 @@ def exact_key(values: Iterable) -> tuple:
 
 
 def unpacked(parts: Iterable, floating: bool) -> list:
-    """The values of one column's parts of ``exact_key`` s (a float column's are its packed bits)."""
-    return [struct.unpack(">d", p)[0] for p in parts] if floating else list(parts)
+    """The values of one column's parts of ``exact_key`` s (a float column's are its packed bits; a null stays
+    null, never a TypeError in the middle of a commit)."""
+    if not floating:
+        return list(parts)
+    return [None if p is None else struct.unpack(">d", p)[0] for p in parts]
 
 
 def same_key(old: tuple, new: tuple) -> bool:

@@ -444,8 +444,13 @@ class LakeTables:
             expression = expression & (pc.field("_pos") > since)
         for i, k in enumerate(self.keys):
             values = unpacked({key[i] for key in wanted}, floats[i])  # -0.0 and 0.0 both, when both are asked
-            matches = pc.field(k).isin(pa.array(sorted(v for v in values if v == v), schema.field(k).type))
-            expression = expression & (matches | pc.field(k).is_nan() if any(v != v for v in values) else matches)
+            matches = pc.field(k).isin(pa.array(sorted(v for v in values if v is not None and v == v),
+                                                schema.field(k).type))
+            if any(v is not None and v != v for v in values):
+                matches = matches | pc.field(k).is_nan()
+            if None in values:  # a null part is in no isin (nor in the statistics' bounds)
+                matches = matches | pc.field(k).is_null()
+            expression = expression & matches
         if partitions:
             expression = expression & pc.field("_chunk").isin(pa.array(sorted({c for _, c in wanted.values()}),
                                                                        pa.int32()))

@@ -74,3 +74,13 @@ def test_the_postgres_block_decoder_gives_a_float_key_change_to_row_change(oid, 
     assert (block is None) == (ops != ["u"])
     if block is not None:
         assert block.ops.to_pylist() == ops
+
+
+@given(parts=st.lists(st.one_of(st.none(), FLOATS), max_size=6))
+def test_a_float_columns_parts_unpack_to_their_bits_and_a_null_stays_null(parts):
+    """``unpacked`` gives back what ``exact_key`` packed, bit for bit; a null part (a key column of a row the lake
+    holds with no value) is a null, not a TypeError in the middle of a commit."""
+    from airflow_provider_dblog.core.exact import exact_key, unpacked
+
+    back = unpacked([exact_key([v])[0] for v in parts], floating=True)
+    assert [None if v is None else bits(v) for v in back] == [None if v is None else bits(v) for v in parts]
