@@ -216,12 +216,14 @@ class DblogSparkSubmitOperator(SparkSubmitOperator):
         self.force_on_rerun = force_on_rerun
 
     def _remote_master(self) -> bool:
-        """YARN / Kubernetes: the Spark provider turns env_vars into --conf arguments there."""
+        """YARN / Kubernetes: the Spark provider turns env_vars into --conf arguments there. Its master is the
+        host, or ``CONN_TYPE://HOST`` (a ``yarn`` or ``k8s`` connection type with a plain host name): both are
+        looked at, or such a connection put the password on spark-submit's command line."""
         from airflow.sdk import BaseHook
 
         try:
             conn = BaseHook.get_connection(self._conn_id)
-            master = f"{conn.host}:{conn.port}" if conn.port else (conn.host or "")
+            master = f"{conn.conn_type or ''}://{conn.host or ''}"
         except Exception:  # the provider falls back to yarn for an unknown connection
             master = "yarn"
         return "yarn" in master or "k8s" in master

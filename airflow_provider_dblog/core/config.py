@@ -19,6 +19,10 @@ DEFAULT_PORTS = {"mysql": 3306, "postgresql": 5432}
 # sources whose URI must name the database (a PostgreSQL capture is one database: its tables are SCHEMA.TABLE)
 NEEDS_DATABASE = {"postgresql"}
 SOURCE_FORMS = "mysql://USER[:PASSWORD]@HOST:PORT[/DB] or postgresql://USER[:PASSWORD]@HOST:PORT/DB"
+# a password holding one of / ? # @ ends the USER:PASSWORD@HOST part early: its tail was taken for the host (an
+# error then named a piece of the password, and a DNS lookup sent it out) or for the path, query or fragment
+ENCODE_HINT = (f"percent-encode / ? # @ % and spaces in the password (%2F %3F %23 %40 %25 %20) or give it in "
+               f"${PASSWORD_ENV}")
 
 
 @dataclass(frozen=True)
@@ -38,13 +42,16 @@ class SourceConfig:
             parsed = urlparse(uri)
         except ValueError:  # an unclosed [IPv6] host: said without the URI (it may hold the password)
             raise DblogError(f"bad --source: the host is not a name or an address ({SOURCE_FORMS})") from None
+        if parsed.query or parsed.fragment or "@" in parsed.path:  # said without the URI: it may hold the password
+            raise DblogError(f"bad --source: a '?', '#' or '@' after the host (URI options are not supported): "
+                             f"{ENCODE_HINT}")
         if parsed.scheme not in SOURCE_SCHEMES or not parsed.hostname or not parsed.username:
-            raise DblogError(f"bad --source: expected {SOURCE_FORMS}")
+            raise DblogError(f"bad --source: expected {SOURCE_FORMS} ({ENCODE_HINT})")
         scheme = SOURCE_SCHEMES[parsed.scheme]
         try:
             port = parsed.port or DEFAULT_PORTS.get(scheme, 0)
         except ValueError:
-            raise DblogError(f"bad --source: the port is not a number ({SOURCE_FORMS})") from None
+            raise DblogError(f"bad --source: the port is not a number ({SOURCE_FORMS}; {ENCODE_HINT})") from None
         database = unquote(parsed.path.lstrip("/"))
         if scheme in NEEDS_DATABASE and not database:
             raise DblogError(f"bad --source: a {scheme}:// source names its database: "
@@ -55,7 +62,13 @@ class SourceConfig:
     def public_uri(self) -> str:
         """The URI without the password: safe for logs, state files and XComs."""
         user, database = quote(self.user, safe=""), quote(self.database, safe="")
-        return f"{self.scheme}://{user}@{self.host}:{self.port}" + (f"/{database}" if database else "")
+        return f"{self.scheme}://{user}@{self.uri_host}:{self.port}" + (f"/{database}" if database else "")
+
+    @property
+    def uri_host(self) -> str:
+        """The host as a URI writes it: an IPv6 address in brackets (unbracketed, the state's URI did not parse
+        again, nor connectorx's)."""
+        return f"[{self.host}]" if ":" in self.host else self.host
 
     @property
     def address(self) -> str:

@@ -50,18 +50,22 @@ class DriverChunkReader:
             return self.claimed[-1]
 
     def _read(self) -> None:
-        state = StateDir(self.state_dir)
-        dialect = open_dialect(state.source(), state.options())
-        table = None
+        """Opening the source is inside the ``try`` too: a thread's uncaught error printed its traceback on stderr,
+        past the one error line."""
+        dialect, table = None, None
         try:
+            state = StateDir(self.state_dir)
+            dialect = open_dialect(state.source(), state.options())
             while (item := self._next()) is not None:
                 table, chunk_id = item
                 plan = state.table(table)
                 persist_reports(state, self.sink, plan, [chunk_id], [run_chunk(self.sink, plan, chunk_id, dialect)])
         except Exception as exc:  # noqa: BLE001 - the chunk stays unreported; Spark's pass reads it
-            log.warning("reading a chunk of %s in the driver failed (Spark reads it instead): %s", table, exc)
+            log.warning("reading a chunk of %s in the driver failed (Spark reads it instead): %s",
+                        table or "the capture", exc)
         finally:
-            dialect.close()
+            if dialect is not None:
+                dialect.close()
 
     def stop(self) -> set[tuple[str, int]]:
         """No new chunk from now on; returns every chunk this reader started (some may still be in flight)."""

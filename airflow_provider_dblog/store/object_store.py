@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from urllib.parse import urlparse
 
+from airflow_provider_dblog.core.config import truthy
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.parallel import THREADS
 
@@ -78,6 +79,11 @@ def check_location(uri: str, option: str) -> None:
     if not (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")):
         raise DblogError(f"no S3 credentials for {uri}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and "
                          f"AWS_ENDPOINT_URL / AWS_REGION for a server other than AWS)")
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    if endpoint.lower().startswith("http://") and not truthy(os.environ.get("AWS_ALLOW_HTTP", "")):
+        # pyarrow (the state, this check) speaks plain http, delta-rs (the lake) only when allowed: its refusal
+        # came later, as "OSError: Kernel error -> Generic S3 error"
+        raise DblogError(f"AWS_ENDPOINT_URL {endpoint} is plain http: set AWS_ALLOW_HTTP=true (or use https)")
     import pyarrow.fs as pafs
 
     fs, endpoint = s3_filesystem()

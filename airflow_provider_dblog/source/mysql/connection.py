@@ -67,6 +67,12 @@ def binlog_status_sql(version: str) -> str:
     return "SHOW BINARY LOG STATUS" if major_minor >= (8, 2) else "SHOW MASTER STATUS"
 
 
+def login_password(config: SourceConfig) -> bytes:
+    """The password as UTF-8 bytes: pymysql sends a str as latin-1, so a non-ASCII password set by a UTF-8 client
+    (and read so by connectorx) was refused as "access denied"."""
+    return config.password.encode("utf-8")
+
+
 class MySqlClient:
     """One lazily opened control connection (autocommit, UTC session) and the queries on it."""
 
@@ -85,7 +91,7 @@ class MySqlClient:
         try:
             conn = SharedTlsConnection(
                 host=self.config.host, port=self.config.port, user=self.config.user,
-                password=self.config.password, database=database, autocommit=True, charset="utf8mb4",
+                password=login_password(self.config), database=database, autocommit=True, charset="utf8mb4",
                 connect_timeout=10,
             )
             with conn.cursor() as cur:

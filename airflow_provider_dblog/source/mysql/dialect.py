@@ -111,7 +111,7 @@ class MySqlDialect:
 
         cfg = self.config
         auth = quote(cfg.user, safe="") + (":" + quote(cfg.password, safe="") if cfg.password else "")
-        uri = f"mysql://{auth}@{cfg.host}:{cfg.port}/{quote(meta.database, safe='')}"
+        uri = f"mysql://{auth}@{cfg.uri_host}:{cfg.port}/{quote(meta.database, safe='')}"
         target = arrow_schema(meta)
         statements = session_statements(self.client.version)
 

@@ -23,7 +23,7 @@ from pymysqlreplication.event import FormatDescriptionEvent
 
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import SourcePosition
-from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTlsConnection
+from airflow_provider_dblog.source.mysql.connection import MySqlClient, SharedTlsConnection, login_password
 from airflow_provider_dblog.source.mysql.event_stream import EventStream
 
 log = logging.getLogger("dblog")
@@ -51,7 +51,7 @@ def _reader(client: MySqlClient, server_ids: tuple[int, int], at: SourcePosition
             checksums: bool | None, schemas: Sequence[str] | None, tables: Sequence[str] | None) -> EventStream:
     config = client.config
     connect = partial(SharedTlsConnection, host=config.host, port=config.port, user=config.user,
-                      passwd=config.password, charset="utf8")
+                      passwd=login_password(config), charset="utf8")
     return EventStream(connect, "mariadb" if client.is_mariadb else "mysql", random.randint(*server_ids), at.file,
                        at.offset, [*only_events, FormatDescriptionEvent], checksums,
                        None if schemas is None else list(schemas), None if tables is None else list(tables))
