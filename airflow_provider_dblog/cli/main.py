@@ -15,7 +15,7 @@ import sys
 import threading
 
 from airflow_provider_dblog.core import metrics
-from airflow_provider_dblog.core.config import chunk_keys, parse_chunk_ids
+from airflow_provider_dblog.core.config import PASSWORD_ENV, chunk_keys, parse_chunk_ids
 from airflow_provider_dblog.core.errors import DblogError, root_cause
 from airflow_provider_dblog.core.schema_events import SCHEMA_CHANGE_BEHAVIOURS
 
@@ -36,9 +36,18 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class RedactingFormatter(logging.Formatter):
+    """The whole formatted record, traceback included (``-v``), with every secret known so far replaced."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redacted(super().format(record))
+
+
 def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s dblog %(levelname)s %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(RedactingFormatter("%(asctime)s dblog %(levelname)s %(message)s"))
     for noisy in ("py4j", "pymysqlreplication"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -47,10 +56,21 @@ _SECRETS: set[str] = set()
 
 
 def _redact(secret: str) -> None:
+    """Never show ``secret`` (nor its percent-encoded form, as a URI holds it) in a log record or an error."""
     if secret:
-        _SECRETS.add(secret)
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(RedactingFilter(secret))
+        from urllib.parse import quote
+
+        for form in {secret, quote(secret, safe="")}:
+            _SECRETS.add(form)
+            for handler in logging.getLogger().handlers:
+                handler.addFilter(RedactingFilter(form))
+
+
+def redacted(text: str) -> str:
+    """``text`` with every secret known so far replaced (the longest first: one may hold another)."""
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def _source(uri: str):
@@ -510,21 +530,20 @@ def main(argv: list[str] | None = None, spark_submit: bool = False) -> int:
     args.spark_submit = spark_submit
     _setup_logging(args.verbose)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    _redact(os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
+    for variable in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", PASSWORD_ENV):
+        _redact(os.environ.get(variable, ""))
     metrics.install_from_env()  # $DBLOG_METRICS=airflow: Airflow's stats (set by the operators for spark-submit)
     try:
         result = args.func(args)
-    except DblogError as exc:
-        print(f"dblog: error: {exc}", file=sys.stderr)
+    except DblogError as exc:  # our own lines name no secret; redacted all the same (a value they quote may)
+        print(f"dblog: error: {redacted(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("dblog: error: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # one line, no traceback, no secrets
         log.debug("unexpected error", exc_info=True)
-        first = root_cause(_text(exc))[:300]
-        for secret in _SECRETS:
-            first = first.replace(secret, "***")
+        first = redacted(root_cause(_text(exc)))[:300]
         print(f"dblog: error: {type(exc).__name__}: {first} (rerun with -v for details)", file=sys.stderr)
         return 1
     if result is not None:
