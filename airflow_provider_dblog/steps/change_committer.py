@@ -126,6 +126,8 @@ class ChangeCommitter:
         if todo and self.behaviour == "fail":
             self._stop_at(rows, todo[0])
         if self.behaviour == "freeze":
+            if not same_column_set(source_columns(rows.schema), self.lake.source):
+                self._keep_columns(True)  # rows of other columns than the lake's: it keeps its own from now on
             rows = conform(rows, self.lake.changelog_schema)
         outcome = self.lake.commit_stream(rows, end, update_current=update_current and not todo)
         if todo:
@@ -192,12 +194,22 @@ class ChangeCommitter:
             self.lake.follow_in_place(steps, end)
             self.state.record_schema_version(live, changes[-1].pos)
             self._adopt_identity(live)
+            self._keep_columns(False)
             return
         for group, columns in groups:
             self.lake.update_current(group[0].start)  # the rows before it keep the columns they had
             if self._follow_group(group, columns):
                 break  # every chunk was read again: later statements are in what it read
         self.lake.record_reread(changes[-1].pos)
+        self._keep_columns(self.behaviour == "freeze")
+
+    def _keep_columns(self, keep: bool) -> None:
+        """Record whether the lake keeps its columns against the source's (``freeze``): a repair or resnapshot
+        of some chunks must then not change the whole lake's columns from their read (the other chunks would hold
+        nulls for a renamed or added column, and no frozen tail would ever fill them)."""
+        if self.plan.keep_columns != keep:
+            self.state.set_keep_columns(self.lake.table, keep)
+            self.plan = replace(self.plan, keep_columns=keep)
 
     def _in_place_steps(self, groups) -> tuple[list[tuple], TableMeta] | None:
         """Each group's (start, position, columns after it, renamed, defaults) and the table now, if every
@@ -319,7 +331,8 @@ class ChangeCommitter:
         rows = self.dialect.estimate_rows(live)
         chunk_size = max(100, (old.rows or rows) // max(1, len(old.chunks)))
         chunks = tuple(self.dialect.split_chunks(live, chunk_size))
-        plan = replace(old, meta=live, chunks=chunks, planned_at=self.dialect.current_position(), rows=rows)
+        plan = replace(old, meta=live, chunks=chunks, planned_at=self.dialect.current_position(), rows=rows,
+                       keep_columns=False)  # a new ``current`` with the source's columns
         log.info("schema change: the key of %s is now %s: planned again (%d chunks); reading them",
                  live.qualified, live.key_text, len(chunks))
         # ``current`` first, so that a saved new plan always comes with a restarted ``current`` and a closed

@@ -26,7 +26,7 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.exact import bits_view, exact_key
 from airflow_provider_dblog.core.positions import SourcePosition
-from airflow_provider_dblog.core.schema_events import SchemaChange
+from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.change_reader import TableChangeReader
 from airflow_provider_dblog.readers.unchanged_values import carry_unchanged
@@ -100,7 +100,9 @@ def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int
     dialect = open_dialect(source or state.source(), state.options())
     try:
         check_same_server(state, dialect)
-        source_only = _source_only_columns(dialect, table, meta)
+        source_only, lake_only = _column_differences(dialect, table, meta)
+        if lake_only:  # compared on the columns both have (the key among them)
+            meta = replace(meta, columns=tuple(c for c in meta.columns if c.name not in lake_only))
         resumed = state.resume_position(table, offsets.min_hw)  # before the lake is pinned: it records after it commits
         lake = PinnedCurrent(sink, table)
         missing = [c for c in meta.column_names if c not in lake.columns]
@@ -134,23 +136,39 @@ def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int
     log.info("verify %s: %d chunks checked against the source at %s (lake version %d): %d differ", table,
              len(chunks), position, lake.version, len(drifted))
     return {"chunks": len(chunks), "drifted": drifted, "repaired": [], "position": str(position),
-            "lake_version": lake.version, "missing_columns": missing, "source_only_columns": source_only}
+            "lake_version": lake.version, "missing_columns": missing, "source_only_columns": source_only,
+            "lake_only_columns": lake_only}
 
 
-def _source_only_columns(dialect: DataSourceDialect, table: str, meta: TableMeta) -> list[str]:
-    """The source's columns the lake does not follow (yet: a tail follows them; or kept out by ``--schema-changes
-    freeze``), said in the result and the log; the checksums compare the lake's. A column of the lake the source no
-    longer has (dropped or renamed since the lake's position) makes the table unverifiable for now: one line."""
+def _column_differences(dialect: DataSourceDialect, table: str, meta: TableMeta) -> tuple[list[str], list[str]]:
+    """The source's columns the lake does not follow, and the lake's columns the source no longer has (dropped or
+    renamed since the lake's position): not followed yet (a tail with ``--schema-changes evolve`` follows them), or
+    kept by ``--schema-changes freeze``, which never follows them. Both are said in the result and the log, and the
+    checksums compare the columns both have; a key column gone leaves nothing to match rows by: one line."""
     live = dialect.describe_table(table, meta.chunk_key).column_names
     gone = [c for c in meta.column_names if c not in live]
+    gone_keys = [c for c in gone if c in meta.key_columns]
+    if gone_keys:
+        raise DblogError(f"verify {table}: the source no longer has the lake's key column(s) {', '.join(gone_keys)} "
+                         f"(dropped or renamed since the lake's position): let the tail follow it (dblog tail), "
+                         f"then verify")
     if gone:
-        raise DblogError(f"verify {table}: the source no longer has the lake's column(s) {', '.join(gone)} (dropped "
-                         f"or renamed since the lake's position): let the tail follow it (dblog tail), then verify")
+        log.warning("verify %s: the source no longer has the lake's column(s) %s (dropped or renamed since the "
+                    "lake's position; a tail with --schema-changes evolve follows that, a frozen lake keeps them): "
+                    "the checksums compare the other columns", table, ", ".join(gone))
     new = [c for c in live if c not in meta.column_names]
     if new:
         log.warning("verify %s: the source has columns the lake does not follow (yet): %s; the checksums compare "
                     "the lake's columns (a tail with --schema-changes evolve follows them)", table, ", ".join(new))
-    return new
+    return new, gone
+
+
+def _same_compared_columns(version: TableMeta, meta: TableMeta) -> bool:
+    """A new version of the table's columns (a ``Relation``, a schema version of the binlog) still has each
+    compared column, of the same type: its rows' compared values mean what the lake's do (columns verify does not
+    compare may come, go or be renamed: a frozen lake's changes after it are verified too)."""
+    now = {c.name: replace(c, ordinal=None) for c in version.columns}
+    return all(now.get(c.name) == replace(c, ordinal=None) for c in meta.columns)
 
 
 def _exact_positions(lake: PinnedCurrent, chunk_ids: Sequence[int],
@@ -180,6 +198,8 @@ def _latest_changes(dialect: DataSourceDialect, meta: TableMeta, offsets, exact_
     def changes():
         # the lake records positions as numbers: the binlog file is named as the server names it
         for item in dialect.read_changes(min(known).in_file_of(position), position, [meta]):
+            if isinstance(item, SchemaVersion) and _same_compared_columns(item.meta, meta):
+                continue
             if not isinstance(item, ChangeEvent):
                 what = item.describe() if isinstance(item, SchemaChange) else f"its columns changed at {item.pos}"
                 raise DblogError(f"{meta.qualified}: {what}, after the lake's position: let the tail follow it "

@@ -52,7 +52,9 @@ class TablePlan:
     rows: int = 0  # estimated when planned (progress, batch packing)
     startup: StartupMode = StartupMode()
     start_at: SourcePosition | None = None  # where the stream starts when the startup mode reads no snapshot
-    keep_columns: bool = False  # a re-read under --schema-changes freeze: the lake keeps its columns (not stored)
+    # the lake keeps its columns (``--schema-changes freeze`` ignored a change of them): every re-read of a chunk,
+    # a repair's or a resnapshot's too, takes the lake's columns instead of changing them from one chunk's read
+    keep_columns: bool = False
     capture: str | None = None  # the capture's id (``StateDir.capture``; stored once in plan.json, not per table)
 
     def chunk(self, chunk_id: int) -> ChunkRange:
@@ -69,7 +71,8 @@ class TablePlan:
         return {"meta": self.meta.to_dict(), "chunks": [c.to_dict() for c in self.chunks], "strategy": self.strategy,
                 "planned_at": self.planned_at.to_dict(), "planned_gtid": self.planned_gtid, "rows": self.rows,
                 "startup": self.startup.to_dict(),
-                "start_at": self.start_at.to_dict() if self.start_at else None}
+                "start_at": self.start_at.to_dict() if self.start_at else None,
+                **({"keep_columns": True} if self.keep_columns else {})}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TablePlan":
@@ -77,7 +80,7 @@ class TablePlan:
                    data["strategy"], SourcePosition.from_dict(data["planned_at"]), data.get("planned_gtid"),
                    int(data.get("rows") or 0), StartupMode.from_dict(data.get("startup")),
                    SourcePosition.from_dict(data["start_at"]) if data.get("start_at") else None,
-                   capture=data.get("capture"))
+                   keep_columns=bool(data.get("keep_columns")), capture=data.get("capture"))
 
 
 def tail_checkpoints(local_state: Path | None, checkpoints: str | os.PathLike | None = None) -> Path | None:
@@ -216,6 +219,20 @@ class StateDir:
         column identities a re-read brought into the lake)."""
         raw = self.files.read_json(self.PLAN)
         raw["tables"][meta.qualified]["meta"] = meta.to_dict()
+        self.files.write_json(self.PLAN, raw)
+        self._plan = (self.files.identity(self.PLAN), raw)
+
+    def set_keep_columns(self, table: str, keep: bool) -> None:
+        """Whether the table's re-reads keep the lake's columns (``TablePlan.keep_columns``): set by the tail when
+        ``--schema-changes freeze`` ignores a change of them, cleared when it follows one."""
+        raw = self.files.read_json(self.PLAN)
+        entry = raw["tables"][table]
+        if bool(entry.get("keep_columns")) == keep:
+            return
+        if keep:
+            entry["keep_columns"] = True
+        else:
+            entry.pop("keep_columns", None)
         self.files.write_json(self.PLAN, raw)
         self._plan = (self.files.identity(self.PLAN), raw)
 

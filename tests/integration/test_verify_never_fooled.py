@@ -117,3 +117,32 @@ def test_float_keys_are_matched_as_stored_by_verify_and_rows_on_postgres(postgre
     assert code == 0, err[-2000:]
     code, result, err = _verify(state, sink, "public.f", "--rows")
     assert code == 0 and result["equal"], f"--rows: {result} {err[-800:]}"
+
+
+def test_a_frozen_lake_keeps_a_renamed_column_and_verify_and_repair_keep_to_it_on_mariadb(lake):
+    """``--schema-changes freeze`` ignores RENAME COLUMN for good, so the lake keeps a column the source no longer
+    has. verify stopped in one line on every run ("let the tail follow it", which a frozen tail never does); now it
+    compares the columns both have and names the others. A repair of one chunk re-read it with the source's columns
+    and changed the whole lake's from that one read (the other chunks' renamed column null, for good, and verify
+    equal): now a frozen table's re-reads keep the lake's columns (``TablePlan.keep_columns``, in the state)."""
+    mariadb, table, state, sink = lake
+    mariadb.sql(f"ALTER TABLE {table} RENAME COLUMN t TO u", f"UPDATE {table} SET u = 'z' WHERE id = 2")
+    code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now", "--schema-changes", "freeze")
+    assert code == 0, err[-3000:]
+    mariadb.sql(f"UPDATE {table} SET n = -3 WHERE id = 3", f"UPDATE {table} SET u = 'q' WHERE id = 4")
+    code, result, err = _verify(state, sink, table)
+    assert code == 0 and result["equal"], f"{result} {err[-2000:]}"
+    assert result["tables"][table]["lake_only_columns"] == ["t"] and result["tables"][table]["source_only_columns"] == ["u"]
+
+    _edit(sink, table, lambda rows: rows.set_column(rows.schema.get_field_index("n"), "n", pc.if_else(
+        pc.equal(rows["id"], 25), pa.scalar(-1, rows.schema.field("n").type), rows["n"])))
+    code, result, err = _verify(state, sink, table)
+    assert code != 0 and result["drifted"] == [2], f"{result} {err[-2000:]}"
+    code, result, err = _verify(state, sink, table, "--repair")
+    assert code == 0 and result["repaired"] == [2], f"{result} {err[-2000:]}"
+    rows = DeltaTable(f"{sink}/{table}/current").to_pyarrow_table()
+    assert [n for n in rows.column_names if not n.startswith("_")] == ["id", "t", "n"], rows.schema
+    assert rows.filter(pc.equal(rows["id"], 25))["t"].to_pylist() == [None]  # the re-read chunk: dropped, null
+    assert rows.filter(pc.equal(rows["id"], 10))["t"].to_pylist() == ["v10"]  # the others: as the lake kept them
+    code, result, err = _verify(state, sink, table)
+    assert code == 0 and result["equal"], f"{result} {err[-2000:]}"
