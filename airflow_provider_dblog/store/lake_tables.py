@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_dblog.core.checksums import table_checksum
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.exact import exact_key, unpacked
 from airflow_provider_dblog.core.positions import SourcePosition
@@ -477,6 +478,8 @@ class LakeTables:
         once = self._first_read_once(chunk_id, hw, rows)
         if once:
             return True
+        if once is None and self._read_again_at_its_hw(chunk_id, hw, rows):
+            return False
         deletes = self._removals(chunk_id, hw, rows)
         if once is None:
             self._append_once(f"appending chunk {chunk_id} to {self.changelog_uri}",
@@ -526,12 +529,27 @@ class LakeTables:
                 time.sleep(min(0.05 * attempt, 1.0))
         return False
 
-    def _removals(self, chunk_id: int, hw: SourcePosition, rows: pa.Table) -> pa.Table | None:
-        """A delete row (changelog schema) at a re-read's HW for every key that replaying the changelog up to
-        that HW leaves live in the chunk but the read does not hold (a TRUNCATE, rows removed behind the
-        binlog's back, a delete the tail never had to write because a chunk read covered it), so that
-        replaying the changelog gives what ``current`` holds; None when there is none. A key a later change
-        brings back keeps that later change (its ``_pos`` is greater)."""
+    def _read_again_at_its_hw(self, chunk_id: int, hw: SourcePosition, rows: pa.Table) -> bool:
+        """True when ``current`` records a read of the chunk at this very HW and the changelog holds the same rows
+        there: nothing was binlogged between the two reads (an idle server), so this read adds nothing (its rows
+        again at the same ``_pos``). Rows that differ there changed without a binlog event (``sql_log_bin=0``, a
+        restored backup): this read cannot replace them, as its rows would tie with the last read's at one ``_pos``
+        (a replay could take either, and ``current`` keeps the older), so it stops in one line instead."""
+        recorded = _version_position(app_version(self.current(), chunk_app(chunk_id)))
+        if recorded is None or recorded != hw.boundary():
+            return False
+        names = list(self.source.names)
+        held = self._replayed(chunk_id, hw)
+        if held is not None and table_checksum(conform(rows.select([n for n in names if n in rows.schema.names]),
+                                                       self.source), names).matches(table_checksum(held, names)):
+            return True
+        raise DblogError(f"chunk {chunk_id} of {self.table} differs from its last read at {hw}, and nothing was logged "
+                         f"since (a change without a binlog event, e.g. sql_log_bin=0): a read at that same position "
+                         f"cannot replace it; read it again once the source logged any write")
+
+    def _replayed(self, chunk_id: int, hw: SourcePosition) -> pa.Table | None:
+        """The chunk's live rows (the source's columns) that replaying the changelog up to ``hw`` gives; None when
+        nothing of it can be in the lake yet (a first read)."""
         current = self.current()
         if app_version(current, chunk_app(chunk_id)) is None and app_version(current, TAIL_APP) is None:
             return None  # nothing of the chunk can be in the lake yet (a first read)
@@ -543,10 +561,17 @@ class LakeTables:
             window &= pc.field("_pos") >= restarted.as_snapshot().encode()
         history = changelog.to_pyarrow_dataset().to_table(columns=[*have, "_pos", "_op"], filter=window)
         latest = latest_per_key(history, self.keys)
-        held = latest.filter(pc.not_equal(latest["_op"], "d")).select(have)
-        if not held.num_rows:
+        return conform(latest.filter(pc.not_equal(latest["_op"], "d")).select(have), self.source)
+
+    def _removals(self, chunk_id: int, hw: SourcePosition, rows: pa.Table) -> pa.Table | None:
+        """A delete row (changelog schema) at a re-read's HW for every key that replaying the changelog up to
+        that HW leaves live in the chunk but the read does not hold (a TRUNCATE, rows removed behind the
+        binlog's back, a delete the tail never had to write because a chunk read covered it), so that
+        replaying the changelog gives what ``current`` holds; None when there is none. A key a later change
+        brings back keeps that later change (its ``_pos`` is greater)."""
+        held = self._replayed(chunk_id, hw)
+        if held is None or not held.num_rows:
             return None
-        held = conform(held, self.source)
         gone = held.join(conform(rows.select(list(self.keys)), pa.schema([self.source.field(k) for k in self.keys])),
                          list(self.keys), join_type="left anti")
         if not gone.num_rows:
