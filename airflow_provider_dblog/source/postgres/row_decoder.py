@@ -32,11 +32,17 @@ def _column_count(count: int, expected: int, table: str) -> PgOutputError:
                          f"step; report it")
 
 
+def _unrepresentable(exc: values.UnrepresentableValue, column: str) -> values.UnrepresentableValue:
+    """The converter's refusal naming the column (a tail stopped on it must say which of the table's columns)."""
+    return values.UnrepresentableValue(f"column {column}: {exc}")
+
+
 def compile_tuple_decoder(meta: TableMeta) -> TupleDecoder:
     """The decoder of ``meta``'s TupleData (columns in ``meta.columns``' order, typed by ``type_oid``/``typmod``)."""
     b = Builder()
     b.env.update(I16=struct.Struct("!H").unpack_from, LEN=struct.Struct("!i").unpack_from, TOAST=UNCHANGED_TOAST,
-                 KIND=_column_kind, COUNT=_column_count)
+                 KIND=_column_kind, COUNT=_column_count, UNREPRESENTABLE=values.UnrepresentableValue,
+                 NAMED=_unrepresentable)
     table, count = meta.qualified, len(meta.columns)
     b.emit("toast = False", 1)
     b.emit(f"if I16(buf, p)[0] != {count}:", 1)
@@ -55,8 +61,11 @@ def compile_tuple_decoder(meta: TableMeta) -> TupleDecoder:
             b.emit(f"{v} = buf[p + 5] == 116")
         elif convert is str:
             b.emit(f"{v} = {data}.decode()")
-        else:
-            b.emit(f"{v} = {b.const('C', convert)}({data}.decode())")
+        else:  # a try costs nothing until it raises (Python 3.11+)
+            b.emit("try:")
+            b.emit(f"    {v} = {b.const('C', convert)}({data}.decode())")
+            b.emit("except UNREPRESENTABLE as exc:")
+            b.emit(f"    raise NAMED(exc, {column.name!r}) from None")
         b.emit("p = e")
         b.emit("elif k == 110:", 1)  # 'n': NULL (or, in an old key image, a column that is not part of the key)
         b.emit(f"{v} = None; p += 1")
