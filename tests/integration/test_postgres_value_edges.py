@@ -330,6 +330,56 @@ def test_a_value_without_a_lake_twin_stops_the_tail_in_one_line_naming_its_colum
     assert dblog("drop", "--state", state)[0] == 0
 
 
+
+RESNAPSHOT_HERE = """
+import sys
+from airflow_provider_dblog.steps.resnapshot import resnapshot
+from tests.support.inprocess_executor import InProcessExecutor
+resnapshot(sys.argv[1], sys.argv[2], sys.argv[3], executor=InProcessExecutor())
+"""
+
+
+@pytest.mark.parametrize("rows", [1, 40], ids=["row", "block"])
+def test_a_tail_stopped_by_a_value_without_a_lake_twin_goes_on_after_the_value_is_changed_and_read_again(
+        postgres, pg_db, tmp_path, rows):
+    """The tail's line names the fix (change the value at the source, then re-snapshot the table), and the fix
+    works: once every chunk was read after it, the refused change is one the lake does not need, and the tail goes
+    on. Before, the re-read table's tail decoded the same change again and stopped again, for good: the only way
+    on was to leave the table out of the capture."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pg, db = postgres, pg_db
+    pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
+    pg.sql("CREATE TABLE public.r (id bigint PRIMARY KEY, ts timestamp, v int)",
+           "INSERT INTO public.r SELECT g, NULL, g FROM generate_series(1, 60) g", db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, out, err = dblog("run", "--source", pg.uri(db, password=PASSWORD), "--table", "public.r", "--state", state,
+                           "--sink", sink, "--chunk-size", "20")
+    assert code == 0, err[-2000:]
+    pg.sql("UPDATE public.r SET v = -v WHERE id <= 5",
+           f"UPDATE public.r SET ts = 'infinity' WHERE id BETWEEN 30 AND {29 + rows}", db=db)
+    for _ in range(2):  # the same stop on every run, nothing of the read committed
+        code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+        line = one_error_line(err)
+        assert code != 0 and "column ts: " in line and "dblog resnapshot --table public.r" in line, line
+        lake = DeltaTable(f"{sink}/public.r/current").to_pyarrow_table()
+        assert sorted(lake.column("v").to_pylist()) == list(range(1, 61)), "a change of the stopped read committed"
+
+    pg.sql(f"UPDATE public.r SET ts = '2024-01-01 00:00:00' WHERE ts = 'infinity'", db=db)
+    done = subprocess.run([sys.executable, "-c", RESNAPSHOT_HERE, state, sink, "public.r"], capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    pg.sql("UPDATE public.r SET v = 1000 WHERE id = 60", db=db)
+    code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+    assert code == 0, err[-3000:]
+    assert differences(pg, db, sink, "public.r") == []
+    assert_replay_equals_current_by_bits(sink, "public.r", "id")
+    code, result, err = verify(state, sink, "public.r")
+    assert code == 0 and result["equal"], err[-2000:]
+    assert dblog("drop", "--state", state)[0] == 0
+
 KEYS = {
     "float8": ["'-0'", "'NaN'", "'Infinity'", "'-Infinity'", "'5e-324'", "'-5e-324'", "'1.7976931348623157e308'"],
     "real": ["'NaN'", "'Infinity'", "'-Infinity'", "'1.4e-45'", "'0.1'", "'3.4028235e38'"],

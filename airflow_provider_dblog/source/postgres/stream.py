@@ -229,6 +229,11 @@ class OldKeyUnknown(Exception):
     """An UPDATE or DELETE whose old key holds no value for a key column: the row it changed is unknown."""
 
 
+class NoLakeValue(DblogError):
+    """A row holding a value the lake has no twin for (``values.UnrepresentableValue``, its column named): one line
+    where nothing decides whether the lake needs the row (``_known_row_events`` does)."""
+
+
 def _position_texts(starts: Sequence[SourcePosition], which: np.ndarray, rows: np.ndarray) -> pa.Array:
     """The lake's ``_pos`` of each message's first event (``row_change``: row ``2 * i``), as the MySQL block decoder
     makes them: ``starts[which[i]]``'s location, then the row's eight digits."""
@@ -691,7 +696,8 @@ class SlotReader:
         try:
             after, before, old_kind, toast = decode_row_message(buf, version.decode)
         except UnrepresentableValue as exc:
-            raise DblogError(f"a change of {name} at {pos}: {exc}; the lake has no value for it") from None
+            raise NoLakeValue(f"a change of {name} at {pos}: {exc}; the lake has no value for it: change it at the "
+                              f"source, then re-snapshot the table (dblog resnapshot --table {name})") from None
         unchanged = ()
         if toast:
             after, unchanged = self._unchanged_toast(name, version, after, before if old_kind == "O" else None, pos)
@@ -703,14 +709,19 @@ class SlotReader:
         return row_change(name, pos, version.key_columns, before, after, ts, unchanged)
 
     def _known_row_events(self, name: str, version: _Version, tag: int, buf: bytes, pos: SourcePosition, ts: int,
-                          boundary: SourcePosition) -> list[ChangeEvent]:
+                          boundary: SourcePosition) -> list[ChangeEvent | SchemaChange]:
         """``_row_events``, with a row whose old key is unknown (``OldKeyUnknown``) kept out and recorded as the
-        table's last such change in this read (``changes``: the table is read again, or the reader stops)."""
+        table's last such change in this read (``changes``: the table is read again, or the reader stops), and a
+        row holding a value the lake has none for (``NoLakeValue``) as an ``UNREADABLE`` change: it stops the
+        reader where the lake needs it, and is passed once every chunk of the table was read after it (a
+        re-snapshot, after the value was changed at the source), where a stop for good left no way on."""
         try:
             return self._row_events(name, version, tag, buf, pos, ts)
         except OldKeyUnknown as exc:
             self._unknown_rows[name] = (str(exc), boundary, pos)
             return []
+        except NoLakeValue as exc:
+            return [SchemaChange(name, UNREADABLE, str(exc), boundary, pos)]
 
     @staticmethod
     def _unchanged_toast(name: str, version: _Version, after: dict, old: dict | None, pos: SourcePosition
