@@ -126,8 +126,9 @@ class ChangeCommitter:
         if todo and self.behaviour == "fail":
             self._stop_at(rows, todo[0])
         if self.behaviour == "freeze":
-            if not same_column_set(source_columns(rows.schema), self.lake.source):
-                self._keep_columns(True)  # rows of other columns than the lake's: it keeps its own from now on
+            if not self.plan.keep_columns and not same_column_set(source_columns(rows.schema), self.lake.source):
+                with _FOLLOWING:  # the plan's file is rewritten by the committers of several tables at once
+                    self._keep_columns(True)  # rows of other columns than the lake's: it keeps its own from now on
             rows = conform(rows, self.lake.changelog_schema)
         outcome = self.lake.commit_stream(rows, end, update_current=update_current and not todo)
         if todo:
@@ -188,7 +189,10 @@ class ChangeCommitter:
             log.info("schema change: %s (%s)", change.describe(), self.behaviour)
         groups = statement_groups(changes, parts)
         self._before, self._groups = self.state.meta_in_force(self.lake.table), groups  # for ``_kept``
-        in_place = self._in_place_steps(groups) if self.behaviour == "evolve" and end is not None else None
+        # a lake kept by freeze follows by reading every chunk again: its columns are not the ones the statements
+        # start from, and a chunk re-read in them since (a repair) may miss changes an in-place change would assume
+        in_place = (self._in_place_steps(groups) if self.behaviour == "evolve" and end is not None
+                    and not self.plan.keep_columns else None)
         if in_place is not None:
             steps, live = in_place
             self.lake.follow_in_place(steps, end)
@@ -201,7 +205,13 @@ class ChangeCommitter:
             if self._follow_group(group, columns):
                 break  # every chunk was read again: later statements are in what it read
         self.lake.record_reread(changes[-1].pos)
-        self._keep_columns(self.behaviour == "freeze")
+        self._keep_columns(self.behaviour == "freeze" and self._columns_kept(changes[-1]))
+
+    def _columns_kept(self, change: SchemaChange) -> bool:
+        """Whether the lake's columns now differ from the source's (freeze ignored a change of them), so that its
+        re-reads must keep them; a TRUNCATE or an index change under freeze leaves them the source's."""
+        live = self._live_meta(change)
+        return live is not None and not same_column_set(self.lake.source, self.dialect.arrow_schema(live))
 
     def _keep_columns(self, keep: bool) -> None:
         """Record whether the lake keeps its columns against the source's (``freeze``): a repair or resnapshot

@@ -26,7 +26,7 @@ from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.events import ChangeEvent
 from airflow_provider_dblog.core.exact import bits_view, exact_key
 from airflow_provider_dblog.core.positions import SourcePosition
-from airflow_provider_dblog.core.schema_events import SchemaChange, SchemaVersion
+from airflow_provider_dblog.core.schema_events import UNREADABLE, SchemaChange, SchemaVersion
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.change_reader import TableChangeReader
 from airflow_provider_dblog.readers.unchanged_values import carry_unchanged
@@ -100,7 +100,7 @@ def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int
     dialect = open_dialect(source or state.source(), state.options())
     try:
         check_same_server(state, dialect)
-        source_only, lake_only = _column_differences(dialect, table, meta)
+        source_only, lake_only = _column_differences(dialect, table, meta, plan.keep_columns)
         if lake_only:  # compared on the columns both have (the key among them)
             meta = replace(meta, columns=tuple(c for c in meta.columns if c.name not in lake_only))
         resumed = state.resume_position(table, offsets.min_hw)  # before the lake is pinned: it records after it commits
@@ -140,22 +140,21 @@ def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int
             "lake_only_columns": lake_only}
 
 
-def _column_differences(dialect: DataSourceDialect, table: str, meta: TableMeta) -> tuple[list[str], list[str]]:
-    """The source's columns the lake does not follow, and the lake's columns the source no longer has (dropped or
-    renamed since the lake's position): not followed yet (a tail with ``--schema-changes evolve`` follows them), or
-    kept by ``--schema-changes freeze``, which never follows them. Both are said in the result and the log, and the
-    checksums compare the columns both have; a key column gone leaves nothing to match rows by: one line."""
+def _column_differences(dialect: DataSourceDialect, table: str, meta: TableMeta, frozen: bool
+                        ) -> tuple[list[str], list[str]]:
+    """The source's columns the lake does not follow (yet: a tail follows them; or kept out by ``--schema-changes
+    freeze``), and, for a lake kept by freeze (``frozen``: ``TablePlan.keep_columns``), the lake's columns the source
+    no longer has, which it keeps for good: both said in the result and the log, the checksums compare the columns
+    both have. Any other lake column the source no longer has (dropped or renamed since the lake's position, not
+    followed yet), or a key column gone, makes the table unverifiable for now: one line."""
     live = dialect.describe_table(table, meta.chunk_key).column_names
     gone = [c for c in meta.column_names if c not in live]
-    gone_keys = [c for c in gone if c in meta.key_columns]
-    if gone_keys:
-        raise DblogError(f"verify {table}: the source no longer has the lake's key column(s) {', '.join(gone_keys)} "
-                         f"(dropped or renamed since the lake's position): let the tail follow it (dblog tail), "
-                         f"then verify")
+    if gone and (not frozen or any(c in meta.key_columns for c in gone)):
+        raise DblogError(f"verify {table}: the source no longer has the lake's column(s) {', '.join(gone)} (dropped "
+                         f"or renamed since the lake's position): let the tail follow it (dblog tail), then verify")
     if gone:
-        log.warning("verify %s: the source no longer has the lake's column(s) %s (dropped or renamed since the "
-                    "lake's position; a tail with --schema-changes evolve follows that, a frozen lake keeps them): "
-                    "the checksums compare the other columns", table, ", ".join(gone))
+        log.warning("verify %s: the source no longer has the lake's column(s) %s, which the lake keeps "
+                    "(--schema-changes freeze): the checksums compare the other columns", table, ", ".join(gone))
     new = [c for c in live if c not in meta.column_names]
     if new:
         log.warning("verify %s: the source has columns the lake does not follow (yet): %s; the checksums compare "
@@ -200,6 +199,8 @@ def _latest_changes(dialect: DataSourceDialect, meta: TableMeta, offsets, exact_
         for item in dialect.read_changes(min(known).in_file_of(position), position, [meta]):
             if isinstance(item, SchemaVersion) and _same_compared_columns(item.meta, meta):
                 continue
+            if isinstance(item, SchemaChange) and item.kind == UNREADABLE:  # its own line names the fix
+                raise DblogError(f"verify {meta.qualified}: {item.statement}")
             if not isinstance(item, ChangeEvent):
                 what = item.describe() if isinstance(item, SchemaChange) else f"its columns changed at {item.pos}"
                 raise DblogError(f"{meta.qualified}: {what}, after the lake's position: let the tail follow it "

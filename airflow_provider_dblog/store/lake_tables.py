@@ -544,8 +544,9 @@ class LakeTables:
                                                        self.source), names).matches(table_checksum(held, names)):
             return True
         raise DblogError(f"chunk {chunk_id} of {self.table} differs from its last read at {hw}, and nothing was logged "
-                         f"since (a change without a binlog event, e.g. sql_log_bin=0): a read at that same position "
-                         f"cannot replace it; read it again once the source logged any write")
+                         f"since (a change without a binlog event, e.g. sql_log_bin=0, or the lake's columns changed "
+                         f"between the two reads): a read at that same position cannot replace it; read it again "
+                         f"(or run the tail again) once the source logged any write")
 
     def _replayed(self, chunk_id: int, hw: SourcePosition) -> pa.Table | None:
         """The chunk's live rows (the source's columns) that replaying the changelog up to ``hw`` gives; None when

@@ -917,9 +917,7 @@ def test_columns_changed_with_no_row_change_after_them_are_followed(postgres, pg
     pg.sql("ALTER TABLE public.t RENAME COLUMN a TO b", "ALTER TABLE public.t DROP COLUMN v",
            "INSERT INTO public.other (x) VALUES (2)", db=db)
     code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", "public.t")
-    line = one_error_line(err)  # the columns both have are compared; the change after the lake's position stops it
-    assert code != 0 and "b now" in line and "let the tail follow it" in line, err[-2000:]
-    assert "the source no longer has the lake's column(s) a, v" in err, err[-2000:]
+    assert code != 0 and "no longer has the lake's column(s) a, v" in one_error_line(err), err[-2000:]
     code, out, err = tail(state, sink)
     assert code == 0, err[-3000:]
     columns = [f.name for f in DeltaTable(f"{sink}/public.t/current").schema().fields if not f.name.startswith("_")]
@@ -978,7 +976,7 @@ def test_a_frozen_lake_keeps_a_renamed_column_and_verify_still_compares_the_othe
     table = result["tables"]["public.t"]
     assert code == 0 and result["equal"], out + err[-2000:]
     assert table["lake_only_columns"] == ["a"] and table["source_only_columns"] == ["b"], out
-    assert "the source no longer has the lake's column(s) a" in err, err[-2000:]
+    assert "the source no longer has the lake's column(s) a, which the lake keeps" in err, err[-2000:]
 
     uri = f"{sink}/public.t/current"  # a wrong value of a compared column is still found, and repaired
     before = DeltaTable(uri)
