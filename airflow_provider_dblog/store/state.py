@@ -199,8 +199,13 @@ class StateDir:
         for plan in plans:
             raw["tables"][plan.meta.qualified] = plan.to_dict()
         raw["batches"] += [b.to_dict() for b in batches]
+        self._save_plan(raw)
+
+    def _save_plan(self, raw: dict) -> None:
+        """Write the plan and keep what was written as the parsed plan (an S3 mtime has whole seconds: reading it
+        back could find the old file's identity, a stale cache)."""
         self.files.write_json(self.PLAN, raw)
-        self._plan = (self.files.identity(self.PLAN), raw)  # an S3 mtime has whole seconds: no stale cache
+        self._plan = (self.files.identity(self.PLAN), raw)
 
     def server(self) -> dict | None:
         """The identity of the server whose binlog positions the state and the lake hold (None: a plan
@@ -211,16 +216,14 @@ class StateDir:
         """``dblog drop`` gave the capture's stream up: a later tail must not make it anew (``renew_stream``)."""
         raw = self.files.read_json(self.PLAN)
         raw.setdefault("options", {})["stream_dropped"] = True
-        self.files.write_json(self.PLAN, raw)
-        self._plan = (self.files.identity(self.PLAN), raw)
+        self._save_plan(raw)
 
     def replace_table_meta(self, meta: TableMeta) -> None:
         """The table's planned meta replaced, its chunks and reports kept (``TableMeta.with_identity_of``: the
         column identities a re-read brought into the lake)."""
         raw = self.files.read_json(self.PLAN)
         raw["tables"][meta.qualified]["meta"] = meta.to_dict()
-        self.files.write_json(self.PLAN, raw)
-        self._plan = (self.files.identity(self.PLAN), raw)
+        self._save_plan(raw)
 
     def set_keep_columns(self, table: str, keep: bool) -> None:
         """Whether the table's re-reads keep the lake's columns (``TablePlan.keep_columns``): set by the tail when
@@ -233,16 +236,14 @@ class StateDir:
             entry["keep_columns"] = True
         else:
             entry.pop("keep_columns", None)
-        self.files.write_json(self.PLAN, raw)
-        self._plan = (self.files.identity(self.PLAN), raw)
+        self._save_plan(raw)
 
     def restart_table_stream(self, table: str, at: SourcePosition) -> None:
         """The table's every chunk was read again from ``at`` on (its binlog was purged): its first read starts
         there now (``first_floor``), not at the plan's position, whose binlog is gone."""
         raw = self.files.read_json(self.PLAN)
         raw["tables"][table]["planned_at"] = at.to_dict()
-        self.files.write_json(self.PLAN, raw)
-        self._plan = (self.files.identity(self.PLAN), raw)
+        self._save_plan(raw)
 
     def replace_table_plan(self, plan: TablePlan) -> Batch:
         """The table planned again (its key changed): its new chunks in one new batch, its chunks gone from
@@ -256,8 +257,7 @@ class StateDir:
         raw["batches"].append(batch.to_dict())
         for report in self.files.names(f"reports/{name}", ".json"):
             self.files.delete(f"reports/{name}/{report}")
-        self.files.write_json(self.PLAN, raw)
-        self._plan = (self.files.identity(self.PLAN), raw)
+        self._save_plan(raw)
         return batch
 
     def replace_table_offsets(self, table: str, offsets: TableOffsets) -> None:
@@ -412,8 +412,7 @@ class StateDir:
         checks that it continues the captured server's history (``steps.failover``)."""
         raw = self.files.read_json(self.PLAN)
         raw["source"] = source.public_uri
-        self.files.write_json(self.PLAN, raw)
-        self._plan = (self.files.identity(self.PLAN), raw)
+        self._save_plan(raw)
 
     def follow_server(self, identity: dict, epoch: int, positions: dict[str, SourcePosition]) -> None:
         """The capture now reads the server ``identity`` (a promoted replica) whose positions are of ``epoch``;
@@ -424,8 +423,7 @@ class StateDir:
                                               "until": time.time()})
         raw["server"] = identity
         raw.setdefault("options", {})["epoch"] = epoch
-        self.files.write_json(self.PLAN, raw)
-        self._plan = (self.files.identity(self.PLAN), raw)
+        self._save_plan(raw)
         now = time.time()
         tables = self.files.read_json(self.TAIL_POSITIONS)["tables"] if self.files.exists(self.TAIL_POSITIONS) else {}
         for name, pos in positions.items():

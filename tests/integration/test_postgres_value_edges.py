@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from tests.integration.test_postgres_snapshot import comparable
 from tests.integration.test_postgres_stream import assert_blocks_are_the_events_rows, connect
 from tests.support.cli import dblog, one_error_line
 from tests.support.lakecheck import assert_replay_equals_current
@@ -175,21 +176,15 @@ def change(pg, db, family: str) -> None:
 
 
 def exact(value, field: pa.Field):
-    """A value as both sides must agree on it: floats by their bits (NaN one token), decimals by their digits and
-    exponent, timestamps with their zone, bytea as bytes."""
-    if value is None:
-        return None
-    if isinstance(value, memoryview):
-        return bytes(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
+    """``comparable`` (NaN one token, bytea as bytes, single floats by their bits), stricter: double floats by their
+    bits too (-0.0 is not 0.0), decimals by their digits and exponent, timestamps with their zone as one instant."""
+    if isinstance(value, float) and not math.isnan(value):
         return struct.pack("!f" if pa.types.is_float32(field.type) else "!d", value)
     if isinstance(value, Decimal):
         return ("D", str(value) if "E" not in str(value) else format(value, "f"))
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.timezone.utc).isoformat()
-    return value
+    return comparable(value, field)
 
 
 def source_rows(pg, db, table: str, schema: pa.Schema, key: str = "id") -> dict:
