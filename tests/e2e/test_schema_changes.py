@@ -296,3 +296,30 @@ def test_a_tail_killed_right_after_a_ddl_event_converges(mariadb, db, spark, tmp
     tail(state, sink, spark, "stream")
     assert_lake_equals_source(mariadb, state, sink, table)
     assert_each_change_once(sink, table)
+
+
+def test_an_enum_label_changed_after_a_space_or_holding_a_backslash_is_followed(mariadb, db, spark, tmp_path):
+    """A label's change is a new column type however it is spelled: ``enum('x y','z')`` to ``enum('x w','z')``
+    differs after the first space, ``'b\\\\s'`` is quoted twice over in COLUMN_TYPE. The lake holds the
+    labels the source holds, before and after the ALTER."""
+    table = f"{db}.t"
+    mariadb.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, e ENUM('x y','z','b\\\\s'), s SET('p q','r''s'))",
+                f"INSERT INTO {table} VALUES (1, 'z', 'p q'), (2, 'z', ''), (3, 'b\\\\s', 'r''s')")
+    state, sink = str(tmp_path / "state"), str(tmp_path / "sink")
+    plan_table(SourceConfig.parse(mariadb.uri()), table, state, chunk_size=10, batch_size=2)
+    for batch in StateDir(state).batches():
+        snapshot_batch(state, batch.index, sink, executor=SparkExecutor(spark))
+    build_offsets(state)
+    mariadb.sql(f"UPDATE {table} SET e = 'x y', s = 'p q,r''s' WHERE id = 1",
+                f"INSERT INTO {table} VALUES (4, 'b\\\\s', 'r''s')")
+    tail(state, sink, spark, "driver")
+    assert_lake_equals_source(mariadb, state, sink, table)
+    assert {r["id"]: r["e"] for r in current_rows(state, sink, table).to_pylist()}[4] == "b\\s"
+    mariadb.sql(f"UPDATE {table} SET e = 'z', s = 'r''s' WHERE id = 1",
+                f"ALTER TABLE {table} MODIFY e ENUM('x w','z','b\\\\s'), MODIFY s SET('p w','r''s')",
+                f"UPDATE {table} SET e = 'x w', s = 'p w' WHERE id IN (1, 3)",
+                f"INSERT INTO {table} VALUES (5, 'x w', 'p w,r''s')")
+    tail(state, sink, spark, "driver")
+    assert_lake_equals_source(mariadb, state, sink, table)
+    lake = {r["id"]: (r["e"], r["s"]) for r in current_rows(state, sink, table).to_pylist()}
+    assert lake[1] == lake[3] == ("x w", "p w") and lake[5] == ("x w", "p w,r's")

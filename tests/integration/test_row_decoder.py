@@ -31,7 +31,10 @@ COLUMNS = {
     "ts0": "TIMESTAMP NULL", "ts3": "TIMESTAMP(3) NULL", "tm": "TIME", "tm1": "TIME(1)", "tm4": "TIME(4)",
     "tm6": "TIME(6)", "y": "YEAR", "c": "CHAR(10)", "vc": "VARCHAR(300)", "vcl": "VARCHAR(50) CHARACTER SET latin1",
     "tx": "TEXT", "mtx": "MEDIUMTEXT", "bn": "BINARY(4)", "vb": "VARBINARY(20)", "bl": "BLOB",
-    "e": "ENUM('a','b','it''s')", "s": "SET('x','y','z')", "bt": "BIT(12)", "b1": "BIT(1)", "js": "JSON",
+    "e": "ENUM('a','b','it''s')", "s": "SET('x','y','z')",
+    # labels with what COLUMN_TYPE quotes (a quote doubled, a backslash doubled) or what a naive split cuts
+    "e2": "ENUM('x y','back\\\\slash','com,ma','',' lead','ü','it''s')", "s2": "SET('p q','b\\\\s','r''s')",
+    "bt": "BIT(12)", "b1": "BIT(1)", "js": "JSON",
 }
 
 
@@ -63,6 +66,8 @@ VALUES = {
     "mtx": st.text(max_size=400), "bn": st.binary(min_size=4, max_size=4),
     "vb": st.binary(max_size=20), "bl": st.binary(max_size=300), "e": st.sampled_from(["a", "b", "it's"]),
     "s": st.sets(st.sampled_from(["x", "y", "z"])).map(lambda v: ",".join(sorted(v))),
+    "e2": st.sampled_from(["x y", "back\\slash", "com,ma", "", " lead", "ü", "it's"]),
+    "s2": st.sets(st.sampled_from(["p q", "b\\s", "r's"])).map(lambda v: ",".join(sorted(v))),
     "bt": st.integers(0, 4095).map(lambda v: v.to_bytes(2, "big")), "b1": st.sampled_from([b"\0", b"\1"]),
     "js": st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3).map(json.dumps),
 }

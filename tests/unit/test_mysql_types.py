@@ -7,11 +7,13 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from airflow_provider_dblog.core.config import SourceConfig
 from airflow_provider_dblog.core.tables import Column
 from airflow_provider_dblog.source.mysql.connection import binlog_status_sql
-from airflow_provider_dblog.source.mysql.types import arrow_type, binlog_converter
+from airflow_provider_dblog.source.mysql.types import arrow_type, binlog_converter, enum_labels, quote_labels
 from airflow_provider_dblog.core.errors import DblogError
 
 
@@ -95,3 +97,16 @@ def test_every_character_set_the_decoders_take_has_a_python_codec():
         if codec is not None:
             assert codecs.lookup(codec), charset
     assert PYTHON_CODECS["utf16"] == PYTHON_CODECS["ucs2"] == "utf-16-be" and PYTHON_CODECS["utf32"] == "utf-32-be"
+
+
+def test_enum_labels_read_column_type_as_the_server_quotes_it():
+    """As MariaDB 10.11's information_schema.COLUMNS.COLUMN_TYPE shows them (read from a server)."""
+    shown = "enum('x y','it''s','back\\\\slash','com,ma','',' lead','ü','n\\nl','nul\\0x','t\tb')"
+    assert enum_labels(col("enum", shown)) == ["x y", "it's", "back\\slash", "com,ma", "", " lead", "ü", "n\nl",
+                                               "nul\0x", "t\tb"]
+
+
+@given(st.lists(st.text(), max_size=6))
+def test_quote_labels_round_trips_through_enum_labels(labels):
+    assert enum_labels(col("enum", f"enum({quote_labels(labels)})")) == labels
+    assert enum_labels(col("set", f"set({quote_labels(labels)})")) == labels

@@ -14,7 +14,7 @@ from airflow_provider_dblog.source.mysql.field_types import (
     BIT, BLOB, DATE, DATETIME2, DOUBLE, ENUM, FLOAT, GEOMETRY, INT24, JSON, LONG, LONG_BLOB, LONGLONG, MEDIUM_BLOB,
     NEWDECIMAL, SET, SHORT, STRING, TIME2, TIMESTAMP2, TINY, TINY_BLOB, VAR_STRING, VARCHAR, YEAR,
 )
-from airflow_provider_dblog.source.mysql.types import BYTES_AS_TEXT
+from airflow_provider_dblog.source.mysql.types import BYTES_AS_TEXT, enum_labels, quote_labels
 
 _FIXED = {TINY: "tinyint", SHORT: "smallint", INT24: "mediumint", LONG: "int", LONGLONG: "bigint",
           FLOAT: "float", DOUBLE: "double", DATE: "date", YEAR: "year", JSON: "json"}
@@ -22,10 +22,6 @@ _NUMERIC = {TINY, SHORT, INT24, LONG, LONGLONG, FLOAT, DOUBLE}
 _TEMPORAL = {DATETIME2: "datetime", TIMESTAMP2: "timestamp", TIME2: "time"}
 _BLOBS = {1: ("tinytext", "tinyblob"), 2: ("text", "blob"), 3: ("mediumtext", "mediumblob"),
           4: ("longtext", "longblob")}
-
-
-def _quoted(values: Sequence[str]) -> str:
-    return ",".join("'" + str(v).replace("'", "''") + "'" for v in values)
 
 
 def column_from_table_map(tm) -> Column:
@@ -50,7 +46,7 @@ def column_from_table_map(tm) -> Column:
     if t in (ENUM, SET):
         data_type = "enum" if t == ENUM else "set"
         values = [v for v in (tm.enum_values or [])[1:]] if t == ENUM else list(tm.set_values or [])
-        return Column(name, data_type, f"{data_type}({_quoted(values)})", charset=charset, collation=collation)
+        return Column(name, data_type, f"{data_type}({quote_labels(values)})", charset=charset, collation=collation)
     if t in (VARCHAR, VAR_STRING, STRING):
         fixed = t == STRING
         data_type = ("binary" if fixed else "varbinary") if binary else ("char" if fixed else "varchar")
@@ -77,7 +73,9 @@ def _same_type(known: Column, derived: Column) -> bool:
         return (known.precision, known.scale) == (derived.precision, derived.scale)
     if derived.data_type in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext"):
         return (known.charset or "") == (derived.charset or "")  # a length alone does not change the values
-    if derived.data_type in ("binary", "enum", "set", "bit", "datetime", "timestamp", "time"):
+    if derived.data_type in ("enum", "set"):  # a label may hold a space, a quote or a backslash
+        return enum_labels(known) == enum_labels(derived)
+    if derived.data_type in ("binary", "bit", "datetime", "timestamp", "time"):
         return known.column_type.split(" ")[0] == derived.column_type.split(" ")[0]
     return True
 

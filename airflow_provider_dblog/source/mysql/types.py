@@ -290,23 +290,39 @@ def _json_text_keys(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
 
+_LABEL_ESCAPES = {"n": "\n", "r": "\r", "0": "\0", "Z": "\x1a", "t": "\t", "b": "\b"}  # after a backslash
+
+
 def enum_labels(col: Column) -> list[str]:
+    """The labels of an ENUM/SET ``col`` from its COLUMN_TYPE, unquoted as the server quotes them (a quote
+    doubled; a backslash, newline, CR and NUL after a backslash): ``quote_labels`` is the inverse."""
     inside = col.column_type[col.column_type.find("(") + 1: col.column_type.rfind(")")]
-    values, current, quoted, i = [], "", False, 0
+    values, current, quoted, i = [], [], False, 0
     while i < len(inside):
         ch = inside[i]
-        if ch == "'" and quoted and i + 1 < len(inside) and inside[i + 1] == "'":
-            current += "'"
+        if quoted and ch == "\\" and i + 1 < len(inside):
+            i += 1
+            current.append(_LABEL_ESCAPES.get(inside[i], inside[i]))
+        elif ch == "'" and quoted and i + 1 < len(inside) and inside[i + 1] == "'":
+            current.append("'")
             i += 1
         elif ch == "'":
             quoted = not quoted
             if not quoted:
-                values.append(current)
-                current = ""
+                values.append("".join(current))
+                current = []
         elif quoted:
-            current += ch
+            current.append(ch)
         i += 1
     return values
+
+
+def quote_labels(labels) -> str:
+    """``labels`` as COLUMN_TYPE lists them inside ``enum(...)``/``set(...)`` (``enum_labels`` reads it back)."""
+    def quoted(label: str) -> str:
+        label = str(label).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\0", "\\0")
+        return "'" + label.replace("'", "''") + "'"
+    return ",".join(quoted(v) for v in labels)
 
 
 # ---- ALTER TABLE ... MODIFY: which type changes keep every value ----
