@@ -472,6 +472,8 @@ class LakeTables:
             if keep_columns:
                 rows = conform(rows, pa.schema([*self.source, *(f for f in rows.schema if f.name not in source.names)]))
             else:
+                if self._last_read_at(chunk_id, hw):  # before the lake takes the columns of a read it refuses
+                    raise self._refused_at_its_hw(chunk_id, hw)
                 # read with other columns than the lake's: newer ones (the chunk read after a schema change)
                 # change the lake; older ones (a read that started before it) take the lake's columns
                 self.evolve(source, hw)
@@ -535,18 +537,25 @@ class LakeTables:
         again at the same ``_pos``). Rows that differ there changed without a binlog event (``sql_log_bin=0``, a
         restored backup): this read cannot replace them, as its rows would tie with the last read's at one ``_pos``
         (a replay could take either, and ``current`` keeps the older), so it stops in one line instead."""
-        recorded = _version_position(app_version(self.current(), chunk_app(chunk_id)))
-        if recorded is None or recorded != hw.boundary():
+        if not self._last_read_at(chunk_id, hw):
             return False
         names = list(self.source.names)
         held = self._replayed(chunk_id, hw)
         if held is not None and table_checksum(conform(rows.select([n for n in names if n in rows.schema.names]),
                                                        self.source), names).matches(table_checksum(held, names)):
             return True
-        raise DblogError(f"chunk {chunk_id} of {self.table} differs from its last read at {hw}, and nothing was logged "
-                         f"since (a change without a binlog event, e.g. sql_log_bin=0, or the lake's columns changed "
-                         f"between the two reads): a read at that same position cannot replace it; read it again "
-                         f"(or run the tail again) once the source logged any write")
+        raise self._refused_at_its_hw(chunk_id, hw)
+
+    def _last_read_at(self, chunk_id: int, hw: SourcePosition) -> bool:
+        """Whether ``current`` records the chunk's last read at this very HW (nothing logged since)."""
+        recorded = _version_position(app_version(self.current(), chunk_app(chunk_id)))
+        return recorded is not None and recorded == hw.boundary()
+
+    def _refused_at_its_hw(self, chunk_id: int, hw: SourcePosition) -> DblogError:
+        return DblogError(f"chunk {chunk_id} of {self.table} differs from its last read at {hw}, and nothing was "
+                          f"logged since (a change without a binlog event, e.g. sql_log_bin=0, or the lake's columns "
+                          f"changed between the two reads): a read at that same position cannot replace it; read it "
+                          f"again (or run the tail again) once the source logged any write")
 
     def _replayed(self, chunk_id: int, hw: SourcePosition) -> pa.Table | None:
         """The chunk's live rows (the source's columns) that replaying the changelog up to ``hw`` gives; None when

@@ -202,3 +202,25 @@ def test_a_reread_at_the_position_of_the_chunks_last_read_never_ties_two_images(
     assert json.loads(out)["repaired"] == [1]
     converged(state, sink, table, lambda: compare_rows(DeltaTable(f"{sink}/{table}/current").to_pyarrow_table(),
                                                       mariadb.port, table))
+
+
+def test_a_reread_at_the_same_position_with_a_column_added_unlogged_changes_nothing_of_the_lake(mariadb, db, tmp_path):
+    """A column added without a binlog event (``sql_log_bin=0``), then a re-read at the position of the chunk's
+    last read: it stops in one line before the lake takes the new column (before: the lake's columns evolved,
+    every row's value of the new column null, and then the read was refused)."""
+    table = f"{db}.t"
+    mariadb.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT)",
+                f"INSERT INTO {table} SELECT seq, seq FROM seq_1_to_100", db=db)
+    state, sink = captured(mariadb.uri(), table, tmp_path, 25)
+    columns = DeltaTable(f"{sink}/{table}/current").schema().to_arrow().names
+    mariadb.sql("SET SESSION sql_log_bin = 0", f"ALTER TABLE {table} ADD COLUMN w INT NOT NULL DEFAULT 7", db=db)
+    code, _, err = dblog("resnapshot", "--state", state, "--sink", sink, "--table", table, "--chunks", "1")
+    assert code != 0 and "nothing was logged since" in one_error_line(err), err
+    assert DeltaTable(f"{sink}/{table}/current").schema().to_arrow().names == columns
+    assert DeltaTable(f"{sink}/{table}/changelog").schema().to_arrow().names.count("w") == 0
+
+    mariadb.sql(f"CREATE TABLE {db}.other (id INT PRIMARY KEY)", f"INSERT INTO {db}.other VALUES (1)")
+    code, _, err = dblog("resnapshot", "--state", state, "--sink", sink, "--table", table)
+    assert code == 0, err
+    converged(state, sink, table, lambda: compare_rows(DeltaTable(f"{sink}/{table}/current").to_pyarrow_table(),
+                                                      mariadb.port, table))
