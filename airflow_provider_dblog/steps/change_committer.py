@@ -129,7 +129,7 @@ class ChangeCommitter:
             if not self.plan.keep_columns and not same_column_set(source_columns(rows.schema), self.lake.source):
                 with _FOLLOWING:  # the plan's file is rewritten by the committers of several tables at once
                     self._keep_columns(True)  # rows of other columns than the lake's: it keeps its own from now on
-            rows = conform(rows, self.lake.changelog_schema)
+            rows = conform(rows, self.lake.changelog_schema, kept_by=self.lake.table)
         outcome = self.lake.commit_stream(rows, end, update_current=update_current and not todo)
         if todo:
             with _FOLLOWING:

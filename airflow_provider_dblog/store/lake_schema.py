@@ -8,6 +8,7 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store.lake import UNCHANGED, current_schema
 
@@ -113,26 +114,30 @@ def widens(old: pa.DataType, new: pa.DataType) -> bool:
     return pa.types.is_string(new) or (pa.types.is_binary(old) and pa.types.is_binary(new))
 
 
-def conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+def conform(rows: pa.Table, schema: pa.Schema, kept_by: str | None = None) -> pa.Table:
     """``rows`` in ``schema``: missing columns null, extra ones dropped, other types cast (a value that
-    does not fit becomes null: only where every chunk is read again afterwards)."""
+    does not fit becomes null: only where every chunk is read again afterwards). ``kept_by``: the table
+    whose lake keeps its columns (``--schema-changes freeze``), where nothing reads the chunks again: a
+    value the lake's type cannot hold exactly stops in one line naming the column instead."""
     n = rows.num_rows
-    return pa.Table.from_arrays([_conform_column(rows.column(f.name) if f.name in rows.schema.names else None, f, n)
-                                 for f in schema], schema=schema)
+    return pa.Table.from_arrays([_conform_column(rows.column(f.name) if f.name in rows.schema.names else None, f, n,
+                                                 kept_by) for f in schema], schema=schema)
 
 
-def _conform_column(column, field: pa.Field, n: int):
+def _conform_column(column, field: pa.Field, n: int, kept_by: str | None = None):
     if column is None:
         return pa.nulls(n, field.type)
     if column.type == field.type:
         return column
     if pa.types.is_struct(field.type) and pa.types.is_struct(column.type):
         flat = pa.Table.from_arrays(column.combine_chunks().flatten(), names=[f.name for f in column.type])
-        parts = conform(flat, pa.schema(list(field.type)))
+        parts = conform(flat, pa.schema(list(field.type)), kept_by)
         valid = pc.is_valid(column)
         struct = pa.StructArray.from_arrays([c.combine_chunks() for c in parts.columns], fields=list(field.type),
                                             mask=pc.invert(valid).combine_chunks() if n else None)
         return struct
+    if kept_by is not None:
+        return _cast_exactly(column, field, kept_by)
     try:
         return column.cast(field.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -141,6 +146,24 @@ def _conform_column(column, field: pa.Field, n: int):
                 return pa.nulls(n, field.type)
             return pc.cast(column, pa.string(), safe=False)
         return pa.nulls(n, field.type)
+
+
+def _cast_exactly(column, field: pa.Field, table: str):
+    """``column`` cast to ``field``'s type when every value comes back the same (no overflow, no lost digits or
+    precision, text that is text), else the one line that says the kept type cannot hold it."""
+    try:
+        cast = column.cast(field.type)
+        same = pc.equal(cast.cast(column.type), column)
+        if pa.types.is_floating(column.type):
+            same = pc.or_kleene(same, pc.and_(pc.is_nan(cast.cast(column.type)), pc.is_nan(column)))
+        exact = pc.all(pc.fill_null(same, True)).as_py() is not False
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        exact = False
+    if not exact:
+        raise DblogError(f"{table}: a value of column {field.name} (the source's type is now {column.type}) does not "
+                         f"fit the lake's {field.type}, kept by --schema-changes freeze: restart with "
+                         f"--schema-changes evolve to follow the type change (the lake holds every change before it)")
+    return cast
 
 
 def row_bytes(schema: pa.Schema) -> int:

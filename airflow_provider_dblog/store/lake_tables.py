@@ -470,7 +470,8 @@ class LakeTables:
         source = source_columns(rows.schema)
         if not same_column_set(source, self.source):
             if keep_columns:
-                rows = conform(rows, pa.schema([*self.source, *(f for f in rows.schema if f.name not in source.names)]))
+                rows = conform(rows, pa.schema([*self.source, *(f for f in rows.schema if f.name not in source.names)]),
+                               kept_by=self.table)
             else:
                 if self._last_read_at(chunk_id, hw):  # before the lake takes the columns of a read it refuses
                     raise self._refused_at_its_hw(chunk_id, hw)
