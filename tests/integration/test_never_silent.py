@@ -1128,8 +1128,9 @@ def test_a_second_capture_into_the_same_lake_is_refused_in_one_line(mariadb, db,
     ("MODIFY s TINYINT UNSIGNED", False),  # clamps to 0..255
     ("MODIFY s SMALLINT NOT NULL", False),  # NULL becomes 0 (outside strict mode)
     ("CHANGE t t2 VARCHAR(5) CHARACTER SET utf8mb4", False),  # a rename that also cuts (before: taken for a rename)
+    ("MODIFY st SET('z','y','x')", False),  # 'x,z' shows as 'z,x' (before: followed in place, kept 'x,z')
     ("MODIFY t VARCHAR(200) CHARACTER SET utf8mb4, MODIFY e ENUM('a','b','c','d'), MODIFY s INT, "
-     "MODIFY dt DATETIME(6) NULL", True),  # every value kept: followed in place, no read
+     "MODIFY dt DATETIME(6) NULL, MODIFY st SET('w','x','y','z')", True),  # every value kept: in place, no read
 ])
 def test_a_modify_that_changes_values_under_the_same_lake_type_reads_the_table_again(mariadb, db, tmp_path, alter,
                                                                                        in_place):
@@ -1138,10 +1139,10 @@ def test_a_modify_that_changes_values_under_the_same_lake_type_reads_the_table_a
     source had cut (verify: 59 different). Now the source's declared types decide (``keeps_values``); a change that
     keeps every value is still followed in place."""
     mariadb.sql(f"CREATE TABLE {db}.u (id INT PRIMARY KEY, t VARCHAR(40) CHARACTER SET utf8mb4, "
-                f"e ENUM('a','b','c'), dt DATETIME(6), s SMALLINT)",
+                f"e ENUM('a','b','c'), dt DATETIME(6), s SMALLINT, st SET('x','y','z'))",
                 f"INSERT INTO {db}.u SELECT seq, CONCAT('émoji 😀 long text ', seq), ELT(1 + seq % 3, 'a', 'b', 'c'), "
-                f"'2024-01-01 00:00:00.654321' + INTERVAL seq SECOND, IF(seq % 10 = 0, NULL, CAST(seq AS SIGNED) * 97 - 3000) "
-                f"FROM seq_1_to_60", db=db)
+                f"'2024-01-01 00:00:00.654321' + INTERVAL seq SECOND, IF(seq % 10 = 0, NULL, CAST(seq AS SIGNED) * 97 - 3000), "
+                f"ELT(1 + seq % 3, 'x,z', 'y', 'x,y,z') FROM seq_1_to_60", db=db)
     state, sink = captured(mariadb.uri(), f"{db}.u", tmp_path, 20)
     mariadb.sql("SET SESSION sql_mode = ''", f"ALTER TABLE {db}.u {alter}", f"UPDATE {db}.u SET s = 1 WHERE id = 1")
     _followed_then_equal(state, sink, f"{db}.u", in_place)

@@ -220,6 +220,10 @@ def _col(column_type: str, charset: str | None = None, char_length: int | None =
     (_col("varchar(10)", "utf8mb4", 10), _col("char(10)", "utf8mb4", 10), False),  # trailing spaces
     (_col("enum('a','b','c')", "utf8mb4"), _col("enum('a','b','c','d')", "utf8mb4"), True),
     (_col("enum('a','b','c')", "utf8mb4"), _col("enum('a','b')", "utf8mb4"), False),
+    (_col("enum('a','b','c')", "utf8mb4"), _col("enum('c','b','a')", "utf8mb4"), True),  # a label is its value
+    (_col("set('a','b','c')", "utf8mb4"), _col("set('a','b','c','d')", "utf8mb4"), True),
+    (_col("set('a','b','c')", "utf8mb4"), _col("set('d','a','x','b','c')", "utf8mb4"), True),
+    (_col("set('a','b','c')", "utf8mb4"), _col("set('b','a','c')", "utf8mb4"), False),  # 'a,b' shows as 'b,a'
     (_col("int(11)"), _col("bigint(20)"), True),
     (_col("smallint(6)"), _col("tinyint(3) unsigned"), False),
     (_col("tinyint(3) unsigned"), _col("smallint(6)"), True),

@@ -376,8 +376,11 @@ def keeps_values(before: Column, after: Column) -> bool:
     if a == b == "bit":
         return _type_argument(after) >= _type_argument(before)
     if a in ("enum", "set") and a == b:
-        return (before.charset or "") == (after.charset or "") and set(enum_labels(before)) <= set(
-            enum_labels(after))
+        was, now = enum_labels(before), enum_labels(after)
+        if (before.charset or "") != (after.charset or "") or not set(was) <= set(now):
+            return False
+        # a SET value lists its members in the definition's order: members moved change the text ('a,b' to 'b,a')
+        return a == "enum" or [label for label in now if label in set(was)] == was
     text = ("char", "varchar", *_TEXT_BYTES)
     if a in text and b in text:
         same = (before.charset or "").lower() == (after.charset or "").lower()
