@@ -225,3 +225,27 @@ def test_partitions_outside_the_wal_are_read_from_the_storage_identity():
     # a partition's mark is part of its files: SET UNLOGGED / SET LOGGED read as a rewrite
     marked, plain = "16400|16401:16401,16402:16410:unlogged|pub=1.2", "16400|16401:16401,16402:16410"
     assert storage_files(marked) != storage_files(plain)
+
+
+@pytest.mark.parametrize("buffer", [1, 3, 7, 64])
+def test_the_csv_pieces_read_by_readinto_give_the_same_bytes_and_read_still_ends_at_rows(buffer):
+    """``reader._Rows``: a caller of ``readinto`` with a small buffer gets every byte once, in order; a ``read``
+    after it still returns pieces that end at a row's end (before: the rest went back before the pending bytes,
+    whose quote count then said the wrong thing about where a row ends)."""
+    import io
+
+    from airflow_provider_dblog.source.postgres.reader import _Rows
+
+    csv = b'1,"a ""quoted""\nline",x\n2,"b,c",y\n3,"\n\n",z\n' * 5
+    rows = _Rows(io.BytesIO(csv))
+    got, chunk = b"", bytearray(buffer)
+    for _ in range(3):
+        n = rows.readinto(chunk)
+        got += bytes(chunk[:n])
+    while True:
+        piece = rows.read(16)
+        if not piece:
+            break
+        got += piece
+        assert piece.endswith(b"\n") and (got.count(b'"') % 2 == 0), piece
+    assert got == b"\n" + csv

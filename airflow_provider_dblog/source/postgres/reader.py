@@ -57,11 +57,15 @@ class _Rows(io.RawIOBase):
     def __init__(self, source):
         super().__init__()
         self._source, self._pending = source, b"\n"  # read, not yet returned; it starts at a row's start
+        self._ready = b""  # the rest of a piece a ``readinto`` buffer could not take: it ends at a row's end
 
     def readable(self) -> bool:
         return True
 
     def read(self, size: int = -1) -> bytes:
+        if self._ready:
+            ready, self._ready = self._ready, b""
+            return ready
         size = BLOCK_BYTES if size is None or size < 0 else max(size, 1)
         pieces, odd = [self._pending], self._pending.count(b'"') & 1  # inside quotes after the pending bytes
         self._pending = b""
@@ -78,11 +82,11 @@ class _Rows(io.RawIOBase):
             odd ^= piece.count(b'"') & 1
 
     def readinto(self, buffer) -> int:
+        """Arrow calls ``read``; a caller of ``readinto`` gets what fits, the rest at its next call (or read)."""
         data = self.read(len(buffer))
-        if len(data) > len(buffer):  # Arrow calls read(); a caller of readinto gets what fits
-            data, self._pending = data[:len(buffer)], data[len(buffer):] + self._pending
-        buffer[:len(data)] = data
-        return len(data)
+        taken = min(len(data), len(buffer))
+        buffer[:taken], self._ready = data[:taken], data[taken:]
+        return taken
 
 
 def _row_end(piece: bytes, odd: int) -> int:
