@@ -15,7 +15,7 @@ from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.sql import range_condition, table_sql
-from airflow_provider_dblog.source.mysql.types import arrow_type, known_date_sql, quote_ident
+from airflow_provider_dblog.source.mysql.types import arrow_type, known_date_sql, plain_sql, quote_ident
 
 
 def value_sql(col: Column) -> str:
@@ -33,10 +33,8 @@ def value_sql(col: Column) -> str:
     if t == "year":
         return f"({q} + 0)"
     if pa.types.is_string(target):
-        return f"CAST({q} AS CHAR)" if t in ("decimal", "time") else f"CONVERT({q} USING utf8mb4)"
-    if "zerofill" in col.column_type:  # printed padded with zeros ('0000000001'): the number's digits
-        return f"CAST({q} + 0 AS CHAR)"
-    return f"CAST({q} AS CHAR)"  # integers and decimals: their digits
+        return f"CAST({plain_sql(col)} AS CHAR)" if t in ("decimal", "time") else f"CONVERT({q} USING utf8mb4)"
+    return f"CAST({plain_sql(col)} AS CHAR)"  # integers and decimals: their digits (ZEROFILL: not its padding)
 
 
 def float_sql(q: str) -> str:

@@ -33,6 +33,8 @@ from pymysqlreplication.event import FormatDescriptionEvent, MariadbGtidEvent, R
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
+from airflow_provider_dblog.source.mysql.table_map import relabel
+
 COM_BINLOG_DUMP = 0x12
 BINLOG_DUMP_NON_BLOCK = 0x01
 RECONNECT_ERRORS = (2006, 2013)  # as the library: the stream reconnects at the last event's position
@@ -331,6 +333,8 @@ class EventStream:
                 self._maps.clear()  # a map's parse depends on them
             self.mysql_version, self._post_header_lengths = event.mysql_version, event.post_header_len
         if wrapper.event_type == TABLE_MAP_EVENT and event is not None:
+            if map_body is not None and self._known_post_header(TABLE_MAP_EVENT, 8):
+                relabel(event.columns, map_body)  # the ENUM/SET labels in their columns' character sets
             self.table_map[event.table_id] = event.get_table()
             self._remember(map_body, event)
         if event is None or event.__class__ not in self._wanted:

@@ -13,7 +13,6 @@ gets no decoder: ``compile_row_decoder`` returns None and the caller uses the li
 """
 from __future__ import annotations
 
-import codecs
 import datetime as dt
 import json
 from decimal import Decimal
@@ -32,6 +31,7 @@ from airflow_provider_dblog.source.mysql.field_types import (
 from airflow_provider_dblog.source.mysql.table_map import meta_from_table_map
 from airflow_provider_dblog.source.mysql.types import (
     BYTES_AS_TEXT, PYTHON_CODECS, enum_labels, _format_time, _json_text_keys, _type_argument, arrow_type,
+    text_decoder,
 )
 
 INT_FORMATS = {(TINY, False): "b", (TINY, True): "B", (SHORT, False): "h", (SHORT, True): "H",
@@ -171,16 +171,13 @@ def _json_reader(length_size: int):
 
 
 def _text_expression(b: Builder, charset: str | None, data: str) -> str | None:
-    """The expression that decodes ``data`` (bytes) of a text column, or None for bytes and for a character set
-    without an exact codec (``types.PYTHON_CODECS``; refused when the table is described)."""
-    name = PYTHON_CODECS.get((charset or "utf8mb4").lower())
-    if name is None:
-        return None
-    if name == "cp1252":  # MySQL's latin1: cp1252, its five undefined bytes mapped to C1 controls
-        table = "".join(bytes([i]).decode("cp1252") if i not in b"\x81\x8d\x8f\x90\x9d" else chr(i)
-                        for i in range(256))
-        return f"{b.const('C', codecs.charmap_decode)}({data}, 'strict', {b.const('L', table)})[0]"
-    return f"{data}.decode({name!r})"
+    """The expression that decodes ``data`` (bytes) of a text column as the server reads it, or None for bytes and
+    for a character set without an exact decoder (``types.text_decoder``; refused when the table is described)."""
+    name = (charset or "utf8mb4").lower()
+    if PYTHON_CODECS.get(name) in ("utf-8", "ascii"):  # the common case inline: no call
+        return f"{data}.decode({PYTHON_CODECS[name]!r})"
+    decode = text_decoder(name)
+    return None if decode is None else f"{b.const('C', decode)}({data})"
 
 
 # ---- code generation ----------------------------------------------------------------------------------------

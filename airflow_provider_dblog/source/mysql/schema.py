@@ -138,6 +138,9 @@ def describe_table(client: MySqlClient, table: str, chunk_key: Sequence[str] | N
         raise UnsupportedTables([table], versioned_refusal)
     if any("compressed" in c.column_type for c in columns):
         raise UnsupportedTables([table], compressed_refusal)
+    old_temporal = [f"{table}.{c.name}" for c in columns if "mariadb-5.3" in c.column_type]
+    if old_temporal:
+        raise UnsupportedTables(old_temporal, old_temporal_refusal)
     if client.is_mariadb:  # MariaDB reports JSON as longtext guarded by json_valid()
         json_cols = {r[0] for r in client.query(
             "SELECT CONSTRAINT_NAME FROM information_schema.CHECK_CONSTRAINTS "
@@ -218,6 +221,17 @@ def compressed_refusal(tables: Sequence[str]) -> str:
             f"binlog images cannot be decoded (the replication library does not know the compressed types); take them "
             f"out of the capture (--exclude), or ALTER TABLE ... MODIFY each such column without COMPRESSED and "
             f"capture the table again")
+
+
+def old_temporal_refusal(columns: Sequence[str]) -> str:
+    """MariaDB's TIME/DATETIME/TIMESTAMP of the 5.3 format (``COLUMN_TYPE`` ends ``/* mariadb-5.3 */``: made under
+    ``mysql56_temporal_format=OFF``, or older than 10.1.2): their binlog images are not the MySQL 5.6 format the
+    decoders read. Before, the tail stopped on the first change of such a column, at every restart, in a line that
+    blamed a COMPRESSED column."""
+    return (f"{len(columns)} column(s) use MariaDB's old temporal format (mariadb-5.3): {', '.join(columns)}; their "
+            f"binlog images cannot be decoded; with mysql56_temporal_format=ON (the default) run ALTER TABLE ... FORCE "
+            f"on each such table (it rewrites them in the current format), or take the table out of the capture "
+            f"(--exclude)")
 
 
 def charset_refusal(columns: Sequence[str]) -> str:

@@ -14,7 +14,7 @@ from airflow_provider_dblog.source.mysql.field_types import (
     BIT, BLOB, DATE, DATETIME2, DOUBLE, ENUM, FLOAT, GEOMETRY, INT24, JSON, LONG, LONG_BLOB, LONGLONG, MEDIUM_BLOB,
     NEWDECIMAL, SET, SHORT, STRING, TIME2, TIMESTAMP2, TINY, TINY_BLOB, VAR_STRING, VARCHAR, YEAR,
 )
-from airflow_provider_dblog.source.mysql.types import BYTES_AS_TEXT, enum_labels, quote_labels
+from airflow_provider_dblog.source.mysql.types import BYTES_AS_TEXT, enum_labels, quote_labels, text_decoder
 
 _FIXED = {TINY: "tinyint", SHORT: "smallint", INT24: "mediumint", LONG: "int", LONGLONG: "bigint",
           FLOAT: "float", DOUBLE: "double", DATE: "date", YEAR: "year", JSON: "json"}
@@ -22,6 +22,74 @@ _NUMERIC = {TINY, SHORT, INT24, LONG, LONGLONG, FLOAT, DOUBLE}
 _TEMPORAL = {DATETIME2: "datetime", TIMESTAMP2: "timestamp", TIME2: "time"}
 _BLOBS = {1: ("tinytext", "tinyblob"), 2: ("text", "blob"), 3: ("mediumtext", "mediumblob"),
           4: ("longtext", "longblob")}
+
+
+_SET_STR_VALUE, _ENUM_STR_VALUE = 5, 6  # optional metadata fields of a table map: the labels of SET/ENUM columns
+
+
+def _packed(body: bytes, at: int) -> tuple[int, int]:
+    """A length-encoded integer of the binlog at ``at``, and where what follows it starts."""
+    first = body[at]
+    if first < 251:
+        return first, at + 1
+    width = {0xFC: 2, 0xFD: 3, 0xFE: 8}[first]
+    return int.from_bytes(body[at + 1:at + 1 + width], "little"), at + 1 + width
+
+
+def label_bytes(body: bytes) -> dict[int, list[list[bytes]]]:
+    """The ENUM (``_ENUM_STR_VALUE``) and SET (``_SET_STR_VALUE``) labels of a table map event's ``body`` (after the
+    common header, before any checksum; a post-header of 8 bytes), as bytes, per column of the kind in column
+    order. The library decodes each label as UTF-8 and makes one that is not ''; the column's character set decodes
+    them here (``relabel``)."""
+    at = 8
+    at += body[at] + 2  # the schema's name and its NUL
+    at += body[at] + 2  # the table's
+    count, at = _packed(body, at)
+    at += count
+    length, at = _packed(body, at)
+    at += length + (count + 7) // 8  # the columns' metadata, then the null bitmap
+    found: dict[int, list[list[bytes]]] = {}
+    while at < len(body):
+        kind = body[at]
+        length, at = _packed(body, at + 1)
+        end = at + length
+        if kind in (_SET_STR_VALUE, _ENUM_STR_VALUE):
+            columns = []
+            while at < end:
+                labels, at = _packed(body, at)
+                column = []
+                for _ in range(labels):
+                    size, at = _packed(body, at)
+                    column.append(bytes(body[at:at + size]))
+                    at += size
+                columns.append(column)
+            found[kind] = columns
+        at = end
+    return found
+
+
+def relabel(columns: Sequence, body: bytes) -> None:
+    """Set the ENUM/SET labels of a table map's ``columns`` (the library's, parsed from ``body``) to its label
+    bytes decoded in each column's character set. Before, a label not in UTF-8 (latin1 'é', cp866 'ⁿ') was '' in
+    every table map, so the tail took the table for changed and wrote '' for it (silent); latin1 bytes that happen
+    to be UTF-8 ('Ã©') were read as another label."""
+    if not any(getattr(c, "type", None) in (ENUM, SET) for c in columns):
+        return
+    found = label_bytes(body)
+    enums, sets = iter(found.get(_ENUM_STR_VALUE, ())), iter(found.get(_SET_STR_VALUE, ()))
+    for column in columns:
+        if column.type not in (ENUM, SET):
+            continue
+        raw = next(enums if column.type == ENUM else sets, None)
+        if raw is None:  # no labels in the map (binlog_row_metadata=MINIMAL): the library's stand
+            continue
+        collation = getattr(column, "collation_name", None)
+        decode = text_decoder(collation.split("_")[0] if collation else None)
+        labels = [decode(v) if decode is not None else v.decode("utf-8", "replace") for v in raw]
+        if column.type == ENUM:
+            column.enum_values = ["", *labels]
+        else:
+            column.set_values = labels
 
 
 def column_from_table_map(tm) -> Column:

@@ -9,6 +9,7 @@ comma-joined text, JSON is its text.
 """
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import ipaddress
 import json
@@ -122,6 +123,74 @@ PYTHON_CODECS: dict[str, str | None] = {
 }
 
 
+# Where MySQL's character set decodes bytes otherwise than Python's codec of ``PYTHON_CODECS`` (MariaDB 10.11's
+# conversion of every character a utf8mb4 client can store in such a column, compared by
+# tests/integration/test_mysql_value_edges.py). Single-byte sets: the byte's character. Before, the tail wrote
+# the codec's character (cp866 'ⁿ' as '№', greek 'ʽ' as '‘', hebrew '‾' as '¯', koi8u '•' as '∙') where the
+# snapshot had the server's: silent. Multi-byte sets: what the codec gets wrong or cannot decode at all.
+SINGLE_BYTE_CHARSETS = {"latin1", "latin2", "latin5", "latin7", "greek", "hebrew", "cp1250", "cp1251", "cp1256",
+                        "cp1257", "cp850", "cp852", "cp866", "koi8r", "koi8u", "macce", "macroman", "tis620"}
+_SINGLE_BYTE_DIFFERENCES = {
+    "latin1": {i: chr(i) for i in b"\x81\x8d\x8f\x90\x9d"},  # cp1252's five undefined bytes: C1 controls
+    "cp866": {0xFC: "\u207f", 0xFD: "\u00b2"}, "greek": {0xA1: "\u02bd", 0xA2: "\u02bc"},
+    "hebrew": {0xAF: "\u203e"}, "koi8u": {0x95: "\u2022"},
+}
+# sjis: 0x815F is '\\' (Python: U+FF3C); euckr is CP949 (Python's euc-kr stops at its 8,822 extra syllables);
+# big5 has seven ETEN characters Python's big5 refuses; ujis maps its user-defined rows (0xF5-0xFE, also after
+# 0x8F) to the private use area from U+E000. Before, a value holding one stopped the tail in a line that blamed a
+# COMPRESSED column, at every restart.
+_BIG5_ETEN = dict(zip((bytes([0xF9, b]) for b in range(0xD6, 0xDD)), "碁銹裏墻恒粧嫺"))
+
+
+def _ujis_user_defined(data: bytes, at: int) -> tuple[str, int] | None:
+    lead = 1 if data[at] == 0x8F else 0  # JIS X 0212's rows after 0x8F: the second 940 code points
+    if at + lead + 1 < len(data) and 0xF5 <= data[at + lead] <= 0xFE and 0xA1 <= data[at + lead + 1] <= 0xFE:
+        code = 0xE000 + 940 * lead + (data[at + lead] - 0xF5) * 94 + data[at + lead + 1] - 0xA1
+        return chr(code), at + lead + 2
+    return None
+
+
+def _decode_error_handler(extra: Callable[[bytes, int], tuple[str, int] | None]):
+    def handle(exc: UnicodeDecodeError):
+        found = extra(exc.object, exc.start)
+        if found is None:
+            raise exc
+        return found
+    return handle
+
+
+codecs.register_error("dblog-big5", _decode_error_handler(
+    lambda data, at: (_BIG5_ETEN[data[at:at + 2]], at + 2) if data[at:at + 2] in _BIG5_ETEN else None))
+codecs.register_error("dblog-ujis", _decode_error_handler(_ujis_user_defined))
+_MULTI_BYTE_DECODERS: dict[str, Callable[[bytes], str]] = {
+    "euckr": lambda data: data.decode("cp949"),
+    "big5": lambda data: data.decode("big5", "dblog-big5"),
+    "ujis": lambda data: data.decode("euc-jp", "dblog-ujis"),
+    "sjis": lambda data: data.decode("shift-jis").replace("\uff3c", "\\"),
+}
+
+
+def _single_byte_table(charset: str) -> str:
+    """Per byte its character as the server reads it ('\\ufffe', undefined, makes ``charmap_decode`` raise)."""
+    fixes, codec = _SINGLE_BYTE_DIFFERENCES.get(charset, {}), PYTHON_CODECS[charset]
+    return "".join(fixes.get(i) or bytes([i]).decode(codec, "replace").replace("\ufffd", "\ufffe") for i in range(256))
+
+
+def text_decoder(charset: str | None) -> Callable[[bytes], str] | None:
+    """bytes of a text column in ``charset`` -> its text exactly as the server converts it to utf8mb4 (what the
+    snapshot's SELECT reads); None for ``binary`` and for a character set without one (``PYTHON_CODECS``)."""
+    charset = (charset or "utf8mb4").lower()
+    codec = PYTHON_CODECS.get(charset)
+    if codec is None:
+        return None
+    if charset in SINGLE_BYTE_CHARSETS:
+        table = _single_byte_table(charset)
+        return lambda data: codecs.charmap_decode(data, "strict", table)[0]
+    if charset in _MULTI_BYTE_DECODERS:
+        return _MULTI_BYTE_DECODERS[charset]
+    return lambda data: codecs.decode(data, codec)
+
+
 def arrow_schema(meta: TableMeta) -> pa.Schema:
     """The lake's columns of a table (key columns never null)."""
     return pa.schema([pa.field(c.name, arrow_type(c), c.nullable or c.name in meta.key_columns) for c in meta.columns])
@@ -185,6 +254,14 @@ def known_date_sql(col: Column) -> str:
     return q
 
 
+def plain_sql(col: Column) -> str:
+    """The column as SQL whose text is its digits: a ZEROFILL number prints padded with zeros ('0001.50'), ``c + 0``
+    does not (exact for every DECIMAL: the server adds in decimal). Before, a DECIMAL wider than 38 digits ZEROFILL
+    was read padded by the snapshot and unpadded by the tail (silent), and verify hashed the padded text."""
+    q = quote_ident(col.name)
+    return f"({q} + 0)" if "zerofill" in col.column_type else q
+
+
 def select_expression(col: Column, known_dates: bool = False) -> str:
     """The SELECT item that connectorx reads exactly for this column. DATE and DATETIME as stored unless
     ``known_dates`` (``known_date_sql``: twice the server's time for a table of dates, so only for a chunk whose
@@ -193,8 +270,8 @@ def select_expression(col: Column, known_dates: bool = False) -> str:
     t = col.data_type
     if _unscaled_decimal(col):
         return f"CAST({q} * 1{'0' * (col.scale or 0)} AS SIGNED) AS {q}"
-    if t in ("decimal", "time"):
-        return f"CAST({q} AS CHAR) AS {q}"
+    if t in ("decimal", "time"):  # a wide DECIMAL ZEROFILL prints padded with zeros: its digits, as the binlog's
+        return f"CAST({plain_sql(col)} AS CHAR) AS {q}"
     if t == "timestamp":
         return f"CAST({known_date_sql(col)} * 1000000 AS SIGNED) AS {q}"
     if t in ("date", "datetime") and known_dates:
