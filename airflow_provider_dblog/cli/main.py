@@ -109,7 +109,8 @@ def _capture(args):
     signal_table = getattr(args, "signal_table", None)
     if signal_table and args.tables:  # read by the tail, never captured (also by tables joining the patterns)
         args.exclude = ",".join(p for p in (args.exclude, signal_table) if p)
-    tables = resolve_tables(source, args.table, args.tables, args.exclude)
+    # ``--table`` is one name as written (a space or a comma is part of it: "Mixed Case.Order Items")
+    tables = resolve_tables(source, [args.table] if args.table else None, args.tables, args.exclude)
     return source, tables, chunk_keys(args.chunk_key, tables)
 
 

@@ -107,7 +107,8 @@ def table_names(value: Any) -> list[str]:
     return tables
 
 
-_PATTERN = re.compile(r"^[^.\s]+\.[^\s]+$")
+# DB.TABLE: a database part without a dot (where a name is split), spaces inside names allowed ("Mixed Case.*")
+_PATTERN = re.compile(r"^[^.]+\.\S.*$")
 
 
 def table_patterns(value: Any, flag: str = "--tables") -> list[str]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Sequence
 
@@ -149,10 +150,18 @@ def capture_options(patterns: str | None, exclude: str | None, chunk_size: int =
                         "watermark": watermark}}
 
 
+# what the lake's paths (SINK/DB.TABLE/current, read and written by delta-rs as URLs) cannot hold as written: '/'
+# nests one table in another's directory (or with '..' outside the sink); delta-rs panics on '[', ']', '^', '|'
+# and (on S3) '\\', decodes '%41' as 'A' and '\\' as '/' locally (another table's files), cuts an S3 path at '#' or
+# '?' (every such table in one place), and refuses control characters
+_PATH_UNSAFE = re.compile(r"[/\\\[\]^|#?\x00-\x1f\x7f]|%[0-9A-Fa-f]{2}")
+
+
 def path_refusal(tables: Sequence[str]) -> str:
-    return (f"{len(tables)} table(s) have a '/' in their names, which the lake's paths (SINK/DB.TABLE/current) "
-            f"cannot hold: {', '.join(tables)}; a '/' nests one table's files in another's directory, or with "
-            f"'..' outside the sink: rename them, or take them out of the capture (--exclude)")
+    return (f"{len(tables)} table(s) have names the lake's paths (SINK/DB.TABLE/current) cannot hold as written "
+            f"(a '/', '\\', '[', ']', '^', '|', '#', '?', control character or %XX escape): {', '.join(tables)}; "
+            f"their files would land in another table's directory or none: rename them, or take them out of the "
+            f"capture (--exclude)")
 
 
 def names_refusal(tables: Sequence[str]) -> str:
@@ -168,8 +177,8 @@ def describe_tables(dialect, tables: Sequence[str], chunk_keys: dict) -> dict:
     cannot hold as it is (a '/' in its name, a column named like the lake's own, the dialect's refusals)."""
     metas, keyless, unsupported = {}, [], {}
     for table in tables:
-        if "/" in table:
-            unsupported.setdefault(path_refusal, []).append(table)
+        if _PATH_UNSAFE.search(table):
+            unsupported.setdefault(path_refusal, []).append(repr(table)[1:-1] if not table.isprintable() else table)
             continue
         try:
             meta = metas[table] = dialect.describe_table(table, chunk_keys.get(table))

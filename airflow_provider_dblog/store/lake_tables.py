@@ -699,10 +699,13 @@ class LakeTables:
         state = latest_per_key(pa.concat_tables([rows.select(later.schema.names), later]), self.keys)
         live = state.filter(pc.not_equal(state["_op"], "d")).select(self.current_schema.names)
         if live.num_rows:
+            # the columns named, quoted (delta-rs's update_all/insert_all wrap names in backticks unescaped: a
+            # column with a backtick in its name failed every re-read of its chunk)
+            columns = {quote(n): f"s.{quote(n)}" for n in self.current_schema.names}
             (current.merge(live, f"t._chunk = {int(chunk_id)} AND {self.key_match}", source_alias="s", target_alias="t",
                            commit_properties=commit, writer_properties=self.current_writer)
-             .when_matched_update_all()
-             .when_not_matched_insert_all()
+             .when_matched_update(columns)
+             .when_not_matched_insert(columns)
              .when_not_matched_by_source_delete(f"t._chunk = {int(chunk_id)}")
              .execute())
         else:  # an empty chunk (a MERGE of no rows commits nothing): delete its rows, then record its HW

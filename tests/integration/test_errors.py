@@ -138,7 +138,8 @@ def test_a_table_whose_name_holds_a_slash_is_refused_in_one_line(mariadb, db, tm
     state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
     code, out, err = dblog("run", "--source", mariadb.uri(), "--tables", f"{db}.*", "--state", state, "--sink", sink)
     line = one_error_line(err)
-    assert code != 0 and "2 table(s) have a '/'" in line and f"{db}.a/current" in line and "--exclude" in line, line
+    assert code != 0 and "2 table(s) have names the lake's paths" in line, line
+    assert f"{db}.a/current" in line and "--exclude" in line, line
     assert not (tmp_path / "lake").exists() and not (tmp_path.parent / "out").exists()
     code, out, err = dblog("run", "--source", mariadb.uri(), "--tables", f"{db}.*", "--exclude", f"{db}.a/*,{db}.x/*",
                            "--state", state, "--sink", sink)

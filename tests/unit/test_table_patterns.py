@@ -24,10 +24,18 @@ def test_patterns_match_names_and_globs_minus_exclusions():
     assert match_tables(TABLES, table_patterns("SHOP.*"), []) == []  # names are case-sensitive, as on Linux
 
 
-@pytest.mark.parametrize("bad", ["shop", "shop.", ".orders", "shop.[ab", "shop.*,", "a b.c"])
+@pytest.mark.parametrize("bad", ["shop", "shop.", ".orders", "shop.[ab", "shop.*,", "shop. x"])
 def test_a_malformed_pattern_is_one_line_naming_it(bad):
     with pytest.raises(DblogError, match=r"bad --tables pattern .*: use comma-separated DB.TABLE names or globs"):
         table_patterns(bad)
+
+
+def test_names_with_spaces_are_patterns_too():
+    """A PostgreSQL schema "Mixed Case" or a MySQL table `order items`: before, every pattern with a space was
+    refused, so such a table could only be named by a glob (``Mixed?Case.*``)."""
+    tables = ["Mixed Case.Order Items", "Mixed Case.a.b", "shop.order items", "shop.orders"]
+    assert match_tables(tables, table_patterns("Mixed Case.*, shop.order items"), []) == [
+        "Mixed Case.Order Items", "Mixed Case.a.b", "shop.order items"]
 
 
 def test_chunk_keys_per_table_or_for_the_only_table():

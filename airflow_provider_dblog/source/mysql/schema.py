@@ -117,6 +117,7 @@ def describe_table(client: MySqlClient, table: str, chunk_key: Sequence[str] | N
     if "." not in table:
         raise DblogError(f"bad table name {table!r}: use DB.TABLE")
     database, name = table.split(".", 1)
+    refuse_unclear_name(client, table)
     rows = client.query(
         "SELECT COLUMN_NAME, LOWER(DATA_TYPE), COLUMN_TYPE, IS_NULLABLE = 'YES', CHARACTER_SET_NAME, "
         "COLLATION_NAME, NUMERIC_PRECISION, NUMERIC_SCALE, CHARACTER_MAXIMUM_LENGTH "
@@ -171,6 +172,38 @@ def describe_table(client: MySqlClient, table: str, chunk_key: Sequence[str] | N
             return TableMeta(database, name, columns, tuple(c for c, _ in cols), "unique")
     raise DblogError(f"table {table} has no primary key or NOT NULL unique key: add one, or pass "
                      f"--chunk-key COL[,COL] (an indexed column to split on)")
+
+
+def refuse_unclear_name(client: MySqlClient, table: str) -> None:
+    """``table`` (``DB.TABLE``) must name exactly one table, by a database without a dot: ``we.ird.t`` is table
+    ``t`` of database ``we.ird`` or table ``ird.t`` of ``we``, and every step splits a name at its first dot. Nor
+    may another table's name differ from it only in case (``shop.Orders``, ``shop.orders``): the binlog reader
+    compares names without case (a server with lower_case_table_names=1 logs them as written), so one table's
+    changes and DDL would be taken for the other's."""
+    rows = client.query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+                        "WHERE LOWER(CONCAT(TABLE_SCHEMA, '.', TABLE_NAME)) = LOWER(%s)", (table,))
+    found = [(str(db), str(name)) for db, name in rows if f"{db}.{name}".lower() == table.lower()]
+    same = [(db, name) for db, name in found if f"{db}.{name}" == table]
+    if any("." in db for db, _ in same):
+        spelled = " or ".join(f"table `{name}` of database `{db}`" for db, name in same)
+        raise UnsupportedTables([f"{table} ({spelled})"], dotted_database_refusal)
+    twins = sorted(f"{db}.{name}" for db, name in found if f"{db}.{name}" != table)
+    if twins:
+        raise UnsupportedTables([f"{table} (and {', '.join(twins)})"], case_twins_refusal)
+
+
+def dotted_database_refusal(tables: Sequence[str]) -> str:
+    return (f"{len(tables)} table name(s) cannot say where the database ends, a database name holding a '.': "
+            f"{', '.join(tables)}; DB.TABLE is split at its first '.', so dblog would capture another table or mix "
+            f"two: rename the database (RENAME TABLE `a.b`.t TO ab.t), or take the tables out of the capture "
+            f"(--exclude)")
+
+
+def case_twins_refusal(tables: Sequence[str]) -> str:
+    return (f"{len(tables)} table(s) have a name differing only in case from another table's on the server: "
+            f"{'; '.join(tables)}; the binlog reader compares table names without case, so their changes would "
+            f"be taken for each other's: rename one of each pair (RENAME TABLE), or take these tables out of the "
+            f"capture (--exclude)")
 
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")

@@ -67,6 +67,34 @@ def unlogged_refusal(tables: Sequence[str]) -> str:
             f"(--exclude)")
 
 
+def refuse_dotted_schema(client: PostgresClient, table: str) -> None:
+    """``SCHEMA.TABLE`` is split at its first dot: a table of a schema whose name holds a dot (``"a.b".c``) has a
+    name that another table's (``a."b.c"``) may spell too, so it is refused in one line, never taken for the other."""
+    rows = client.query("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                        "WHERE strpos(n.nspname, '.') > 0 AND n.nspname || '.' || c.relname = %s "
+                        "AND c.relkind IN ('r', 'p')", (table,))
+    if rows:
+        schema, name = split_name(table)
+        spelled = " or ".join(_spelled(s, n) for s, n in [*rows, *([(schema, name)] if _exists(client, schema, name)
+                                                                      else [])])
+        raise UnsupportedTables([f"{table} ({spelled})"], dotted_schema_refusal)
+
+
+def _spelled(schema: str, name: str) -> str:
+    return ".".join('"' + part.replace('"', '""') + '"' for part in (schema, name))
+
+
+def _exists(client: PostgresClient, schema: str, name: str) -> bool:
+    return bool(client.query("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                             "WHERE n.nspname = %s AND c.relname = %s", (schema, name)))
+
+
+def dotted_schema_refusal(tables: Sequence[str]) -> str:
+    return (f"{len(tables)} table name(s) cannot say where the schema ends, a schema name holding a '.': "
+            f"{', '.join(tables)}; SCHEMA.TABLE is split at its first '.', so dblog would capture another table or "
+            f"mix two: ALTER SCHEMA ... RENAME TO a name without '.', or take the tables out of the capture (--exclude)")
+
+
 def relation_oid(client: PostgresClient, table: str) -> int:
     """The table's OID; one line when it is unknown, not a table, or not readable by the login."""
     schema, name = split_name(table)
@@ -454,6 +482,7 @@ def _with_enum_orders(client: PostgresClient, meta: TableMeta) -> TableMeta:
 def _described(client: PostgresClient, table: str, chunk_key: Sequence[str] | None,
                publication: str | None) -> TableMeta:
     schema, name = split_name(table)
+    refuse_dotted_schema(client, table)
     oid = relation_oid(client, table)
     refuse_hidden_rows(client, table, oid)
     generated = generated_columns(client, oid)
