@@ -183,3 +183,38 @@ def test_old_temporal_format_is_refused_in_one_line(mariadb):
             "datetime(6)", "time", "timestamp(3)"]
     finally:
         dialect.close()
+
+
+def test_an_old_temporal_column_added_after_the_plan_stops_the_tail_in_one_line_naming_it(mariadb, tmp_path):
+    """A column of the old temporal format added by ALTER under ``mysql56_temporal_format=OFF`` after the plan:
+    the tail stops in the line that names the column and ALTER TABLE ... FORCE, before any of its read is written
+    (before: the line blamed a COMPRESSED column). Its images already logged stay unreadable after the FORCE (the
+    tail still stops, loud); the table captured again after the FORCE is followed."""
+    from tests.support.cli import captured, dblog, one_error_line
+    from tests.support.lakecheck import compare_rows
+    from deltalake import DeltaTable
+
+    mariadb.sql("CREATE DATABASE IF NOT EXISTS edges", "DROP TABLE IF EXISTS edges.later",
+                "CREATE TABLE edges.later (id INT PRIMARY KEY, v INT)", "INSERT INTO edges.later VALUES (1, 1), (2, 2)")
+    state, sink = captured(mariadb.uri(), "edges.later", tmp_path, 10)
+    mariadb.sql("SET GLOBAL mysql56_temporal_format = OFF")
+    try:
+        mariadb.sql("ALTER TABLE edges.later ADD COLUMN dt DATETIME(6)")
+    finally:
+        mariadb.sql("SET GLOBAL mysql56_temporal_format = ON")
+    mariadb.sql("INSERT INTO edges.later VALUES (3, 3, '2024-01-02 03:04:05.678901')")
+    before = DeltaTable(f"{sink}/edges.later/current").to_pyarrow_table().to_pylist()
+    code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+    line = one_error_line(err)
+    assert code != 0 and "edges.later.dt" in line and "ALTER TABLE ... FORCE" in line, line
+    assert DeltaTable(f"{sink}/edges.later/current").to_pyarrow_table().to_pylist() == before
+    assert "capture it again after the FORCE" in line, line
+    mariadb.sql("ALTER TABLE edges.later FORCE", "UPDATE edges.later SET v = -v WHERE id = 1")
+    code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")  # the old images are still there
+    assert code != 0 and "capture it again" in one_error_line(err), err[-3000:]
+    assert DeltaTable(f"{sink}/edges.later/current").to_pyarrow_table().to_pylist() == before
+    state2, sink2 = captured(mariadb.uri(), "edges.later", tmp_path / "again", 10)  # the way the lines name
+    mariadb.sql("UPDATE edges.later SET dt = '2001-01-01 00:00:00.5' WHERE id = 2")
+    code, _, err = dblog("tail", "--state", state2, "--sink", sink2, "--available-now")
+    assert code == 0, err[-3000:]
+    assert compare_rows(DeltaTable(f"{sink2}/edges.later/current").to_pyarrow_table(), mariadb.port, "edges.later") == []

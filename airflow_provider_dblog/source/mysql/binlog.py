@@ -38,7 +38,7 @@ from airflow_provider_dblog.source.mysql.rows import (
     ByColumns, RowDecoder, RowImages, body_of, decode_rows, full_image, has_column_names,
 )
 from airflow_provider_dblog.source.mysql.schema import (
-    SERVER_CONFIG_FIX, compressed_refusal, compressed_tables, system_versioned, versioned_refusal,
+    SERVER_CONFIG_FIX, system_versioned, undecodable_refusal, versioned_refusal,
 )
 from airflow_provider_dblog.source.mysql.side_effects import Routines, reached, read_routines
 from airflow_provider_dblog.source.mysql.types import arrow_schema, binlog_converter
@@ -371,9 +371,9 @@ class BinlogStream:
             versioned = system_versioned(self.client, list(metas))
             if versioned:
                 raise DblogError(versioned_refusal(versioned))
-            packed = compressed_tables(self.client, list(metas))  # (``compressed`` is the events' module)
-            if packed:
-                raise DblogError(compressed_refusal(packed))
+            refused = undecodable_refusal(self.client, list(metas))
+            if refused:
+                raise DblogError(refused)
         # parents of cascading keys and MERGE tables: in a chunk's window too (their changes there make the chunk
         # be read again: the SELECT may predate them, and the window holds no event of the chunk's rows for them)
         watched = {} if not metas else self.cascades.watched(metas)
@@ -625,9 +625,9 @@ class BinlogStream:
             raise DblogError(f"reading the binlog of {self.client.config.address} from {start} failed: "
                              f"{exc.args[-1]}") from None
         except (IndexError, KeyError, ValueError, NotImplementedError) as exc:  # the library: a type it does not know
-            packed = compressed_tables(self.client, list(metas))  # (a column made COMPRESSED in this read)
-            if packed:
-                raise DblogError(compressed_refusal(packed)) from None
+            refused = undecodable_refusal(self.client, list(metas))  # (a column made so in this read)
+            if refused:
+                raise DblogError(refused) from None
             raise DblogError(f"decoding the binlog of {self.client.config.address} from {start} failed "
                              f"({type(exc).__name__}: {exc}): a table map of a type the replication library does not "
                              f"know (a MariaDB COMPRESSED column, even one made plain since) stops the tail there; "

@@ -242,11 +242,25 @@ def _mariadb_tables_where(client: MySqlClient, tables: Sequence[str], select: st
     return sorted(wanted[f"{db}.{name}".lower()] for db, name in rows if f"{db}.{name}".lower() in wanted)
 
 
-def compressed_tables(client: MySqlClient, tables: Sequence[str]) -> list[str]:
-    """The ``tables`` with a column MariaDB compresses now (``COMPRESSED``): python-mysql-replication (1.0.17)
-    cannot read the table map of such a table (its column types 140/141), so no binlog image of it is decodable."""
-    return _mariadb_tables_where(client, tables, "SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME FROM "
-                                                 "information_schema.COLUMNS WHERE COLUMN_TYPE LIKE '%%compressed%%'")
+def undecodable_refusal(client: MySqlClient, tables: Sequence[str]) -> str | None:
+    """The one line for ``tables`` whose binlog images cannot be decoded now, or None: a column MariaDB compresses
+    (``COMPRESSED``: python-mysql-replication 1.0.17 cannot read such a table map, types 140/141), or one of its
+    old temporal format (``old_temporal_refusal``: a column added by ALTER after the plan, under
+    ``mysql56_temporal_format=OFF``). One catalog query for both; MariaDB only."""
+    if not client.is_mariadb or not tables:
+        return None
+    schemas = sorted({t.split(".", 1)[0] for t in tables})
+    rows = client.query("SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, COLUMN_TYPE LIKE '%%compressed%%' FROM "
+                        "information_schema.COLUMNS WHERE (COLUMN_TYPE LIKE '%%compressed%%' OR COLUMN_TYPE LIKE "
+                        f"'%%mariadb-5.3%%') AND TABLE_SCHEMA IN ({', '.join(['%s'] * len(schemas))})", schemas)
+    wanted = {t.lower(): t for t in tables}
+    found = [(wanted[f"{db}.{name}".lower()], column, packed) for db, name, column, packed in rows
+             if f"{db}.{name}".lower() in wanted]
+    packed = sorted({table for table, _, is_packed in found if is_packed})
+    if packed:
+        return compressed_refusal(packed)
+    old = sorted(f"{table}.{column}" for table, column, _ in found)
+    return old_temporal_refusal(old) if old else None
 
 
 def compressed_refusal(tables: Sequence[str]) -> str:
@@ -263,8 +277,9 @@ def old_temporal_refusal(columns: Sequence[str]) -> str:
     blamed a COMPRESSED column."""
     return (f"{len(columns)} column(s) use MariaDB's old temporal format (mariadb-5.3): {', '.join(columns)}; their "
             f"binlog images cannot be decoded; with mysql56_temporal_format=ON (the default) run ALTER TABLE ... FORCE "
-            f"on each such table (it rewrites them in the current format), or take the table out of the capture "
-            f"(--exclude)")
+            f"on each such table (it rewrites them in the current format; a captured table's changes the binlog holds "
+            f"in the old format stay unreadable: capture it again after the FORCE), or take the table out of the "
+            f"capture (--exclude)")
 
 
 def charset_refusal(columns: Sequence[str]) -> str:
