@@ -12,7 +12,9 @@ bool), ``--rows`` rows captured by ``dblog run --source postgresql://... --table
   large enough for the range; with ``--spark`` also ``--driver-catch-up-mb 0``, the streaming query), and the
   baseline "what a Python user writes first": psycopg2 reading ``pg_logical_slot_peek_changes`` of the
   ``test_decoding`` slot through a server-side cursor and parsing each row's text line into a dict of typed
-  Python values (int, Decimal, date, datetime, bool, str), no lake. Each round has new changes; after a round
+  Python values (int, Decimal, date, datetime, bool, str), no lake; and beside it the consumer psycopg2's own
+  documentation shows for logical replication (``LogicalReplicationConnection``, ``start_replication(decode=True)``,
+  ``consume_stream``) with the same parse (``ratio_to_stream``). Each round has new changes; after a round
   the baseline's slot is advanced past them. ``--profile`` runs one more in-driver tail under cProfile.
 * ``latency``: ``dblog tail --continuous --trigger-seconds T``; a writer commits ``--rate`` row changes/s (a
   transaction of rate/100 UPDATEs every 10 ms) for ``--latency-seconds``. Afterwards, per change in the
@@ -153,6 +155,13 @@ def _typed(kind: str, text: str):
     return text
 
 
+def _change_of(line: str) -> tuple[str, str, dict]:
+    """A ``test_decoding`` change line as (table, operation, its columns as typed Python values)."""
+    head, _, rest = line.partition(": ")
+    op, _, columns = rest.partition(": ")
+    return head[6:], op, {name: _typed(kind, value) for name, kind, value in _COLUMN.findall(columns)}
+
+
 def child_test_decoding(dsn: str, slot: str, upto: str, parse: bool) -> dict:
     """What a Python user writes first: every change of the slot up to ``upto`` as a dict of typed values."""
     import psycopg2
@@ -171,15 +180,44 @@ def child_test_decoding(dsn: str, slot: str, upto: str, parse: bool) -> dict:
         rows += 1
         if not parse:
             continue
-        head, _, rest = line.partition(": ")
-        op, _, columns = rest.partition(": ")
-        row = {name: _typed(kind, value) for name, kind, value in _COLUMN.findall(columns)}
-        ops[op] = ops.get(op, 0) + 1
-        last = (head[6:], op, row)
+        last = _change_of(line)
+        ops[last[1]] = ops.get(last[1], 0) + 1
     conn.rollback()
     conn.close()
     return {"rows": rows, "lines": lines, "ops": ops, "seconds": round(time.perf_counter() - started, 3),
             "last": repr(last)[:300]}
+
+
+def child_test_decoding_stream(dsn: str, slot: str, expect: int) -> dict:
+    """The other thing a Python user writes first, the consumer psycopg2's documentation shows for logical
+    replication: a ``LogicalReplicationConnection``, ``start_replication(decode=True)`` on the ``test_decoding``
+    slot and ``consume_stream``, each change parsed as ``child_test_decoding`` does; it stops at the commit after
+    ``expect`` changes. No feedback is sent: the slot stays where it was for the other readers."""
+    import psycopg2
+    import psycopg2.extras
+
+    conn = psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+    started = time.perf_counter()
+    cur = conn.cursor()
+    cur.start_replication(slot_name=slot, decode=True)
+    seen = {"rows": 0, "lines": 0, "ops": {}, "last": None}
+
+    def consume(msg) -> None:
+        line = msg.payload
+        seen["lines"] += 1
+        if line.startswith("table "):
+            seen["rows"] += 1
+            seen["last"] = change = _change_of(line)
+            seen["ops"][change[1]] = seen["ops"].get(change[1], 0) + 1
+        elif seen["rows"] >= expect and line.startswith("COMMIT"):
+            raise psycopg2.extras.StopReplication
+
+    try:
+        cur.consume_stream(consume)
+    except psycopg2.extras.StopReplication:
+        pass
+    conn.close()
+    return {**seen, "seconds": round(time.perf_counter() - started, 3), "last": repr(seen["last"])[:300]}
 
 
 def child_pgoutput_fetch(dsn: str, slot: str, publication: str, upto: str) -> dict:
@@ -329,8 +367,17 @@ def bench_tail(server, work: Path, state: Path, sink: Path, args, results: dict,
             rnd["dblog_tail"] = {"driver_catch_up_mb": mb, **got}
             log(f"  dblog tail ({variant}): {rows} rows in {got['seconds']:.1f}s = {got['rows_per_s']:,} rows/s")
 
+        def streamed() -> None:  # the slot's changes through psycopg2's documented replication consumer
+            seconds, got = run_child(["test-decoding-stream", server.dsn("bench"), TD_SLOT, str(wrote["rows"])],
+                                     work / "logs" / f"td-stream-{i}.log")
+            rnd["test_decoding_stream"] = {"seconds": round(seconds, 2), "rows_per_s": round(got["rows"] / seconds),
+                                           **got}
+            log(f"  test_decoding through consume_stream + parse: {got['rows']} rows in {seconds:.1f}s = "
+                f"{got['rows'] / seconds:,.0f} rows/s")
+
         steps = (baseline, tail) if i % 2 == 0 else (tail, baseline)
         steps[0]()
+        streamed()
         if i == 0:  # the floor of a reader of dblog's own slot: fetching its pgoutput messages, nothing else
             options = json.loads((state / "plan.json").read_text())["options"]
             seconds, got = run_child(["pgoutput-fetch", server.dsn("bench"), options["slot"], options["publication"],
@@ -349,6 +396,7 @@ def bench_tail(server, work: Path, state: Path, sink: Path, args, results: dict,
             rnd["test_decoding_fetch_only"] = {"seconds": round(seconds, 2), "rows_per_s": round(got["rows"] / seconds)}
             log(f"  test_decoding, fetch only: {seconds:.1f}s = {got['rows'] / seconds:,.0f} rows/s")
         rnd["ratio"] = round(rnd["dblog_tail"]["rows_per_s"] / rnd["test_decoding"]["rows_per_s"], 2)
+        rnd["ratio_to_stream"] = round(rnd["dblog_tail"]["rows_per_s"] / rnd["test_decoding_stream"]["rows_per_s"], 2)
         if "pgoutput_fetch_only" in rnd:  # the best ratio a reader of the slot into the lake could reach (decoding
             # and committing free): what is left for them under the target is its ratio to ``ratio``
             rnd["ratio_ceiling"] = round(rnd["test_decoding"]["seconds"] / rnd["pgoutput_fetch_only"]["seconds"], 2)
@@ -718,6 +766,8 @@ def main(argv=None) -> int:
         kind, rest = argv[1], argv[2:]
         if kind == "test-decoding":
             got = child_test_decoding(rest[0], rest[1], rest[2], rest[3] == "parse")
+        elif kind == "test-decoding-stream":
+            got = child_test_decoding_stream(rest[0], rest[1], int(rest[2]))
         elif kind == "pgoutput-fetch":
             got = child_pgoutput_fetch(rest[0], rest[1], rest[2], rest[3])
         elif kind == "breakdown":
