@@ -119,8 +119,11 @@ def run_chunk(sink: str, plan: TablePlan, chunk_id: int, dialect: DataSourceDial
 
 
 def failed_chunk(chunk_id: int, exc: BaseException) -> dict:
-    """What a task returns instead of a report when a chunk fails: its root cause on one line."""
-    message = str(exc) if isinstance(exc, DblogError) else f"{type(exc).__name__}: {exc}"
+    """What a task returns instead of a report when a chunk fails: its root cause on one line (dblog's own line
+    whole: its fix comes last; before, a line past 300 characters lost it)."""
+    if isinstance(exc, DblogError):
+        return {"chunk": chunk_id, "error": (str(exc).strip().splitlines() or [""])[0]}
+    message = f"{type(exc).__name__}: {exc}"
     return {"chunk": chunk_id, "error": (message.strip().splitlines() or [""])[0][:300]}
 
 

@@ -556,7 +556,8 @@ class LakeTables:
         return DblogError(f"chunk {chunk_id} of {self.table} differs from its last read at {hw}, and nothing was "
                           f"logged since (a change without a binlog event, e.g. sql_log_bin=0, or the lake's columns "
                           f"changed between the two reads): a read at that same position cannot replace it; read it "
-                          f"again (or run the tail again) once the source logged any write")
+                          f"again (or run the tail again) once the source logged any write (on MySQL/MariaDB, FLUSH BINARY LOGS "
+                          f"moves the position without one)")
 
     def _replayed(self, chunk_id: int, hw: SourcePosition) -> pa.Table | None:
         """The chunk's live rows (the source's columns) that replaying the changelog up to ``hw`` gives; None when
