@@ -80,6 +80,25 @@ def _qualify(name: str, default_db: str) -> str:
     return f"{default_db}.{_unquote(found.group(1))}"
 
 
+_LISTED = re.compile(rf"\s*({QUALIFIED})")
+_NEXT = re.compile(rf"{_WAIT}\s*,", re.I)
+_PAIR = re.compile(rf"\s*({QUALIFIED}){_WAIT}\s*\bTO\b\s*({QUALIFIED})", re.I)
+
+
+def _listed(text: str, default_db: str, pairs: bool = False) -> list[str]:
+    """``db.table`` of each name of a comma-separated list (``a, s.b``; ``a TO b, c TO a`` when ``pairs``), read
+    name by name: a quoted name may hold commas, spaces and ``TO`` (before, the list was cut at each comma and
+    each `` TO `` first: ``DROP TABLE `x,y``` crashed the tail, every tail after it too)."""
+    names, at = [], 0
+    while (found := (_PAIR if pairs else _LISTED).match(text, at)) is not None:
+        names.extend(_qualify(name, default_db) for name in found.groups())
+        following = _NEXT.match(text, found.end())
+        if following is None:
+            break
+        at = following.end()
+    return names
+
+
 def qualified_names(text: str, default_db: str) -> list[str]:
     """``db.table`` of each (maybe qualified, maybe quoted) name of a comma-separated list."""
     return [_qualify(name, default_db) for name in re.findall(QUALIFIED, text)]
@@ -123,15 +142,9 @@ def ddl_tables(statement: str, default_db: str) -> tuple[str, list[str]] | None:
             return kind, [_qualify(match.group(1), default_db)]
         if kind == "drop_database":  # every table of it: ``db.*``
             return "drop", [f"{_unquote(match.group(1))}.*"]
-        body = re.split(r"\s+(?:RESTRICT|CASCADE)\s*$", match.group(1).strip(), flags=re.I)[0]
         if kind in ("drop", "repair"):
-            names = [_qualify(n, default_db) for n in body.split(",") if n.strip()]
-            return ("rewrite" if kind == "repair" else kind), names
-        names = []
-        for pair in body.split(","):
-            sides = re.split(rf"{_WAIT}\s+TO\s+", pair.strip(), flags=re.I)
-            names.extend(_qualify(s, default_db) for s in sides if s.strip())
-        return kind, names
+            return ("rewrite" if kind == "repair" else kind), _listed(match.group(1), default_db)
+        return kind, _listed(match.group(1), default_db, pairs=True)
     return None
 
 
@@ -211,6 +224,9 @@ _NO_ROW_CHANGE = re.compile(r"^(ADD|DROP)\s+(INDEX|KEY|UNIQUE|FULLTEXT|SPATIAL|F
                             r"^PARTITION\s+BY\b|^REMOVE\s+PARTITIONING$|"
                             r"^ADD\s+SYSTEM\s+VERSIONING$", re.I)  # (reads refuse a versioned table)
 _UNIQUE = re.compile(r"\bUNIQUE\b|\bPRIMARY\b", re.I)
+# under ALTER IGNORE, clauses that delete rows without a row event besides a unique key's: the rows a new
+# partitioning has no partition for, and the rows a new CHECK constraint refuses
+_IGNORED_ROWS_DELETED = re.compile(r"^(?:PARTITION\s+BY|REORGANIZE\s+PARTITION)\b|^ADD\b.*\bCHECK\b", re.I | re.S)
 _REBUILT = re.compile(r"^(?:MODIFY|CHANGE|DROP\s+(?:COLUMN\s+)?(?!(?:INDEX|KEY|FOREIGN|CONSTRAINT|CHECK)\b))", re.I)
 _DEFAULT = re.compile(r"\bDEFAULT\s+('(?:[^']|'')*'|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|NULL)(?=\s|,|$)", re.I)
 
@@ -224,6 +240,46 @@ _NULLABLE = re.compile(r"(?<!NOT)\s+NULL\b", re.I)
 # (5 is b'101'), BINARY (zero-padded), TIMESTAMP (read in the DDL session's time zone)
 _DEFAULT_REINTERPRETED = {"year", "bit", "binary", "timestamp"}
 _TEMPORAL = {"date", "datetime", "time"}
+# column types that take a number literal as the number (anything else takes its text as the server prints it:
+# ``VARCHAR DEFAULT 007`` is '7', ``1e3`` is '1000'; an ENUM or SET takes it as a label's index)
+_NUMERIC = {"tinyint", "smallint", "mediumint", "middleint", "int", "integer", "bigint", "int1", "int2", "int3",
+            "int4", "int8", "decimal", "dec", "numeric", "fixed", "float", "double", "real", "bool", "boolean"}
+_LABEL = re.compile(r"\s*'((?:[^'\\]|'')*)'\s*([,)])")
+
+
+def _labels(definition: str) -> list[str] | None:
+    """The labels of an ENUM or SET column definition as the server keeps them (trailing spaces cut), or None when
+    they are not plain quoted strings."""
+    opening = re.match(r"\s*(?:ENUM|SET)\s*\(", definition, re.I)
+    labels, at = [], opening.end() if opening else None
+    while at is not None:
+        label = _LABEL.match(definition, at)
+        if label is None:
+            return None
+        labels.append(label.group(1).replace("''", "'").rstrip(" "))
+        if label.group(2) == ")":
+            return labels
+        at = label.end()
+    return None
+
+
+def _stored_as_written(type_word: str, definition: str, text: str) -> bool:
+    """Whether the server stores the string DEFAULT ``text`` of a column of ``type_word`` as it is written: an ENUM
+    label or SET members exactly as declared, in the declared order (``'A'`` is stored as ``'a'``, ``'b,a'`` as
+    ``'a,b'``, ``'a '`` as ``'a'``), a TIME as ``HH:MM:SS`` of a column without fractions (``'9:00'`` is
+    ``09:00:00``; a TIME(3) shows ``.000``); any other type's text."""
+    if type_word in ("enum", "set"):
+        labels = _labels(definition)
+        if labels is None:
+            return False
+        if type_word == "enum":
+            return text in labels
+        members = text.split(",") if text else []
+        return all(m in labels for m in members) and members == sorted(set(members), key=labels.index)
+    if type_word == "time":
+        return (re.fullmatch(r"\d{2}:[0-5]\d:[0-5]\d", text) is not None
+                and re.match(r"\s*time\s*\(\s*0*[1-9]", definition, re.I) is None)
+    return True
 
 
 def _default_value(definition: str, default: re.Match):
@@ -231,7 +287,9 @@ def _default_value(definition: str, default: re.Match):
     say: a string with a backslash (an escape, or not, by the DDL session's sql_mode) or followed by another (MySQL
     joins adjacent literals), a fraction of a second (rounded to the column's precision), trailing spaces in a CHAR
     (cut when read), a number for a date or time, and the types of ``_DEFAULT_REINTERPRETED``. Before, these were
-    taken as written and every old row differed from the source."""
+    taken as written and every old row differed from the source; so were an ENUM or SET default not spelled as
+    declared, a TIME not in full, and a number for a text column not as the server prints it (``_stored_as_written``:
+    before the thirty-first session, ``DEFAULT 'A'`` of ``ENUM('a','b')`` left 'A' in every old row)."""
     literal = default.group(1)
     if literal.upper() == "NULL":
         return None
@@ -239,14 +297,17 @@ def _default_value(definition: str, default: re.Match):
     type_word = word.group(1).lower() if word else ""
     if type_word in _DEFAULT_REINTERPRETED:
         return ...
-    if not literal.startswith("'"):  # a number
-        return ... if type_word in _TEMPORAL else literal
+    if not literal.startswith("'"):  # a number: a numeric column's value, or text only when the server prints it so
+        if type_word in _NUMERIC:
+            return literal
+        plain = re.fullmatch(r"0|-?[1-9]\d*", literal) is not None
+        return literal if plain and type_word not in _TEMPORAL and type_word not in ("enum", "set") else ...
     text = literal[1:-1].replace("''", "'")
     if "\\" in literal or definition[default.end():].lstrip().startswith("'"):
         return ...
     if (type_word in _TEMPORAL and "." in text) or (type_word == "char" and text != text.rstrip(" ")):
         return ...
-    return text
+    return text if _stored_as_written(type_word, definition, text) else ...
 
 
 def without_strings(definition: str) -> str:
@@ -289,10 +350,13 @@ def alter_actions(statement: str) -> list[ColumnAction]:
     ignore = "IGNORE" in head.group(1).upper()
     actions = []
     for clause in _clauses(text[head.end():]):
-        if ignore and (_UNIQUE.search(without_strings(clause)) or _REBUILT.match(clause)):
+        if ignore and (_UNIQUE.search(without_strings(clause)) or _REBUILT.match(clause)
+                       or _IGNORED_ROWS_DELETED.match(without_strings(clause))):
             # ALTER IGNORE deletes the rows a unique key would then hold twice (a new unique index, column or key
             # part; a column's values cut, or compared by a new collation), without a row event: read again
-            # (before: followed in place, tail exit 0, the lake kept 50 and 29 rows the source had deleted)
+            # (before: followed in place, tail exit 0, the lake kept 50 and 29 rows the source had deleted); so
+            # do ``PARTITION BY`` and ``REORGANIZE PARTITION`` (rows no partition takes) and an added CHECK
+            # (rows it refuses): before, taken for clauses that keep rows, the lake kept 11 and 1 deleted rows
             actions.append(ColumnAction("other", clause))
             continue
         if _NO_ROW_CHANGE.match(clause):
