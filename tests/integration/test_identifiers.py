@@ -10,6 +10,7 @@ names differ only in case lost one's changes silently (the binlog scan compares 
 whose name holds a dot was taken for another table; ``--table "Mixed Case.Order Items"`` was split at its space."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import psycopg2
@@ -17,6 +18,7 @@ import pymysql
 from deltalake import DeltaTable
 
 from tests.support.cli import dblog, one_error_line
+from tests.support.lakecheck import compare_rows
 from tests.support.postgres_fixtures import pg_db, postgres  # noqa: F401  (fixtures)
 
 # MySQL columns: reserved words, a dot, a backtick, quotes, a space, '%', unicode, a leading digit, 64 characters
@@ -189,3 +191,25 @@ def test_postgres_a_schema_name_with_a_dot_is_refused_not_taken_for_another_tabl
     assert 's.x.t ("s.x"."t" or "s"."x.t")' in line and "RENAME TO" in line and "--exclude" in line, line
     assert not state.exists() and not sink.exists()
     assert pg.sql(f"SELECT count(*) FROM pg_replication_slots WHERE database = '{db}'")[0][0] == 0
+
+
+def test_mysql_a_case_twin_created_after_the_plan_changes_nothing_of_the_captured_table(mariadb, source_uri, db,
+                                                                                         tmp_path):
+    """``shop.orders`` captured, then ``shop.Orders`` created, written, truncated and dropped (a server with
+    lower_case_table_names=0 keeps both): none of it is the captured table's, whose own changes go on."""
+    mariadb.sql(f"CREATE TABLE {db}.orders (id int PRIMARY KEY, v int)",
+                f"INSERT INTO {db}.orders SELECT seq, seq FROM {db}.seq_1_to_20")
+    state, sink = tmp_path / "state", tmp_path / "lake"
+    code, _, err = dblog("run", "--source", source_uri, "--table", f"{db}.orders", "--state", str(state),
+                         "--sink", str(sink))
+    assert code == 0, err[-2000:]
+    mariadb.sql(f"CREATE TABLE {db}.Orders (id int PRIMARY KEY, v int, w int)",
+                f"INSERT INTO {db}.Orders VALUES (1, -1, 0), (99, 99, 0)", f"UPDATE {db}.orders SET v = 100 WHERE id = 1",
+                f"ALTER TABLE {db}.Orders DROP COLUMN w", f"TRUNCATE TABLE {db}.Orders",
+                f"UPDATE {db}.orders SET v = 200 WHERE id = 2", f"DROP TABLE {db}.Orders",
+                f"UPDATE {db}.orders SET v = 300 WHERE id = 3", f"DELETE FROM {db}.orders WHERE id = 4")
+    code, _, err = dblog("tail", "--state", str(state), "--sink", str(sink), "--available-now")
+    assert code == 0, err[-2000:]
+    assert compare_rows(DeltaTable(f"{sink}/{db}.orders/current").to_pyarrow_table(), mariadb.port, f"{db}.orders") == []
+    code, out, err = dblog("verify", "--state", str(state), "--sink", str(sink), "--table", f"{db}.orders")
+    assert code == 0 and json.loads(out)["equal"], out + err
