@@ -36,8 +36,11 @@ with DAG(
     tags=["dblog", "cdc", "repair"],
     doc_md=__doc__,
     params={
-        "table": Param(type="string", minLength=3, pattern=r"^[^.\s;`]+\.[^\s;`]+$", title="table",
-                       description="DB.TABLE to re-snapshot (planned by dblog_initial_load)"),
+        # a name as the capture holds it: spaces, quotes, ';' and later dots may be part of it ("Mixed Case.Order
+        # Items"); it is only looked up among the planned tables, never put into SQL or a shell
+        "table": Param(type="string", minLength=3, pattern=r"^[^.\s][^.]*\.\S.*$", title="table",
+                       description="DB.TABLE to re-snapshot (planned by dblog_initial_load), as written: "
+                                   "Mixed Case.Order Items"),
         "key_lo": Param(None, type=KEY_TYPES, title="key from",
                         description="smallest key to re-read (inclusive); a JSON list for composite keys"),
         "key_hi": Param(None, type=KEY_TYPES, title="key to",

@@ -7,7 +7,7 @@
    ``DBLOG_TABLES``, ... (read when the DAG file is parsed);
 4. built-in defaults (below).
 
-The resolution happens in Jinja at run time, e.g. ``{{ params.state or var.value.get('dblog_state', '/x') }}``,
+The resolution happens in Jinja at run time (a param left empty falls through; false and 0 do not),
 so parsing a DAG file never queries Variables.
 """
 from __future__ import annotations
@@ -69,9 +69,12 @@ def default(name: str) -> str:
 
 
 def template(name: str) -> str:
-    """A Jinja template resolving setting ``name``: param, then Variable ``dblog_<name>``, then env/default."""
-    return "{{ params.get(%s) or var.value.get(%s, %s) }}" % (
-        json.dumps(name), json.dumps(f"dblog_{name}"), json.dumps(default(name)))
+    """A Jinja template resolving setting ``name``: param, then Variable ``dblog_<name>``, then env/default. A param
+    left empty (None, "" or blanks) falls through; any other value wins, false and 0 too (an unticked ``repair``
+    must not turn into the Variable's true, nor ``chunk_size`` 0 into the default instead of an error)."""
+    param = "params.get(%s)" % json.dumps(name)
+    return ("{{ %s if %s is not none and (%s is not string or %s | trim) else var.value.get(%s, %s) }}"
+            % (param, param, param, param, json.dumps(f"dblog_{name}"), json.dumps(default(name))))
 
 
 def params(*names: str) -> dict[str, Param]:

@@ -32,6 +32,11 @@ from airflow_provider_dblog.core.errors import DblogError
 POSTGRES_CONN_TYPES = ("postgres", "postgresql")
 CONN_TYPES = ("mysql", "mariadb", "dblog", *POSTGRES_CONN_TYPES)
 AWS_CONN_TYPES = ("aws", "s3")
+# the extras DblogHook reads (``watermark_strategy``: an older spelling of ``watermark``)
+KNOWN_EXTRAS = ("watermark", "watermark_table", "server_id_range", "publication", "watermark_strategy")
+# TLS settings that ask for no verification (what dblog does anyway): accepted without a word
+_TLS_PREFERENCES = ("prefer", "preferred", "allow", "disable", "disabled", "false", "0", "off", "no")
+_TLS_KEYS_ALLOWED = ("ssl", "ssl_mode", "sslmode")
 
 
 def _mask(secret: str) -> None:
@@ -80,8 +85,23 @@ class DblogHook(BaseHook):
             if not conn.host or not conn.login:
                 raise DblogError(f"connection {self.dblog_conn_id!r} needs a host and a login")
             _mask(conn.password or "")
+            self._check_extras(dict(conn.extra_dejson or {}))
             self._conn = conn
         return self._conn
+
+    def _check_extras(self, extras: dict) -> None:
+        """Extras that ask for a verified TLS connection fail in one line (dblog cannot honour them: silently
+        ignored, the password would go to a server never verified); others dblog does not use get a warning."""
+        tls = sorted(k for k, v in extras.items() if k.lower().startswith("ssl") and v not in (None, "", False, {})
+                     and str(v).strip().lower() not in _TLS_PREFERENCES)
+        if tls:
+            raise DblogError(f"connection {self.dblog_conn_id!r}: extras {', '.join(tls)}: dblog cannot verify the "
+                             f"server's TLS certificate (it uses TLS when the server offers it, unverified): remove "
+                             f"them to accept that, or reach the server over a trusted network or tunnel")
+        unused = sorted(k for k in extras if k not in KNOWN_EXTRAS and k.lower() not in _TLS_KEYS_ALLOWED)
+        if unused:
+            self.log.warning("connection %r: extras %s are not used by dblog (it reads %s)", self.dblog_conn_id,
+                             ", ".join(unused), ", ".join(KNOWN_EXTRAS[:4]))
 
     @property
     def extras(self) -> dict:

@@ -19,9 +19,10 @@ Object storage: every operator takes ``aws_conn_id`` (an Airflow ``aws`` connect
 own ``AWS_*`` variables). Its credentials reach a spark-submit child the same way as the password (its
 environment), and a step run in the task through ``hooks.object_store_environment``.
 
-Reruns: a mapped snapshot instance that runs again (a retry, or cleared in the UI / through
-``POST /api/v2/dags/{dag_id}/clearTaskInstances``) has ``try_number > 1`` and re-reads its batch's
-chunks with ``--force``; a first try skips chunks that already reported. See docs/airflow.md.
+Reruns: a mapped snapshot instance cleared in the UI / through
+``POST /api/v2/dags/{dag_id}/clearTaskInstances`` re-reads its batch's chunks with ``--force`` (so do
+the retries of that cleared try); an automatic retry resumes, reading only the chunks not reported
+yet, as a first try does. See docs/airflow.md.
 """
 from __future__ import annotations
 
@@ -170,7 +171,8 @@ class ChunkPlannerOperator(BaseOperator):
                               chunk_size=chunk_size, batch_size=batch_size,
                               watermark=str(self.watermark or "") or hook.watermark(),
                               watermark_table=options.get("watermark_table"), save_password=False,
-                              options={**options, **capture_options(str(self.tables), self.exclude or None,
+                              # the patterns as given: a list's Python repr ("['shop.*']") would match nothing later
+                              options={**options, **capture_options(self.tables, self.exclude or None,
                                                                     chunk_size, batch_size,
                                                                     self.batch_rows or None)},
                               batch_rows=self.batch_rows or None, startup=self.startup or None,
@@ -196,8 +198,9 @@ class DblogSparkSubmitOperator(SparkSubmitOperator):
     :param aws_conn_id: an ``aws`` connection for ``s3://`` state and lake (None: the worker's ``AWS_*``
         variables); the driver hands them to its executors inside the tasks.
     :param batch_label: free text for ``map_index_template="{{ task.batch_label }}"``.
-    :param force_on_rerun: a snapshot that runs for the 2nd+ time (retry, or a cleared instance)
-        re-reads its chunks even if they reported (``--force``). Default True.
+    :param force_on_rerun: a snapshot instance cleared after it ran re-reads its chunks even if they
+        reported (``--force``), and so do its retries; an automatic retry of a try never cleared resumes
+        (reads only the chunks not reported yet). Default True; False: never ``--force`` on its own.
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "dblog_conn_id", "batch_label",
@@ -215,6 +218,20 @@ class DblogSparkSubmitOperator(SparkSubmitOperator):
         self.batch_label = batch_label
         self.force_on_rerun = force_on_rerun
 
+    def _rerun(self, ti) -> tuple[int, bool]:
+        """(try number, whether this try re-reads the batch whole). An automatic retry resumes: it reads only
+        the chunks not reported yet, like the first try (a batch killed near its timeout would otherwise start
+        over at every retry). A try after a clear (UI or clearTaskInstances) asked for the batch again: it and
+        its own retries re-read every chunk. Airflow's rule: a clear sets max_tries = try_number + retries, so
+        the first try since the last clear is max_tries - retries + 1 (1 when never cleared)."""
+        try_number = getattr(ti, "try_number", 1) or 1
+        max_tries = getattr(ti, "max_tries", None)
+        if try_number <= 1:
+            return try_number, False
+        if not isinstance(max_tries, int):  # cannot tell a retry from a clear: read the batch again, as before
+            return try_number, True
+        return try_number, max_tries - (self.retries or 0) + 1 > 1
+
     def _remote_master(self) -> bool:
         """YARN / Kubernetes: the Spark provider turns env_vars into --conf arguments there. Its master is the
         host, or ``CONN_TYPE://HOST`` (a ``yarn`` or ``k8s`` connection type with a plain host name): both are
@@ -230,10 +247,13 @@ class DblogSparkSubmitOperator(SparkSubmitOperator):
 
     def execute(self, context) -> Any:
         args = [str(a) for a in (self.application_args or [])]
-        try_number = getattr(context.get("ti"), "try_number", 1) or 1
-        if self.force_on_rerun and args[:1] == ["snapshot"] and try_number > 1 and "--force" not in args:
-            self.log.info("try %d of this batch: re-reading its chunks (--force)", try_number)
-            args.append("--force")
+        if args[:1] == ["snapshot"] and "--force" not in args and self.force_on_rerun:
+            try_number, reads_again = self._rerun(context.get("ti"))
+            if reads_again:
+                self.log.info("try %d of this batch (cleared): re-reading its chunks (--force)", try_number)
+                args.append("--force")
+            elif try_number > 1:
+                self.log.info("try %d of this batch, a retry: reading only its chunks not reported yet", try_number)
         self.application_args = args
         env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **(self.env_vars or {})}
         try:

@@ -7,7 +7,6 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_dblog.airflow.hooks import DblogHook, object_store_environment
-from airflow_provider_dblog.core.config import table_names
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.steps.health import check_health, purge_messages
 
@@ -19,7 +18,9 @@ class DblogTailHealthSensor(BaseSensorOperator):
 
     It never waits for the tail to catch up (only for the initial load's offset map to exist): a check
     that passes returns at once. Use
-    ``soft_fail=True`` to turn a stall into a skip instead of a failure.
+    ``soft_fail=True`` to turn a stall into a skip instead of a failure. ``tables``: the captured tables to
+    check, names or globs as ``dblog health --tables`` takes them (comma-separated or a list; a name may hold
+    spaces); None or empty: all of them.
 
     The binlog purge horizon: a table whose tail still needs a binlog file the server may delete within
     ``purge_warning_seconds`` (by ``binlog_expire_logs_seconds`` / ``expire_logs_days``) or after
@@ -68,6 +69,7 @@ class DblogTailHealthSensor(BaseSensorOperator):
 
     def _check(self) -> dict | None:
         """The health report; None while there is no offset map yet."""
+        from airflow_provider_dblog.steps.verify import planned_tables
         from airflow_provider_dblog.store.state import StateDir
 
         max_stall = float(self.max_stall_seconds)
@@ -78,9 +80,18 @@ class DblogTailHealthSensor(BaseSensorOperator):
             self.log.info("no offset map in %s yet (initial load not reported): waiting", self.state_dir)
             return None
         source = DblogHook(self.dblog_conn_id).check_state_source(state.load_raw()["source"])
-        return check_health(self.state_dir, max_stall, table_names(self.tables) or None, source=source,
+        # names or globs as ``dblog health --tables`` takes them (a name may hold spaces: "Mixed Case.Orders")
+        tables = planned_tables(self.state_dir, patterns=self.tables) if _given(self.tables) else None
+        return check_health(self.state_dir, max_stall, tables, source=source,
                             checkpoint=self.checkpoint or None, purge_warning_seconds=warn_seconds,
                             purge_warning_bytes=warn_bytes) or {}
+
+
+def _given(tables) -> bool:
+    """A templated ``tables``: None, an empty string or list (an unset Variable or param) means every table."""
+    if isinstance(tables, (list, tuple)):
+        return any(str(t).strip() for t in tables)
+    return bool(tables and str(tables).strip())
 
 
 def _optional(value, convert):
