@@ -3,14 +3,12 @@ storage and on delta-rs (which releases the GIL) more than it runs Python, so fo
 time of one on two cores (1,000 opens of a changelog: 3.3 s -> 1.6 s here)."""
 from __future__ import annotations
 
-import logging
-import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable, Sequence
 
-log = logging.getLogger("dblog")
+from airflow_provider_dblog.core.progress import ProgressLog
+
 THREADS = 4
-PROGRESS_SECONDS = 5.0
 
 
 def for_each_table(work: Callable[[str], None], names: Sequence[str], what: str = "",
@@ -22,14 +20,12 @@ def for_each_table(work: Callable[[str], None], names: Sequence[str], what: str 
         for name in names:
             work(name)
         return
-    done, last, failures = 0, time.monotonic(), []
+    progress, failures = ProgressLog(what, len(names), "tables") if what else None, []
     with ThreadPoolExecutor(threads, thread_name_prefix="dblog-table") as pool:
         for future in as_completed([pool.submit(work, name) for name in names]):
             if future.exception() is not None:
                 failures.append(future.exception())
-            done += 1
-            if what and time.monotonic() - last >= PROGRESS_SECONDS and done < len(names):
-                last = time.monotonic()
-                log.info("%s: %d/%d tables", what, done, len(names))
+            if progress is not None:
+                progress.step()
     if failures:
         raise failures[0]

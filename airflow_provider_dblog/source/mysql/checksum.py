@@ -12,6 +12,7 @@ from airflow_provider_dblog.core.checksums import ChunkChecksum
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import SourcePosition
+from airflow_provider_dblog.core.progress import ProgressLog
 from airflow_provider_dblog.core.tables import Column, TableMeta
 from airflow_provider_dblog.source.mysql.connection import MySqlClient
 from airflow_provider_dblog.source.mysql.sql import range_condition, table_sql
@@ -70,10 +71,12 @@ def checksum_chunks(client: MySqlClient, meta: TableMeta, chunks: Sequence[Chunk
                                  f"(MariaDB or Percona Server); {client.config.address} runs {client.version}: "
                                  f"compare row by row with dblog verify --rows")
             position = client.position(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
+            progress = ProgressLog(f"verify {meta.qualified}: source checksums", len(chunks))
             for chunk in chunks:
                 cur.execute(checksum_sql(meta, chunk))
                 row = cur.fetchone()
                 out[chunk.id] = ChunkChecksum(int(row[0]), int(row[1] or 0))
+                progress.step()
         except pymysql.MySQLError as exc:
             raise DblogError(f"checksum of {meta.qualified} failed: {exc.args[-1]}") from None
         finally:

@@ -29,6 +29,7 @@ from airflow_provider_dblog.core.checksums import ChunkChecksum
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.errors import DblogError
 from airflow_provider_dblog.core.positions import SourcePosition, lsn_position
+from airflow_provider_dblog.core.progress import ProgressLog
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.source.postgres.connection import PostgresClient, first_line
 from airflow_provider_dblog.source.postgres.sql import quote_ident, range_condition, table_sql
@@ -119,10 +120,12 @@ def checksum_chunks(client: PostgresClient, stream: SlotReader, meta: TableMeta,
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 cur.execute(f"SELECT {snapshot_sql}::text")
                 snapshot = parse_snapshot(cur.fetchone()[0])
+                progress = ProgressLog(f"verify {meta.qualified}: source checksums", len(chunks))
                 for chunk in chunks:
                     cur.execute(*checksum_sql(meta, schema, chunk))
                     row = cur.fetchone()
                     out[chunk.id] = ChunkChecksum(int(row[0]), int(row[1] or 0))
+                    progress.step()
         except psycopg2.Error as exc:
             client.drop_snapshot()
             raise DblogError(f"checksum of {meta.qualified} failed: {first_line(exc, client.config.password)}") from None
