@@ -56,7 +56,8 @@ class CompressedRows:
     rows: bytes     # the row images, uncompressed: the plain rows event's body after its bitmaps
 
 
-def _packed_int(data: bytes, p: int) -> tuple[int, int]:
+def packed_int(data: bytes, p: int) -> tuple[int, int]:
+    """A length-encoded integer of the binlog at ``p``, and where what follows it starts."""
     first = data[p]
     if first < 251:
         return first, p + 1
@@ -72,7 +73,7 @@ def rows(event) -> CompressedRows:
     p = 8
     if version == 2:
         p += int.from_bytes(data[8:10], "little")  # the extra data's length counts its own two bytes
-    columns, p = _packed_int(data, p)
+    columns, p = packed_int(data, p)
     width = (columns + 7) // 8
     full_mask = (1 << columns) - 1
     full = True

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from airflow_provider_dblog.core.tables import Column, TableMeta
+from airflow_provider_dblog.source.mysql.compressed import packed_int
 from airflow_provider_dblog.source.mysql.field_types import (
     BIT, BLOB, DATE, DATETIME2, DOUBLE, ENUM, FLOAT, GEOMETRY, INT24, JSON, LONG, LONG_BLOB, LONGLONG, MEDIUM_BLOB,
     NEWDECIMAL, SET, SHORT, STRING, TIME2, TIMESTAMP2, TINY, TINY_BLOB, VAR_STRING, VARCHAR, YEAR,
@@ -27,15 +28,6 @@ _BLOBS = {1: ("tinytext", "tinyblob"), 2: ("text", "blob"), 3: ("mediumtext", "m
 _SET_STR_VALUE, _ENUM_STR_VALUE = 5, 6  # optional metadata fields of a table map: the labels of SET/ENUM columns
 
 
-def _packed(body: bytes, at: int) -> tuple[int, int]:
-    """A length-encoded integer of the binlog at ``at``, and where what follows it starts."""
-    first = body[at]
-    if first < 251:
-        return first, at + 1
-    width = {0xFC: 2, 0xFD: 3, 0xFE: 8}[first]
-    return int.from_bytes(body[at + 1:at + 1 + width], "little"), at + 1 + width
-
-
 def label_bytes(body: bytes) -> dict[int, list[list[bytes]]]:
     """The ENUM (``_ENUM_STR_VALUE``) and SET (``_SET_STR_VALUE``) labels of a table map event's ``body`` (after the
     common header, before any checksum; a post-header of 8 bytes), as bytes, per column of the kind in column
@@ -44,22 +36,22 @@ def label_bytes(body: bytes) -> dict[int, list[list[bytes]]]:
     at = 8
     at += body[at] + 2  # the schema's name and its NUL
     at += body[at] + 2  # the table's
-    count, at = _packed(body, at)
+    count, at = packed_int(body, at)
     at += count
-    length, at = _packed(body, at)
+    length, at = packed_int(body, at)
     at += length + (count + 7) // 8  # the columns' metadata, then the null bitmap
     found: dict[int, list[list[bytes]]] = {}
     while at < len(body):
         kind = body[at]
-        length, at = _packed(body, at + 1)
+        length, at = packed_int(body, at + 1)
         end = at + length
         if kind in (_SET_STR_VALUE, _ENUM_STR_VALUE):
             columns = []
             while at < end:
-                labels, at = _packed(body, at)
+                labels, at = packed_int(body, at)
                 column = []
                 for _ in range(labels):
-                    size, at = _packed(body, at)
+                    size, at = packed_int(body, at)
                     column.append(bytes(body[at:at + size]))
                     at += size
                 columns.append(column)
