@@ -109,8 +109,9 @@ def _capture(args):
     signal_table = getattr(args, "signal_table", None)
     if signal_table and args.tables:  # read by the tail, never captured (also by tables joining the patterns)
         args.exclude = ",".join(p for p in (args.exclude, signal_table) if p)
-    # ``--table`` is one name as written (a space or a comma is part of it: "Mixed Case.Order Items")
-    tables = resolve_tables(source, [args.table] if args.table else None, args.tables, args.exclude)
+    # ``--table`` names as written, split at commas only: a space is part of a name ("Mixed Case.Order Items")
+    named = [t.strip() for t in args.table.split(",") if t.strip()] if args.table else None
+    tables = resolve_tables(source, named, args.tables, args.exclude)
     return source, tables, chunk_keys(args.chunk_key, tables)
 
 

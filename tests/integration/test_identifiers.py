@@ -124,7 +124,7 @@ def test_mysql_a_database_name_with_a_dot_is_refused_not_taken_for_another_table
     code, _, err = dblog("run", "--source", source_uri, "--table", f"{db}.x.t", "--state", str(state), "--sink", str(sink))
     assert code != 0
     line = one_error_line(err)
-    assert f"{db}.x.t (table `t` of database `{db}.x` or table `x.t` of database `{db}`)" in line, line
+    assert f"{db}.x.t (table `x.t` of database `{db}` or table `t` of database `{db}.x`)" in line, line
     assert "rename the database" in line and "--exclude" in line, line
     assert not state.exists() and not sink.exists()
     mariadb.sql(f"DROP DATABASE `{db}.x`")

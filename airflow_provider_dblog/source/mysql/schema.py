@@ -183,7 +183,7 @@ def refuse_unclear_name(client: MySqlClient, table: str) -> None:
     rows = client.query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
                         "WHERE LOWER(CONCAT(TABLE_SCHEMA, '.', TABLE_NAME)) = LOWER(%s)", (table,))
     found = [(str(db), str(name)) for db, name in rows if f"{db}.{name}".lower() == table.lower()]
-    same = [(db, name) for db, name in found if f"{db}.{name}" == table]
+    same = sorted((db, name) for db, name in found if f"{db}.{name}" == table)  # the catalog's order varies
     if any("." in db for db, _ in same):
         spelled = " or ".join(f"table `{name}` of database `{db}`" for db, name in same)
         raise UnsupportedTables([f"{table} ({spelled})"], dotted_database_refusal)

@@ -75,7 +75,7 @@ def refuse_dotted_schema(client: PostgresClient, table: str) -> None:
                         "AND c.relkind IN ('r', 'p')", (table,))
     if rows:
         schema, name = split_name(table)
-        spelled = " or ".join(_spelled(s, n) for s, n in [*rows, *([(schema, name)] if _exists(client, schema, name)
+        spelled = " or ".join(_spelled(s, n) for s, n in [*sorted(rows), *([(schema, name)] if _exists(client, schema, name)
                                                                       else [])])
         raise UnsupportedTables([f"{table} ({spelled})"], dotted_schema_refusal)
 
