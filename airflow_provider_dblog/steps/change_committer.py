@@ -41,10 +41,10 @@ from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.readers.chunk_reader import persist_reports, run_chunk
 from airflow_provider_dblog.readers.unchanged_values import fill_unchanged, has_unchanged
 from airflow_provider_dblog.source.dialect import DataSourceDialect
-from airflow_provider_dblog.steps.plan import names_refusal
+from airflow_provider_dblog.steps.plan import column_name_refusals
 from airflow_provider_dblog.store.lake import UNCHANGED
 from airflow_provider_dblog.store.lake_schema import (
-    clashing_columns, conform, same_column_set, same_columns, source_columns, widens,
+    conform, same_column_set, same_columns, source_columns, widens,
 )
 from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.staged import StagedFile, discard, read_staged
@@ -103,6 +103,13 @@ class ChangeCommitter:
                     self._described(changes[-1])
             except UnknownTable:
                 pass  # dropped: followed as such
+        for schema in {p.schema for p in parts if p.num_rows} | {f.schema for f in staged}:
+            columns = source_columns(schema)  # rows of new columns (a Relation message, a table map): before any write
+            if not same_column_set(columns, self.lake.source):
+                refused = column_name_refusals(self.lake.table, columns.names, self.lake.keys)
+                if refused:
+                    refusal, named = refused[0]
+                    raise DblogError(f"rows of new columns: {refusal([named])}")
         if staged and any(UNCHANGED in f.schema.names for f in staged):
             parts = [*parts, *read_staged(self.lake.changelog_uri, staged)]  # filled from memory: rare beside a
             discard(self.lake.changelog_uri, staged)                          # transaction too large for it
@@ -307,14 +314,14 @@ class ChangeCommitter:
             self.plan = replace(self.plan, meta=meta)
 
     def _described(self, change: SchemaChange) -> TableMeta:
-        """The table as the source has it now, refused in one line when ``change`` gave it a column named like
-        one of the lake's own (checked at plan for the columns it had then): no write of it could succeed."""
+        """The table as the source has it now, refused in one line when ``change`` gave it a column name the lake
+        cannot hold (``plan.column_name_refusals``; checked at plan for the columns it had then)."""
         plan = self.plan.meta
         live = self.dialect.describe_table(plan.qualified, plan.chunk_key)
-        clashing = clashing_columns(live.column_names, live.key_columns)
-        if clashing:
-            columns = ", ".join(clashing)
-            raise DblogError(f"{change.describe()}: {names_refusal([f'{plan.qualified} ({columns})'])}")
+        refused = column_name_refusals(plan.qualified, live.column_names, live.key_columns)
+        if refused:
+            refusal, named = refused[0]
+            raise DblogError(f"{change.describe()}: {refusal([named])}")
         return live
 
     def _live_meta(self, change: SchemaChange) -> TableMeta | None:

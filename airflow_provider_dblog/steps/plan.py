@@ -19,7 +19,7 @@ from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.steps.preflight import check_later_steps
 from airflow_provider_dblog.store.credentials import remember
 from airflow_provider_dblog.store.lake_schema import (
-    KEY_WORKING_COLUMNS, LAKE_COLUMNS, WORKING_COLUMNS, clashing_columns,
+    KEY_WORKING_COLUMNS, LAKE_COLUMNS, WORKING_COLUMNS, case_twin_columns, clashing_columns,
 )
 from airflow_provider_dblog.store.state import StateDir, TablePlan
 
@@ -172,6 +172,24 @@ def names_refusal(tables: Sequence[str]) -> str:
             f"rename those columns at the source, or take the tables out of the capture (--exclude)")
 
 
+def column_case_refusal(tables: Sequence[str]) -> str:
+    return (f"{len(tables)} table(s) have columns whose names differ only in case: {'; '.join(tables)}; a Delta table "
+            f"compares column names without case, so the lake cannot hold both: rename one of each pair at the "
+            f"source, or take the tables out of the capture (--exclude)")
+
+
+def column_name_refusals(table: str, columns: Sequence[str], key_columns: Sequence[str]) -> list[tuple]:
+    """(refusal, ``TABLE (COLUMN, ...)``) for each kind of column name of ``table`` the lake cannot hold: named
+    like the lake's own columns, or differing only in case from another. Checked by the plan and by a tail before
+    it writes rows of new columns (no write of the table could succeed)."""
+    found = []
+    for refusal, names in ((names_refusal, clashing_columns(columns, key_columns)),
+                           (column_case_refusal, case_twin_columns(columns))):
+        if names:
+            found.append((refusal, f"{table} ({', '.join(names)})"))
+    return found
+
+
 def describe_tables(dialect, tables: Sequence[str], chunk_keys: dict) -> dict:
     """Every table's metadata; one line naming every table without a usable key, or naming every table the lake
     cannot hold as it is (a '/' in its name, a column named like the lake's own, the dialect's refusals)."""
@@ -182,9 +200,8 @@ def describe_tables(dialect, tables: Sequence[str], chunk_keys: dict) -> dict:
             continue
         try:
             meta = metas[table] = dialect.describe_table(table, chunk_keys.get(table))
-            clashing = clashing_columns(meta.column_names, meta.key_columns)
-            if clashing:
-                unsupported.setdefault(names_refusal, []).append(f"{table} ({', '.join(clashing)})")
+            for refusal, named in column_name_refusals(table, meta.column_names, meta.key_columns):
+                unsupported.setdefault(refusal, []).append(named)
         except UnsupportedTables as exc:
             unsupported.setdefault(exc.describe, []).extend(exc.tables)
         except DblogError as exc:

@@ -30,8 +30,9 @@ from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.store.state import StateDir
 
 FILTER_HELP = ("a filter is one boolean condition on the table's columns, e.g. status = 'late' AND id >= 100; "
-               "allowed: column names, numbers, 'strings', = <> != < <= > >=, AND OR NOT, IS [NOT] NULL, IN (...), "
-               "BETWEEN, LIKE, parentheses")
+               "allowed: column names (in `backticks` on every source when they hold spaces, quotes or capitals "
+               "another column differs by), numbers, 'strings', = <> != < <= > >=, AND OR NOT, IS [NOT] NULL, "
+               "IN (...), BETWEEN, LIKE, parentheses")
 # JSON-schema pattern for the trigger form / API (a first line of defence; filter_sql() decides).
 FILTER_PARAM_PATTERN = r"^(?!.*(--|/\*|\*/))[^;#\\]*$"
 MAX_FILTER_LENGTH = 2000
@@ -77,8 +78,10 @@ def filter_sql(text: str, columns: Sequence[str], quote_ident) -> str:
     while pos < len(text):
         match = _TOKEN.match(text, pos)
         if not match:
-            unexpected = DblogError(f"filter rejected: unexpected {text[pos:pos + 10]!r} at character {pos + 1}; "
-                                    f"{FILTER_HELP}")
+            quoted = ("; a \"double-quoted\" name is written `Name` here (a string takes single quotes)"
+                      if text[pos] == '"' else "")
+            unexpected = DblogError(f"filter rejected: unexpected {text[pos:pos + 10]!r} at character {pos + 1}"
+                                    f"{quoted}; {FILTER_HELP}")
             break
         pos = match.end()
         if match.lastgroup != "ws":
@@ -92,7 +95,8 @@ def filter_sql(text: str, columns: Sequence[str], quote_ident) -> str:
                 continue
             if following == "lparen":
                 raise DblogError(f"filter rejected: function calls ({name}(...)) are not allowed; {FILTER_HELP}")
-            column = by_lower.get(name.lower())
+            # the name as written first: PostgreSQL's "ORDER" and "order" are two columns
+            column = name if name in columns else by_lower.get(name.lower())
             if column is None:
                 raise DblogError(f"filter rejected: {name!r} is not a column of the table (columns: "
                                  f"{', '.join(columns)}); {FILTER_HELP}")

@@ -29,6 +29,13 @@ def clashing_columns(columns: Sequence[str], key_columns: Sequence[str]) -> list
     return [c for c in columns if c.lower() in (key_taken if c in key_columns else taken)]
 
 
+def case_twin_columns(columns: Sequence[str]) -> list[str]:
+    """The columns whose names differ only in case from another's (PostgreSQL's "A" and "a"): Delta compares names
+    without case, so no write of the table could hold both (delta-rs: "Duplicate field name")."""
+    lowered = [c.lower() for c in columns]
+    return [c for c in columns if lowered.count(c.lower()) > 1]
+
+
 def changed_columns(data: pa.Table, source: pa.Schema, at: SourcePosition, renamed: dict, defaults: dict
                     ) -> pa.Table:
     """``current``'s rows in the source's new columns: ``renamed`` (new name -> old) carried over, dropped ones

@@ -213,3 +213,30 @@ def test_mysql_a_case_twin_created_after_the_plan_changes_nothing_of_the_capture
     assert compare_rows(DeltaTable(f"{sink}/{db}.orders/current").to_pyarrow_table(), mariadb.port, f"{db}.orders") == []
     code, out, err = dblog("verify", "--state", str(state), "--sink", str(sink), "--table", f"{db}.orders")
     assert code == 0 and json.loads(out)["equal"], out + err
+
+
+def test_postgres_columns_differing_only_in_case_are_refused_by_the_plan_and_by_the_tail(postgres, pg_db, tmp_path):
+    """PostgreSQL keeps "A" and "a" apart; a Delta table does not. Before: the plan took such a table and the
+    snapshot's first write failed in delta-rs ("Duplicate field name"), and a column added so under a running capture
+    stopped every tail the same way. Now one line names the table, the columns and the fix: at plan time before
+    anything is written, in the tail with nothing of the batch written."""
+    pg, db = postgres, pg_db
+    pg.sql('CREATE TABLE public.twins (id int PRIMARY KEY, "A" int, a int)', "INSERT INTO public.twins VALUES (1, 1, 1)",
+           "CREATE TABLE public.later (id int PRIMARY KEY, v int)", "INSERT INTO public.later VALUES (1, 1), (2, 2)",
+           db=db)
+    state, sink = tmp_path / "state", tmp_path / "lake"
+    code, _, err = dblog("run", "--source", pg.uri(db), "--table", "public.twins", "--state", str(state),
+                         "--sink", str(sink))
+    line = one_error_line(err)
+    assert code != 0 and "public.twins (A, a)" in line and "differ only in case" in line and "--exclude" in line, line
+    assert not state.exists() and not sink.exists()
+
+    code, _, err = dblog("run", "--source", pg.uri(db), "--table", "public.later", "--state", str(state),
+                         "--sink", str(sink))
+    assert code == 0, err[-2000:]
+    before = DeltaTable(f"{sink}/public.later/current").to_pyarrow_table().to_pylist()
+    pg.sql('ALTER TABLE public.later ADD COLUMN "V" int', 'UPDATE public.later SET "V" = 5 WHERE id = 1', db=db)
+    code, _, err = dblog("tail", "--state", str(state), "--sink", str(sink), "--available-now")
+    line = one_error_line(err)
+    assert code != 0 and "public.later (v, V)" in line and "differ only in case" in line, line
+    assert DeltaTable(f"{sink}/public.later/current").to_pyarrow_table().to_pylist() == before

@@ -55,6 +55,17 @@ def test_filter_is_rebuilt_with_quoted_identifiers():
                    "( 1 , 2 ) AND `status` LIKE 'l%' AND `id` BETWEEN 3 AND 9")
 
 
+def test_filter_names_a_column_as_written_before_its_case_and_points_double_quotes_to_backticks():
+    """PostgreSQL keeps "ORDER" and "order" apart: a filter on `ORDER` is that column, not the other (before: the
+    last of the two by lower case, whichever was written). A "double-quoted" name gets a line that says how."""
+    columns = ["id", "order", "ORDER", "Key Id"]
+    pg_quote = lambda name: '"' + name.replace('"', '""') + '"'  # noqa: E731
+    assert selection.filter_sql("`ORDER` = 1 AND `order` = 2 AND `Key Id` > 3", columns, pg_quote) == (
+        '"ORDER" = 1 AND "order" = 2 AND "Key Id" > 3')
+    with pytest.raises(DblogError, match=r'a "double-quoted" name is written `Name` here'):
+        selection.filter_sql('"Key Id" = 1', columns, pg_quote)
+
+
 def test_filter_param_pattern_blocks_the_obvious():
     import re
 
