@@ -2,7 +2,8 @@
 and OpenLineage datasets (the source tables in, the Delta tables out).
 
 **Assets.** A captured table's lake is two Assets, ``SINK/DB.TABLE/current`` and ``SINK/DB.TABLE/changelog``
-(``s3://bucket/lake/shop.orders/current``, or ``file:///var/lib/dblog/lake/shop.orders/current`` for a path).
+(``s3://bucket/lake/shop.orders/current``, or ``file:///var/lib/dblog/lake/shop.orders/current`` for a path;
+the path percent-encoded on both: ``shop.my%20orders``).
 The tables are known only when a run resolves its params and globs, so the lake-writing tasks declare the
 asset alias ``dblog_lake`` as their outlet and, after their application, add an event for each table whose
 Delta table moved, with its figures as the event's extra (``position``, ``rows_changed``, ``lag_seconds``,
@@ -31,9 +32,16 @@ KINDS = ("current", "changelog")
 
 
 def asset_uri(sink: str, table: str, kind: str = "current") -> str:
-    """The Asset URI of ``SINK/TABLE/KIND``: the object store URI, or ``file://`` + the absolute path."""
+    """The Asset URI of ``SINK/TABLE/KIND``: the object store's ``scheme://bucket`` or ``file://``, then the path
+    percent-encoded the same way for both (a space is ``%20``, a non-ASCII letter its UTF-8 bytes): Airflow
+    compares Asset URIs as strings and cuts one at a raw ``#`` or ``?``, so a table named ``my orders`` gets the
+    same URI from every task and ``lake_asset`` whatever the store."""
     uri = lake_uri(sink, table, kind)
-    return uri if "://" in uri else "file://" + quote(uri)
+    if "://" not in uri:
+        return "file://" + quote(uri)
+    scheme, _, rest = uri.partition("://")
+    bucket, slash, path = rest.partition("/")
+    return f"{scheme}://{bucket}{slash}{quote(path)}"
 
 
 def lake_asset(sink: str, table: str, kind: str = "current"):

@@ -75,6 +75,10 @@ def test_asset_uris_and_lineage_names_hold_no_secret(tmp_path):
     assert asset_uri("s3://bucket/lake", "shop.orders") == "s3://bucket/lake/shop.orders/current"
     assert asset_uri("s3://bucket/lake/", "shop.orders", "changelog") == "s3://bucket/lake/shop.orders/changelog"
     assert asset_uri(str(tmp_path / "my lake"), "shop.orders") == f"file://{tmp_path}/my%20lake/shop.orders/current"
+    # the same encoding on both stores: a table named with a space or a non-ASCII letter, a sink path with '#'
+    assert asset_uri("s3://bucket/my lake", "shop.my orders") == "s3://bucket/my%20lake/shop.my%20orders/current"
+    assert asset_uri(str(tmp_path), "shop.ördrë") == f"file://{tmp_path}/shop.%C3%B6rdr%C3%AB/current"
+    assert asset_uri("s3://bucket/lake#1", "shop.ördrë") == "s3://bucket/lake%231/shop.%C3%B6rdr%C3%AB/current"
     assert lake_dataset("s3://bucket/lake", "shop.orders", "current") == ("s3://bucket", "lake/shop.orders/current")
     assert lake_dataset(str(tmp_path), "shop.orders", "changelog") == ("file", f"{tmp_path}/shop.orders/changelog")
 
