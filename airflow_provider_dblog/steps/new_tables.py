@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from airflow_provider_dblog.core.errors import DblogError, TryAgainLater
+from airflow_provider_dblog.core.errors import DblogError, TryAgainLater, UnknownTable
+from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.steps.plan import plan_tables, resolve_tables
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.executor import Executor
@@ -29,9 +30,12 @@ def capture_new_tables(state: StateDir, sink: str, executor: Executor, refused: 
                                   options=options)
     except DblogError:
         return []  # nothing matches right now (every table dropped): nothing new
+    resumed = finish_interrupted(state, sink, executor, set(matching))
     new = sorted(set(matching) - set(state.tables()) - refused)
     if not new:
-        return []
+        if resumed:
+            build_offsets(str(state.path))
+        return resumed
     log.info("capture: %s started to match %s: planning and reading them", ", ".join(new), capture["tables"])
     before = {b.index for b in state.batches()}
     planned = []
@@ -40,7 +44,8 @@ def capture_new_tables(state: StateDir, sink: str, executor: Executor, refused: 
             plan_tables(source, [table], str(state.path), chunk_size=capture.get("chunk_size") or 100_000,
                         batch_size=capture.get("batch_size") or 8, batch_rows=capture.get("batch_rows"),
                         watermark=capture.get("watermark") or "auto",
-                        watermark_table=options.get("watermark_table"), save_password=False, options=options)
+                        watermark_table=options.get("watermark_table"), save_password=False, options=options,
+                        joining=True)
             planned.append(table)
         except TryAgainLater as exc:
             log.warning("capture: %s not captured yet: %s; trying again at the next look for new tables", table, exc)
@@ -48,9 +53,45 @@ def capture_new_tables(state: StateDir, sink: str, executor: Executor, refused: 
             log.warning("capture: %s not captured: %s", table, exc)
             refused.add(table)
     if not planned:
-        return []
+        if resumed:
+            build_offsets(str(state.path))
+        return resumed
     for batch in StateDir(state.path).batches():
         if batch.index not in before:
             snapshot_batch(str(state.path), batch.index, sink, executor=executor)
     build_offsets(str(state.path))
-    return planned
+    return resumed + planned
+
+
+def finish_interrupted(state: StateDir, sink: str, executor: Executor, matching: set[str]) -> list[str]:
+    """Joining tables (``StateDir.joining``) planned by a tail that stopped before their report: their unread
+    chunks are read now (before, the next tail took them for planned and never read or reported them: they
+    stayed out of the offset map, their changes never streamed). One whose plan no longer applies (gone from
+    the source, or keyed otherwise now) is forgotten and planned anew once it matches. Returns those read."""
+    offsets = state.offsets() if state.has_offsets() else {}
+    plans = state.tables()
+    unfinished = [t for t in state.joining() if t in plans and t not in offsets]
+    if not unfinished:
+        return []
+    dialect = open_dialect(state.source(), state.options())
+    resumable = []
+    try:
+        for table in unfinished:
+            meta = plans[table].meta
+            try:
+                live = dialect.describe_table(table, meta.chunk_key) if table in matching else None
+            except UnknownTable:
+                live = None
+            if live is not None and meta.keeps_key_order(live):
+                resumable.append(table)
+            else:
+                log.info("capture: %s was planned by a tail that stopped before reading it, and its plan no longer "
+                         "applies: planned anew when it matches", table)
+                state.forget_table(table)
+    finally:
+        dialect.close()
+    for batch in state.batches():
+        for table in sorted(set(batch.tables) & set(resumable)):
+            log.info("capture: %s was planned by a tail that stopped before reading it: reading its chunks", table)
+            snapshot_batch(str(state.path), batch.index, sink, executor=executor, table=table)
+    return resumable

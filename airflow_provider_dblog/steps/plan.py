@@ -56,7 +56,7 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
                 batch_size: int = DEFAULT_BATCH_SIZE, watermark: str = "auto", watermark_table: str | None = None,
                 save_password: bool = True, options: dict | None = None, batch_rows: int | None = None,
                 startup: str | None = None, sink: str | None = None, checkpoint: str | None = None,
-                spark_submit: Sequence[str] | None = None) -> dict:
+                spark_submit: Sequence[str] | None = None, joining: bool = False) -> dict:
     """Plan ``tables`` on one connection (``chunk_keys``: per-table chunk key columns); returns the summary
     of the whole plan. The source is checked once and every table described before any is split: a
     table without a usable key stops the plan before anything is written, in one line naming every
@@ -66,7 +66,8 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
     A table already planned keeps its plan (idempotent: `dblog run` resumes).
 
     ``sink``, ``checkpoint``, ``spark_submit``: what the snapshot and the tail will need, checked first
-    (``steps.preflight.check_later_steps``), so a setting only they use fails now, not after the snapshot."""
+    (``steps.preflight.check_later_steps``), so a setting only they use fails now, not after the snapshot.
+    ``joining``: the tail plans tables that started to match the capture (``StateDir.joining``)."""
     chunk_size, budget, watermark, mode = validate_plan_options(chunk_size, batch_size, watermark, batch_rows,
                                                                 startup)
     check_later_steps(state_dir, mode, sink=sink, checkpoint=checkpoint, spark_submit=spark_submit)
@@ -116,7 +117,7 @@ def plan_tables(source: SourceConfig, tables: Sequence[str], state_dir: str,
         weights = [w for p in plans if p.startup.snapshots
                    for w in chunk_weights(p.meta.qualified, [c.id for c in p.chunks], p.rows, chunk_size)]
         batches = pack_batches(weights, budget, first_index=len(state.batches()) if state.has_plan() else 0)
-        state.save_plans(source, plans, batches, options, server=server)
+        state.save_plans(source, plans, batches, options, server=server, joining=joining)
         log.info("plan: %d tables, %s rows, %d chunks to read in %d batches of at most %s estimated rows%s",
                  len(plans), f"{sum(p.rows for p in plans):,}", len(weights), len(batches), f"{budget:,}",
                  "" if mode.snapshots else f"; startup {mode}: no snapshot, the stream starts at {start_at}")

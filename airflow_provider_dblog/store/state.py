@@ -175,10 +175,11 @@ class StateDir:
         return batch.label(lambda table, ids: tables[table].key_span(ids))
 
     def save_plans(self, source: SourceConfig, plans: Sequence[TablePlan], batches: Sequence[Batch],
-                   options: dict, server: dict | None = None) -> None:
+                   options: dict, server: dict | None = None, joining: bool = False) -> None:
         """Adds tables' plans and their batches (``batches`` indexed from ``len(self.batches())``);
         tables and batches already planned keep theirs, so their indexes stay valid. ``server``: the
-        identity of the server the positions belong to (``DataSourceDialect.server_identity``)."""
+        identity of the server the positions belong to (``DataSourceDialect.server_identity``). ``joining``:
+        planned by the tail for joining the capture (``joining()``), recorded in the same write."""
         raw = self.files.read_json(self.PLAN) if self.has_plan() else {"version": 2, "tables": {}, "batches": []}
         if raw.get("source", source.public_uri) != source.public_uri:
             raise DblogError(f"{self.path} already holds a plan for {raw['source']}: use another --state directory")
@@ -199,6 +200,26 @@ class StateDir:
         for plan in plans:
             raw["tables"][plan.meta.qualified] = plan.to_dict()
         raw["batches"] += [b.to_dict() for b in batches]
+        if joining:
+            raw["joining"] = sorted(set(raw.get("joining", [])) | new)
+        self._save_plan(raw)
+
+    def joining(self) -> list[str]:
+        """Tables the tail planned because they started to match the capture's patterns (``steps.new_tables``):
+        one of them without offsets was left half read by a tail that stopped before reporting it."""
+        return list(self.load_raw().get("joining", []))
+
+    def forget_table(self, table: str) -> None:
+        """The table's plan, its chunks in the batches (their indexes stay) and its reports removed: a joining
+        table left half read whose plan no longer applies (gone from the source, or another key) is planned
+        anew when it matches again. Reports first: killed in between, the plan is still there to resume."""
+        for report in self.files.names(f"reports/{table}", ".json"):
+            self.files.delete(f"reports/{table}/{report}")
+        raw = self.files.read_json(self.PLAN)
+        raw["tables"].pop(table, None)
+        kept = [Batch.from_dict(i, b) for i, b in enumerate(raw["batches"])]
+        raw["batches"] = [Batch(b.index, tuple(g for g in b.groups if g.table != table), b.rows).to_dict() for b in kept]
+        raw["joining"] = [t for t in raw.get("joining", []) if t != table]
         self._save_plan(raw)
 
     def _save_plan(self, raw: dict) -> None:
