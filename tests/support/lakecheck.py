@@ -104,8 +104,13 @@ def duckdb_current(sink: str, table: str, extensions: str):
 def compare_rows(lake, port: int, table: str, key: tuple[str, ...] = ("id",)) -> list[str]:
     """Every difference between the lake's rows (an Arrow table) and ``SELECT *`` (empty: equal), rows
     matched by ``key``, column by column."""
+    return compare_with(lake, source_rows(port, table, key=key), key)
+
+
+def compare_with(lake, want: dict, key: tuple[str, ...] = ("id",)) -> list[str]:
+    """Every difference between the lake's rows (an Arrow table) and ``want`` (rows by key, as ``source_rows``
+    returns them, e.g. recorded before the source's table was dropped); empty: equal."""
     key = tuple(key)
-    want = source_rows(port, table, key=key)
     mirror = lake.read_all() if hasattr(lake, "read_all") else lake
     extra_cols = [c for c in mirror.column_names if c not in next(iter(want.values()), {}) and not c.startswith("_")]
     problems = [f"unexpected column {c}" for c in extra_cols]
