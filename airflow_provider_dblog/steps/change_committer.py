@@ -255,6 +255,9 @@ class ChangeCommitter:
             return False
         fresh = live = self._live_meta(last)
         if live is None:
+            truncates = [c for c in group if c.kind == "truncate"]
+            if truncates:  # gone since: its rows up to the drop or rename are the changes after the TRUNCATE
+                self.lake.truncated(truncates[-1].pos)
             if last.kind == "drop" and self.plan.meta.storage:  # gone from the catalog: the stream says so once
                 self._adopt_identity(replace(self.plan.meta, storage=""))
             return False

@@ -369,6 +369,20 @@ class LakeTables:
         return position_rows(conform(live.select(have), self.source), self.source, "d", closing.as_closed().encode(),
                              pa.nulls(live.num_rows, pa.int32()), before=True)
 
+    def truncated(self, at: SourcePosition) -> None:
+        """A TRUNCATE at ``at`` followed without a read (the source no longer has the table: nothing to read
+        again): every row ``current`` holds before it gets a delete row in the changelog at the statement
+        (``as_closed``), which the next ``update_current`` applies; the changes after it stay on top."""
+        rows = self.current().to_pyarrow_dataset().to_table(
+            columns=[*self.source.names, "_chunk"], filter=pc.field("_pos") < at.as_closed().encode())
+        if not rows.num_rows:
+            return
+        log.info("lake: %s: the TRUNCATE at %s removes its %d rows (the source no longer has the table)",
+                 self.table, at, rows.num_rows)
+        # a rerun after a kill here writes them again at the same position: harmless
+        self._append_once(f"removing the rows of {self.table} the TRUNCATE at {at} removed", position_rows(
+            rows.select(self.source.names), self.source, "d", at.as_closed().encode(), rows["_chunk"], before=True))
+
     def mark_current(self, end: SourcePosition) -> None:
         """Record that ``current`` holds every change up to ``end`` (its chunks were read after it)."""
         self._record(TAIL_APP, end, f"recording the position of {self.table}'s current state")
@@ -537,15 +551,38 @@ class LakeTables:
         there: nothing was binlogged between the two reads (an idle server), so this read adds nothing (its rows
         again at the same ``_pos``). Rows that differ there changed without a binlog event (``sql_log_bin=0``, a
         restored backup): this read cannot replace them, as its rows would tie with the last read's at one ``_pos``
-        (a replay could take either, and ``current`` keeps the older), so it stops in one line instead."""
+        (a replay could take either, and ``current`` keeps the older), so it stops in one line instead.
+
+        One difference is no such change: the read equals the last read's own rows, and the replay holds more keys.
+        A tail behind that read wrote changes below its HW since (``current`` skips them), among them rows that a
+        TRUNCATE or a partition detached before the HW removed with no row event: only a read's delete rows end
+        them. This read, at the same HW, writes those (the TRUNCATE's own re-read on an idle server)."""
         if not self._last_read_at(chunk_id, hw):
             return False
         names = list(self.source.names)
+        read = table_checksum(conform(rows.select([n for n in names if n in rows.schema.names]), self.source), names)
         held = self._replayed(chunk_id, hw)
-        if held is not None and table_checksum(conform(rows.select([n for n in names if n in rows.schema.names]),
-                                                       self.source), names).matches(table_checksum(held, names)):
+        if held is not None and read.matches(table_checksum(held, names)):
             return True
-        raise self._refused_at_its_hw(chunk_id, hw)
+        last = self._rows_read_at(chunk_id, hw)
+        if held is None or last is None or not read.matches(table_checksum(last, names)):
+            raise self._refused_at_its_hw(chunk_id, hw)
+        deletes = self._removals(chunk_id, hw, rows)
+        if deletes is not None:
+            self._append_once(f"appending chunk {chunk_id}'s removals to {self.changelog_uri}", deletes)
+        return True
+
+    def _rows_read_at(self, chunk_id: int, hw: SourcePosition) -> pa.Table | None:
+        """The rows (the source's columns) that the chunk's reads at ``hw`` wrote to the changelog (once per key: a
+        read that lost a race wrote them too); None when the changelog lacks a column of the source's."""
+        changelog = self.changelog()
+        names = list(self.source.names)
+        if any(n not in delta_schema(changelog).names for n in names):
+            return None
+        at = ((pc.field("_chunk") == chunk_id) & (pc.field("_pos") == hw.as_snapshot().encode())
+              & (pc.field("_op") == "r"))
+        read = changelog.to_pyarrow_dataset().to_table(columns=[*names, "_pos"], filter=at)
+        return conform(latest_per_key(read, self.keys).select(names), self.source)  # one row per key: two reads
 
     def _last_read_at(self, chunk_id: int, hw: SourcePosition) -> bool:
         """Whether ``current`` records the chunk's last read at this very HW (nothing logged since)."""
