@@ -83,11 +83,13 @@ class _Rows:
         return row
 
     def lake_requests(self, marked: list[tuple]) -> dict[tuple, tuple[str, int]]:
-        """For each key whose first missing values have no earlier image in the range: (position, chunk)."""
+        """For each key whose first missing values have no earlier image in the range: (position, chunk). A key
+        change's old key is asked at its delete's position, not the insert's: a range read again after a tail died
+        past its changelog commit finds that delete already in the lake, just before the insert."""
         first_marked = {}  # exact key -> (position, chunk)
         for row in marked:
             source = self.source_of(row)
-            first_marked.setdefault(source[7], (row[0], source[5]))
+            first_marked.setdefault(source[7], (source[0], source[5]))
         live = {}  # exact key -> position of its first image in the range that holds values
         for row in self.order:
             if row[3] != "d":

@@ -346,6 +346,47 @@ def test_an_unchanged_toasted_value_is_filled_whatever_the_columns_name(postgres
         (repr(float(k)), body, n) for k, body, n in source)
 
 
+KILLED_AFTER_THE_CHANGELOG = """
+import os, sys
+from airflow_provider_dblog.cli.main import console
+from airflow_provider_dblog.store.lake_tables import LakeTables
+LakeTables.update_current = lambda *args, **kwargs: os._exit(9)  # a tail SIGKILLed after its changelog commit
+sys.argv[0] = "dblog"
+sys.exit(console())
+"""
+
+
+def test_an_unchanged_toasted_value_of_a_key_change_is_filled_when_the_range_is_read_again(postgres, pg_db,
+                                                                                          tmp_path):
+    """A tail killed between its changelog commit and ``current``'s update reads the range again: the key change's
+    delete of the old key is then already in the changelog, at the row before the insert. The insert's unchanged
+    TOASTed value is the old key's image before that delete. Before, the lake was asked for the old key's image
+    before the *insert*, found the delete, and every later tail stopped in one line ("the lake holds no earlier
+    image of the key"; the seeded random walk found it)."""
+    pg, db = postgres, pg_db
+    pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
+    pg.sql("CREATE TABLE public.notes (id int PRIMARY KEY, body text, n int)",
+           "ALTER TABLE public.notes ALTER COLUMN body SET STORAGE EXTERNAL",
+           f"INSERT INTO public.notes SELECT g, repeat(md5(g::text), {BIG // 32}), g FROM generate_series(1, 20) g",
+           db=db)
+    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
+    code, out, err = dblog("run", "--source", uri(pg, db), "--tables", "public.notes", "--state", state, "--sink", sink)
+    assert code == 0, err
+    pg.sql("UPDATE public.notes SET id = 106, n = 0 WHERE id = 6", db=db)
+    killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_THE_CHANGELOG, "tail", "--state", state, "--sink",
+                             sink, "--available-now"], capture_output=True, text=True, timeout=300)
+    assert killed.returncode == 9, killed.stderr[-3000:]
+    assert {r["id"] for r in DeltaTable(f"{sink}/public.notes/changelog").to_pyarrow_table().to_pylist()
+            if r["_op"] == "c"} == {106}  # the changelog took the range, current did not
+    code, out, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+    assert code == 0, err[-3000:]
+    assert assert_lake_equals_source(pg, db, sink, "public.notes", DOCS) == 20
+    assert_each_change_once(sink, "public.notes")
+    assert_replay_equals_current(sink, "public.notes")
+    code, out, err = dblog("drop", "--state", state)
+    assert code == 0, err
+
+
 def test_replica_identity_and_settings_are_checked_in_one_line_before_anything_is_written(postgres, pg_db, tmp_path):
     pg, db = postgres, pg_db
     pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
