@@ -44,6 +44,7 @@ DDL = [
     "ALTER COLUMN v TYPE {v_type}",
     "ALTER COLUMN note TYPE {note_type}",
 ]
+V_TYPE, DROP_OR_RENAME = DDL[5], DDL[3:5]
 
 
 def incompressible(rnd: random.Random) -> str:
@@ -136,9 +137,11 @@ class Walk:
         rnd = self.rnd
         choices = [d for d in DDL if ("{added}" not in d or self.added) and ("{v_type}" not in d or not self.generated)]
         clause = rnd.choice([d for d in choices if d not in self.kinds] or choices)  # every kind comes early
+        generated = sorted(self.generated)  # dropped first half the time: v changes type only without them
+        if V_TYPE not in self.kinds and generated and clause not in DROP_OR_RENAME:
+            clause = "DROP COLUMN {added}"  # until v has changed type once
         self.kinds.add(clause)
         self.n += 1
-        generated = sorted(self.generated)  # dropped first half the time: v changes type only without them
         added = rnd.choice(generated if generated and rnd.random() < 0.5 else self.added) if self.added else ""
         v_type = "bigint" if self.v_type == "int" else "int"
         note_type = "varchar(80)" if self.note_type == "text" else "text"
