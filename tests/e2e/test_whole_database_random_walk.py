@@ -37,7 +37,7 @@ from tests.support.cli import DBLOG, dblog
 from tests.support.lakecheck import assert_replay_equals_current, compare_with, source_rows
 
 SEED = int(os.environ.get("DBLOG_RANDOM_SEED", "2026"))
-STEPS = 150
+STEPS = 120
 ROWS = 240
 MAX_TABLES = 7
 # shape -> (columns, row identity); "unique" has no primary key: its NOT NULL unique key is the capture's
@@ -297,7 +297,7 @@ def test_a_random_walk_over_two_databases_converges(mariadb, db, spark, tmp_path
     started = time.time()
     for step in range(STEPS):
         action = rnd.choices(["dml", "ddl", "truncate", "life", "reread", "tail", "kill"],
-                             [40, 10, 3, 12, 8, 10, 9])[0]
+                             [40, 10, 4, 12, 8, 10, 9])[0]
         if action == "life":
             action = walk.life()
         elif action == "truncate":
@@ -368,5 +368,6 @@ def test_a_random_walk_over_two_databases_converges(mariadb, db, spark, tmp_path
     print(f"seed {SEED}: {counts}; walk {walked:.0f} s; {len(existing)} tables at the end, {kept} gone kept")
     assert counts.get("kill", 0) >= 5 and counts.get("tail", 0) >= 5 and counts.get("ddl", 0) >= 5, counts
     assert counts.get("reread", 0) >= 4 and counts.get("dml", 0) >= 25, counts
-    assert sum(counts.get(k, 0) for k in ("create", "recreate", "rename_in", "rename_out", "rename_back", "swap",
-                                          "drop", "drop_create")) >= 8, counts
+    lives = [k for k in ("create", "recreate", "rename_in", "rename_out", "rename_back", "swap", "drop", "drop_create")
+             if counts.get(k)]
+    assert sum(counts[k] for k in lives) >= 8 and len(lives) >= 4 and counts.get("truncate", 0) >= 1, counts
