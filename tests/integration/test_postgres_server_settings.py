@@ -7,9 +7,10 @@ or stop them: every dblog session sets its own (``values.SESSION_SETTINGS``).
   machine needs no locale installed.
 * ``statement_timeout`` and ``idle_in_transaction_session_timeout`` (production servers often set them for
   applications): a slot's peek over a large range and a chunk's read are long statements, and a chunk window's
-  transaction waits while the reader converts rows. As pg_dump does, dblog's sessions turn both off. An
-  ``idle_session_timeout`` closes the control connection between statements: it is opened again
-  (``source.reconnect``).
+  transaction waits while the reader converts rows. As pg_dump does, dblog's sessions turn both off, and
+  ``idle_session_timeout`` too (PostgreSQL 14+), which closed the control connection between statements and a new
+  connection before its first on a loaded client (the slot's creation failed so); a connection closed all the same
+  is opened again (``source.reconnect``).
 """
 from __future__ import annotations
 
@@ -112,6 +113,31 @@ def test_timeouts_set_for_the_capture_at_run_time_stop_neither_the_snapshot_nor_
     assert [(r["id"], r["v"], f"{r['n']:.2f}") for r in lake.select(["id", "v", "n"]).to_pylist()] == \
         [(i, v, n) for i, v, n in source]
     assert_replay_equals_current(sink, "public.big")
+
+
+def test_an_idle_session_limit_closes_no_dblog_connection(postgres, pg_db, caplog):
+    """``idle_session_timeout`` set for the database closed dblog's connections whenever they waited between two
+    statements, or between the connect and the first one on a loaded machine: the slot's creation then failed
+    (CI, under load). dblog's sessions turn it off at connect time, so a connection idle past the limit lives on."""
+    import logging
+    import time
+
+    from airflow_provider_dblog.core.config import SourceConfig
+    from airflow_provider_dblog.source.postgres.connection import PostgresClient
+
+    pg, db = postgres, pg_db
+    pg.sql(f"ALTER DATABASE {db} SET idle_session_timeout = '50ms'")
+    try:
+        client = PostgresClient(SourceConfig.parse(pg.uri(db)))
+        with caplog.at_level(logging.WARNING, "dblog"):
+            first = client.query("SELECT pg_backend_pid(), current_setting('idle_session_timeout')")[0]
+            time.sleep(0.5)
+            second = client.query("SELECT pg_backend_pid(), current_setting('idle_session_timeout')")[0]
+        client.close()
+    finally:
+        pg.sql(f"ALTER DATABASE {db} RESET idle_session_timeout")
+    assert first == second and first[1] == "0", (first, second)
+    assert "closed by the server" not in caplog.text
 
 
 def test_a_slot_the_server_invalidates_is_named_by_health_and_made_anew_by_the_tail(tmp_path):

@@ -262,10 +262,12 @@ class LocalPostgres:
             return False
 
     def sql(self, *statements: str, db: str = "postgres") -> list[tuple]:
-        """Run statements (autocommit) as the superuser; returns the last statement's rows."""
+        """Run statements (autocommit) as the superuser, untouched by a database's time limits a test sets for dblog;
+        returns the last statement's rows."""
         import psycopg2
 
-        conn = psycopg2.connect(self.dsn(db))
+        conn = psycopg2.connect(self.dsn(db), options="-c statement_timeout=0 -c idle_in_transaction_session_timeout=0 "
+                                                      "-c idle_session_timeout=0")
         conn.autocommit = True
         try:
             rows: list[tuple] = []

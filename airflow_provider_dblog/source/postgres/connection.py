@@ -16,6 +16,11 @@ from airflow_provider_dblog.source.reconnect import ConnectionLost, again_when_l
 from airflow_provider_dblog.source.postgres.values import libpq_options
 
 APPLICATION_NAME = "dblog"
+# PostgreSQL 14+: a DBA's limit would close a control connection idle between statements, or a new one before its
+# first (a loaded client); off from the start, as the other limits. Older servers refuse the name at connect time:
+# their addresses are remembered and connected to without it
+IDLE_OPTION = " -c idle_session_timeout=0"
+_WITHOUT_IDLE_OPTION: set[str] = set()
 CONNECT_TIMEOUT_SECONDS = 10
 FLUSH_NUDGE_SECONDS = 0.02  # then an empty commit flushes what an idle server has not (``current_lsn``)
 FLUSH_WAIT_SECONDS = 60.0  # the WAL writer flushes asynchronous commits within a few wal_writer_delay
@@ -68,12 +73,16 @@ class PostgresClient:
 
     def connect(self, autocommit: bool = True):
         cfg = self.config
+        idle = "" if cfg.address in _WITHOUT_IDLE_OPTION else IDLE_OPTION
         try:
             conn = psycopg2.connect(host=cfg.host, port=cfg.port, user=cfg.user, password=cfg.password or None,
                                     dbname=cfg.database, connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                                    application_name=APPLICATION_NAME, options=libpq_options())
+                                    application_name=APPLICATION_NAME, options=libpq_options() + idle)
         except psycopg2.OperationalError as exc:
             message = first_line(exc, cfg.password)
+            if idle and "idle_session_timeout" in message:  # a server before 14 (the name quoted in any language)
+                _WITHOUT_IDLE_OPTION.add(cfg.address)
+                return self.connect(autocommit)
             lowered = message.lower()
             if "password authentication failed" in lowered or "no password supplied" in lowered:
                 raise DblogError(f"cannot log in to {cfg.address} as {cfg.user}: {message}; check the password (in "
