@@ -1,8 +1,8 @@
 """A throwaway private MariaDB with a ROW/FULL binlog, for tests, the demo and the benchmarks.
 
-It never touches the system's MariaDB: own datadir, own socket, own temporary directory (a clean-up of
-/tmp by anything else on the machine deleted its temporary tables' files mid-statement: "Error on delete of
-'/tmp/#sql-temptable-...'"), a free loopback port, stopped by PID. ``python -m tests.support.local_mariadb start DIR`` prints its URI.
+It never touches the system's MariaDB: own datadir, own socket, own temporary directory (a clean-up
+of /tmp by anything else on the machine deleted its temporary tables' files mid-statement: "Error on
+delete of '/tmp/#sql-temptable-...'"), a free loopback port, stopped by PID. ``python -m tests.support.local_mariadb start DIR`` prints its URI.
 """
 from __future__ import annotations
 
@@ -75,7 +75,8 @@ class LocalMariaDB:
         self.port = self.port or free_port()
         (self.datadir / "tmp").mkdir(exist_ok=True)
         flags = [
-            f"--datadir={data}", f"--socket={self.socket_path}", f"--port={self.port}", f"--tmpdir={self.datadir / 'tmp'}",
+            f"--datadir={data}", f"--socket={self.socket_path}", f"--port={self.port}",
+            f"--tmpdir={self.datadir / 'tmp'}",
             "--bind-address=127.0.0.1", f"--pid-file={self.datadir / 'mysqld.pid'}",
             f"--log-error={self.datadir / 'error.log'}", "--skip-name-resolve",
             f"--server-id={self.server_id}", "--innodb-buffer-pool-size=512M",
