@@ -2,7 +2,8 @@
 
 It never touches the system's MariaDB: own datadir, own socket, own temporary directory (a clean-up
 of /tmp by anything else on the machine deleted its temporary tables' files mid-statement: "Error on
-delete of '/tmp/#sql-temptable-...'"), a free loopback port, stopped by PID. ``python -m tests.support.local_mariadb start DIR`` prints its URI.
+delete of '/tmp/#sql-temptable-...'"), a free loopback port, stopped by PID.
+``python -m tests.support.local_mariadb start DIR`` prints its URI.
 """
 from __future__ import annotations
 
