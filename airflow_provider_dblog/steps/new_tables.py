@@ -11,6 +11,7 @@ from airflow_provider_dblog.steps.plan import plan_tables, resolve_tables
 from airflow_provider_dblog.steps.report import build_offsets
 from airflow_provider_dblog.steps.executor import Executor
 from airflow_provider_dblog.steps.snapshot import snapshot_batch
+from airflow_provider_dblog.store.lake_tables import LakeTables
 from airflow_provider_dblog.store.state import StateDir
 
 log = logging.getLogger("dblog")
@@ -56,6 +57,7 @@ def capture_new_tables(state: StateDir, sink: str, executor: Executor, refused: 
         if resumed:
             build_offsets(str(state.path))
         return resumed
+    restart_earlier_lives(StateDir(state.path), sink, planned)
     for batch in StateDir(state.path).batches():
         if batch.index not in before:
             snapshot_batch(str(state.path), batch.index, sink, executor=executor)
@@ -90,8 +92,33 @@ def finish_interrupted(state: StateDir, sink: str, executor: Executor, matching:
                 state.forget_table(table)
     finally:
         dialect.close()
+    restart_earlier_lives(state, sink, resumable)
     for batch in state.batches():
         for table in sorted(set(batch.tables) & set(resumable)):
             log.info("capture: %s was planned by a tail that stopped before reading it: reading its chunks", table)
             snapshot_batch(str(state.path), batch.index, sink, executor=executor, table=table)
     return resumable
+
+
+def restart_earlier_lives(state: StateDir, sink: str, tables: list[str]) -> None:
+    """Before the first read of joining ``tables``: one whose earlier plan was read in part and forgotten
+    (``finish_interrupted``) still has that life's rows in its lake, under the old plan's chunk ids, which the new
+    chunks' reads would not all replace. Its ``current`` starts again with the new plan's columns and key, and
+    the changelog's history is closed at the new plan by the old key (``LakeTables.restart_current``)."""
+    forgotten = {t: key for t in tables if (key := state.forgotten_key(t)) is not None}
+    if not forgotten:
+        return
+    plans = state.tables()
+    dialect = open_dialect(state.source(), state.options())
+    try:
+        for table, old_key in forgotten.items():
+            plan = plans[table]
+            schema = dialect.arrow_schema(plan.meta)
+            log.info("capture: %s: the rows its forgotten plan read are closed in the lake before its new plan is "
+                     "read", table)
+            lake = LakeTables(sink, table, schema, old_key, capture=plan.capture)
+            lake.current()  # the columns it holds: the old key is among them, whatever the new table has
+            lake.restart_current(schema, plan.meta.key_columns, plan.planned_at)
+            state.closed_forgotten(table)
+    finally:
+        dialect.close()

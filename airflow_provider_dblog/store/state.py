@@ -212,15 +212,30 @@ class StateDir:
     def forget_table(self, table: str) -> None:
         """The table's plan, its chunks in the batches (their indexes stay) and its reports removed: a joining
         table left half read whose plan no longer applies (gone from the source, or another key) is planned
-        anew when it matches again. Reports first: killed in between, the plan is still there to resume."""
+        anew when it matches again; its key is kept (``forgotten_key``) for its next life to close the rows the
+        lake holds of this one. Reports first: killed in between, the plan is still there to resume."""
         for report in self.files.names(f"reports/{table}", ".json"):
             self.files.delete(f"reports/{table}/{report}")
         raw = self.files.read_json(self.PLAN)
-        raw["tables"].pop(table, None)
+        if table in raw["tables"]:
+            forgotten = TablePlan.from_dict({**raw["tables"].pop(table), "capture": raw.get("capture")})
+            raw.setdefault("forgotten", {})[table] = list(forgotten.meta.key_columns)
         kept = [Batch.from_dict(i, b) for i, b in enumerate(raw["batches"])]
         raw["batches"] = [Batch(b.index, tuple(g for g in b.groups if g.table != table), b.rows).to_dict() for b in kept]
         raw["joining"] = [t for t in raw.get("joining", []) if t != table]
         self._save_plan(raw)
+
+    def forgotten_key(self, table: str) -> tuple[str, ...] | None:
+        """The key of the table's forgotten plan (``forget_table``) whose lake rows its next life has not closed yet:
+        the history was written under it (None: none)."""
+        key = self.load_raw().get("forgotten", {}).get(table)
+        return None if key is None else tuple(key)
+
+    def closed_forgotten(self, table: str) -> None:
+        """The lake's rows of the table's forgotten plan are closed (``LakeTables.restart_current``)."""
+        raw = self.files.read_json(self.PLAN)
+        if raw.get("forgotten", {}).pop(table, None) is not None:
+            self._save_plan(raw)
 
     def _save_plan(self, raw: dict) -> None:
         """Write the plan and keep what was written as the parsed plan (an S3 mtime has whole seconds: reading it
