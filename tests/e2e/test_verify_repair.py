@@ -77,6 +77,8 @@ def test_checksum_verify_finds_exactly_the_planted_drift_and_repairs_it(mariadb,
         assert code == 0, err
         assert sorted(result["drifted"]) == sorted(result["repaired"]) == sorted(PLANTED.values()), result
         code, result, err = _verify(state, sink, table)
+        if code != 0 and tail.poll() is not None:
+            err += "\nthe tail exited: " + tail.stderr.read().decode(errors="replace")[-3000:]
         assert code == 0 and result["drifted"] == [], (result, err)
     finally:
         counts = writer.stop()
