@@ -264,12 +264,8 @@ def test_a_database_is_snapshotted_under_writes_and_tailed_from_its_slot(postgre
     assert code != 0 and "is gone" in one_error_line(err), err
 
 
-def test_an_unchanged_toasted_value_under_replica_identity_default_is_the_keys_previous_value(postgres, pg_db,
-                                                                                              tmp_path):
-    """REPLICA IDENTITY DEFAULT: an UPDATE leaving a TOASTed value alone sends neither it nor the old row. The lake
-    takes it from the key's previous image: an earlier change in the same range, ``current``, or (when a re-read
-    of the chunk at a later position is already in ``current``) the changelog. Never a NULL."""
-    pg, db = postgres, pg_db
+def captured_notes(pg, db, tmp_path) -> tuple[str, str]:
+    """``public.notes`` (20 rows, ``body`` TOASTed out of line) captured with ``dblog run``: (state, sink)."""
     pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
     pg.sql("CREATE TABLE public.notes (id int PRIMARY KEY, body text, n int)",
            "ALTER TABLE public.notes ALTER COLUMN body SET STORAGE EXTERNAL",
@@ -278,6 +274,16 @@ def test_an_unchanged_toasted_value_under_replica_identity_default_is_the_keys_p
     state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
     code, out, err = dblog("run", "--source", uri(pg, db), "--tables", "public.notes", "--state", state, "--sink", sink)
     assert code == 0, err
+    return state, sink
+
+
+def test_an_unchanged_toasted_value_under_replica_identity_default_is_the_keys_previous_value(postgres, pg_db,
+                                                                                              tmp_path):
+    """REPLICA IDENTITY DEFAULT: an UPDATE leaving a TOASTed value alone sends neither it nor the old row. The lake
+    takes it from the key's previous image: an earlier change in the same range, ``current``, or (when a re-read
+    of the chunk at a later position is already in ``current``) the changelog. Never a NULL."""
+    pg, db = postgres, pg_db
+    state, sink = captured_notes(pg, db, tmp_path)
     pg.sql("UPDATE public.notes SET n = n + 100 WHERE id = 3",  # from current
            "UPDATE public.notes SET n = n + 100 WHERE id = 4", "UPDATE public.notes SET n = n + 1 WHERE id = 4",
            f"UPDATE public.notes SET body = repeat('z', {BIG}) WHERE id = 5",  # from the change before it
@@ -364,14 +370,7 @@ def test_an_unchanged_toasted_value_of_a_key_change_is_filled_when_the_range_is_
     before the *insert*, found the delete, and every later tail stopped in one line ("the lake holds no earlier
     image of the key"; the seeded random walk found it)."""
     pg, db = postgres, pg_db
-    pg.sql(f"ALTER USER {pg.user} PASSWORD '{PASSWORD}'")
-    pg.sql("CREATE TABLE public.notes (id int PRIMARY KEY, body text, n int)",
-           "ALTER TABLE public.notes ALTER COLUMN body SET STORAGE EXTERNAL",
-           f"INSERT INTO public.notes SELECT g, repeat(md5(g::text), {BIG // 32}), g FROM generate_series(1, 20) g",
-           db=db)
-    state, sink = str(tmp_path / "state"), str(tmp_path / "lake")
-    code, out, err = dblog("run", "--source", uri(pg, db), "--tables", "public.notes", "--state", state, "--sink", sink)
-    assert code == 0, err
+    state, sink = captured_notes(pg, db, tmp_path)
     pg.sql("UPDATE public.notes SET id = 106, n = 0 WHERE id = 6", db=db)
     killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_THE_CHANGELOG, "tail", "--state", state, "--sink",
                              sink, "--available-now"], capture_output=True, text=True, timeout=300)
