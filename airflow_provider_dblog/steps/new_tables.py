@@ -33,14 +33,21 @@ def capture_new_tables(state: StateDir, sink: str, executor: Executor, refused: 
         return []  # nothing matches right now (every table dropped): nothing new
     resumed = finish_interrupted(state, sink, executor, set(matching))
     new = sorted(set(matching) - set(state.tables()) - refused)
-    if not new:
-        if resumed:
-            build_offsets(str(state.path))
-        return resumed
+    planned = _plan_and_read(state, sink, executor, new, refused, source, options) if new else []
+    if resumed or planned:
+        build_offsets(str(state.path))
+    return resumed + planned
+
+
+def _plan_and_read(state: StateDir, sink: str, executor: Executor, new: list[str], refused: set, source,
+                   options: dict) -> list[str]:
+    """Plan ``new`` one by one (a table without a usable key does not keep the others out) and read the batches
+    their plans added; returns those planned."""
+    capture = options["capture"]
     log.info("capture: %s started to match %s: planning and reading them", ", ".join(new), capture["tables"])
     before = {b.index for b in state.batches()}
     planned = []
-    for table in new:  # one by one: a table without a usable key does not keep the others out
+    for table in new:
         try:
             plan_tables(source, [table], str(state.path), chunk_size=capture.get("chunk_size") or 100_000,
                         batch_size=capture.get("batch_size") or 8, batch_rows=capture.get("batch_rows"),
@@ -53,16 +60,12 @@ def capture_new_tables(state: StateDir, sink: str, executor: Executor, refused: 
         except DblogError as exc:
             log.warning("capture: %s not captured: %s", table, exc)
             refused.add(table)
-    if not planned:
-        if resumed:
-            build_offsets(str(state.path))
-        return resumed
-    restart_earlier_lives(StateDir(state.path), sink, planned)
-    for batch in StateDir(state.path).batches():
-        if batch.index not in before:
-            snapshot_batch(str(state.path), batch.index, sink, executor=executor)
-    build_offsets(str(state.path))
-    return resumed + planned
+    if planned:
+        restart_earlier_lives(StateDir(state.path), sink, planned)
+        for batch in StateDir(state.path).batches():
+            if batch.index not in before:
+                snapshot_batch(str(state.path), batch.index, sink, executor=executor)
+    return planned
 
 
 def finish_interrupted(state: StateDir, sink: str, executor: Executor, matching: set[str]) -> list[str]:
