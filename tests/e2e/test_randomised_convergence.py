@@ -19,6 +19,7 @@ import pytest
 from airflow_provider_dblog.spark.executor import SparkExecutor
 from tests.support.cli import DBLOG, captured, dblog
 from tests.support.lakecheck import assert_replay_equals_current
+from tests.support.walks import follow_added_columns
 
 SEED = int(os.environ.get("DBLOG_RANDOM_SEED", "2025"))
 STEPS = 200
@@ -79,12 +80,7 @@ class Walk:
         self.n += 1
         added = rnd.choice(self.added) if self.added else ""
         text = clause.format(n=self.n, k=rnd.randint(0, 99), added=added)
-        if clause.startswith("ADD"):
-            self.added.append(text.split()[2])
-        elif clause.startswith("DROP"):
-            self.added.remove(added)
-        elif clause.startswith("RENAME"):
-            self.added[self.added.index(added)] = f"r{self.n}"
+        follow_added_columns(self.added, clause, text, added, self.n)
         self.sql(f"ALTER TABLE {self.table} {text}")
         self.log.append(f"ALTER TABLE {text}")
 

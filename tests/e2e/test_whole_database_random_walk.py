@@ -35,6 +35,7 @@ from airflow_provider_dblog.spark.executor import SparkExecutor
 from airflow_provider_dblog.store.state import StateDir
 from tests.support.cli import DBLOG, dblog
 from tests.support.lakecheck import assert_replay_equals_current, compare_with, source_rows
+from tests.support.walks import follow_added_columns
 
 SEED = int(os.environ.get("DBLOG_RANDOM_SEED", "2026"))
 STEPS = 120
@@ -185,12 +186,7 @@ class Walk:
         text = clause.format(n=n, k=rnd.randint(0, 99), added=added)
         self.sql(f"ALTER TABLE {name} {text}")
         table.altered = True
-        if clause.startswith("ADD"):
-            table.added.append(text.split()[2])
-        elif clause.startswith("DROP"):
-            table.added.remove(added)
-        elif clause.startswith("RENAME"):
-            table.added[table.added.index(added)] = f"r{n}"
+        follow_added_columns(table.added, clause, text, added, n)
         self.log.append(f"ALTER TABLE {name} {text}")
 
     def truncate(self) -> None:
