@@ -4,8 +4,10 @@ keep running? And ``--repair``: re-read only the chunks that are not.
 Each chunk's checksum (``core.checksums``) is computed inside the database in one consistent snapshot at
 an exact binlog position P (no row leaves the server). The lake's side is ``current`` at one pinned
 version, brought to the same position P: each chunk there is exact as of S = max(its read's HW, the
-tail's position), so the binlog's changes of its keys in (S, P] are applied to it (the greatest position
-per key wins, as everywhere in the lake), and its checksum is computed the same way. The two agree
+position ``current``'s update got to), so its keys' changes in (S, P] are applied to it (the greatest position
+per key wins, as everywhere in the lake): from the changelog up to the position the tail recorded (``current``
+follows the changelog's commit a moment or a merge interval later), from the binlog after it; and its checksum
+is computed the same way. The two agree
 exactly when the chunk's rows do, FLOAT/DOUBLE to their last bit (their exact binary form, not their print,
 which differs between engines). A schema change in (S, P] the lake has not
 followed yet makes the table unverifiable for now: one line, run the tail first.
@@ -33,7 +35,7 @@ from airflow_provider_dblog.readers.unchanged_values import carry_unchanged
 from airflow_provider_dblog.source import open_dialect
 from airflow_provider_dblog.source.dialect import DataSourceDialect
 from airflow_provider_dblog.steps.health import check_same_server
-from airflow_provider_dblog.store.lake_tables import PinnedCurrent
+from airflow_provider_dblog.store.lake_tables import PinnedCurrent, changelog_changes
 from airflow_provider_dblog.store.object_store import check_sink
 from airflow_provider_dblog.store.state import StateDir
 
@@ -106,7 +108,7 @@ def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int
         resumed = state.resume_position(table, offsets.min_hw)  # before the lake is pinned: it records after it commits
         lake = PinnedCurrent(sink, table)
         missing = [c for c in meta.column_names if c not in lake.columns]
-        exact_at = _exact_positions(lake, [c.id for c in chunks], resumed)
+        exact_at = _exact_positions(lake, [c.id for c in chunks], resumed)  # the changelog holds all up to resumed
         source_sums, position = {}, None
         pending = list(chunks)
         for _ in range(SOURCE_ROUNDS):  # a chunk whose lake state is newer than the snapshot: a later one
@@ -123,7 +125,7 @@ def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int
             log.error("verify %s: the lake lacks the source's columns %s: every chunk differs", table,
                       ", ".join(missing))
         else:
-            latest = _latest_changes(dialect, meta, offsets, exact_at, position, lake)
+            latest = _latest_changes(dialect, meta, offsets, exact_at, position, lake, resumed, sink)
             drifted = [c.id for c in chunks if not _lake_checksum(lake, meta, c.id, exact_at[c.id],
                                                                   latest.get(c.id, {})).matches(source_sums[c.id])]
         if chunk_ids is None:
@@ -172,12 +174,12 @@ def _same_compared_columns(version: TableMeta, meta: TableMeta) -> bool:
 
 def _exact_positions(lake: PinnedCurrent, chunk_ids: Sequence[int],
                      resumed: SourcePosition) -> dict[int, SourcePosition | None]:
-    """Per chunk, the position ``current`` holds it exactly at (None: never read, nothing to compare): its read,
-    or where the tail's changes are, in the lake or as the state records them (``resumed``: the lake holds
-    every change of the table before it, though a tail batch without any wrote nothing; a PostgreSQL slot
-    holds the WAL from the smallest such position on, not from the lake's older one)."""
+    """Per chunk, the position ``current`` holds it exactly at (None: never read, nothing to compare): its read, or
+    where ``current``'s update by the tail got to. Not the state's ``resumed``: the tail records it once the
+    changelog committed, and ``current`` follows after (at once, or after a merge interval; never, for a tail
+    killed between the two): its changes since are taken from the changelog (``_latest_changes``)."""
     logged = lake.tail_position()
-    tail = resumed if logged is None else max(resumed, logged.in_file_of(resumed))
+    tail = None if logged is None else logged.in_file_of(resumed)
     out = {}
     for chunk_id in chunk_ids:
         read = lake.chunk_position(chunk_id)
@@ -186,17 +188,25 @@ def _exact_positions(lake: PinnedCurrent, chunk_ids: Sequence[int],
 
 
 def _latest_changes(dialect: DataSourceDialect, meta: TableMeta, offsets, exact_at: dict, position: SourcePosition,
-                    lake: PinnedCurrent) -> dict[int, dict[tuple, ChangeEvent]]:
-    """Per chunk, the last change of each key after the earliest exact position, up to ``position``; a value
-    the source did not send (PostgreSQL's unchanged TOASTed values) taken from the key's previous image: an
-    earlier change in the range, else the lake's row."""
+                    lake: PinnedCurrent, resumed: SourcePosition, sink: str) -> dict[int, dict[tuple, ChangeEvent]]:
+    """Per chunk, the last change of each key after the earliest exact position, up to ``position``: up to
+    ``resumed`` from the changelog (it holds every change up to there, ``current`` may lag it), after it from the
+    source (a PostgreSQL slot holds the WAL from there on, not from the lake's older position); a value the
+    source did not send (PostgreSQL's unchanged TOASTed values) taken from the key's previous image: an earlier
+    change in the range, else the lake's row."""
     known = [p for p in exact_at.values() if p is not None]
     if not known or min(known) >= position:
         return {}
+    low = min(known)
 
     def changes():
+        if low < resumed:
+            yield from _changelog_events(sink, meta, low, min(resumed, position))
+        start = max(low, resumed)
+        if start >= position:
+            return
         # the lake records positions as numbers: the binlog file is named as the server names it
-        for item in dialect.read_changes(min(known).in_file_of(position), position, [meta]):
+        for item in dialect.read_changes(start.in_file_of(position), position, [meta]):
             if isinstance(item, SchemaVersion) and _same_compared_columns(item.meta, meta):
                 continue
             if isinstance(item, SchemaChange) and item.kind == UNREADABLE:  # its own line names the fix
@@ -227,6 +237,17 @@ def _latest_changes(dialect: DataSourceDialect, meta: TableMeta, offsets, exact_
     for key, chunk in zip(keys, reader.chunks_of([latest[k].key for k in keys])):
         by_chunk.setdefault(chunk, {})[key] = latest[key]
     return by_chunk
+
+
+def _changelog_events(sink: str, meta: TableMeta, after: SourcePosition, upto: SourcePosition) -> list[ChangeEvent]:
+    """The changelog's changes of the table in (``after``, ``upto``] as change events (complete rows: the tail filled
+    what the source did not send before it wrote them)."""
+    rows = changelog_changes(sink, meta.qualified, meta.column_names, after, upto).to_pylist()
+    keys, out = meta.key_columns, []
+    for row in rows:
+        op, pos = row.pop("_op"), SourcePosition.decode(row.pop("_pos"))
+        out.append(ChangeEvent(meta.qualified, op, pos, tuple(row[k] for k in keys), None if op == "d" else row, None))
+    return out
 
 
 def _unchanged_from_lake(lake: PinnedCurrent, meta: TableMeta, reader: TableChangeReader,

@@ -109,9 +109,12 @@ def _retrying(what: str, attempt_fn):
     from deltalake.exceptions import CommitFailedError, SchemaMismatchError
 
     for attempt in range(1, MAX_ATTEMPTS + 1):
+        started = time.monotonic()
         try:
             return attempt_fn()
         except (CommitFailedError, SchemaMismatchError) as exc:  # the latter: another writer changed the columns
+            log.debug("lake: %s: attempt %d (%.2fs) lost a commit race: %s", what, attempt, time.monotonic() - started,
+                      str(exc).splitlines()[0])
             if attempt == MAX_ATTEMPTS:
                 raise DblogError(f"{what}: gave up after {attempt} commit conflicts ({str(exc).splitlines()[0]})") from None
             time.sleep(min(0.05 * attempt, 1.0))
@@ -503,8 +506,9 @@ class LakeTables:
                               rows if deletes is None else pa.concat_tables([conform(rows, deletes.schema), deletes]))
         elif deletes is not None:  # the changelog took the read's rows already (a first read that lost the race)
             self._append_once(f"appending chunk {chunk_id}'s removals to {self.changelog_uri}", deletes)
+        later = _ChunkChanges(self, chunk_id, hw)  # read once, then only what the tail appends while this retries
         return _retrying(f"replacing chunk {chunk_id} of {self.table}",
-                         lambda: self._replace_chunk(chunk_id, hw, rows))
+                         lambda: self._replace_chunk(chunk_id, hw, rows, later))
 
     def _first_read_once(self, chunk_id: int, hw: SourcePosition, rows: pa.Table) -> bool | None:
         """A chunk's first read (nothing of it in ``current``, no tail batch yet) whose columns are the
@@ -712,7 +716,7 @@ class LakeTables:
             return False
         return self._widen_changelog(source_columns(rows.schema))
 
-    def _replace_chunk(self, chunk_id: int, hw: SourcePosition, rows: pa.Table) -> bool:
+    def _replace_chunk(self, chunk_id: int, hw: SourcePosition, rows: pa.Table, later: "_ChunkChanges") -> bool:
         from deltalake import CommitProperties, Transaction
 
         current = self.current()
@@ -721,7 +725,7 @@ class LakeTables:
             return False
         rows = conform(rows, pa.schema([*self.current_schema, *(f for f in rows.schema
                                                                  if f.name in ("_kind", "_before"))]))
-        commit = CommitProperties(app_transactions=[Transaction(chunk_app(chunk_id), hw.boundary().to_version())])
+        version = Transaction(chunk_app(chunk_id), hw.boundary().to_version())
         if recorded is None and app_version(current, TAIL_APP) is None:
             # the first read of the chunk before any tail batch: nothing of it can be in ``current`` yet,
             # so a plain append (appends of other chunks commute; a concurrent read of this chunk
@@ -729,13 +733,44 @@ class LakeTables:
             from deltalake import write_deltalake
 
             write_deltalake(current, rows.select(self.current_schema.names), mode="append",
-                            storage_options=self.options, commit_properties=commit,
+                            storage_options=self.options, commit_properties=CommitProperties(app_transactions=[version]),
                             writer_properties=self.current_writer)
             return True
-        hw_pos = hw.as_snapshot().encode()
-        later = self._changes(pc.field("_chunk") == chunk_id, pc.field("_pos") > hw_pos)
-        state = latest_per_key(pa.concat_tables([rows.select(later.schema.names), later]), self.keys)
+        # the chunk's new rows: the read, overlaid with the later changes of its keys (``current`` may hold them
+        # already); keys in neither are gone
+        changes = later.read()
+        state = latest_per_key(pa.concat_tables([rows.select(changes.schema.names), changes]), self.keys)
         live = state.filter(pc.not_equal(state["_op"], "d")).select(self.current_schema.names)
+        if recorded is None:
+            self._merge_first_read(current, chunk_id, hw, live, version)
+        else:
+            self._swap_chunk_files(current, chunk_id, live, version)
+        return True
+
+    def _swap_chunk_files(self, current, chunk_id: int, live: pa.Table, version) -> None:
+        """A read again of a chunk: its rows as key-range files, and one commit removing every file of the chunk and
+        adding them with its HW. Every other commit that changes a read chunk conflicts with it (it removes a file
+        or carries the chunk's HW again: Delta's checks), and a lost race costs this short attempt only: a MERGE of
+        the chunk took longer than a tail's trigger interval and lost every race to a fast tail."""
+        from deltalake.transaction import RemoveAction
+
+        partition = {"_chunk": str(int(chunk_id))}
+        now = int(time.time() * 1000)
+        removes = [RemoveAction(f.path, True, now, f.size, partition)
+                   for f in key_ranges.range_files(current, self._bounded()) if f.chunk == chunk_id]
+        adds = self._stage_sorted(live, partition)
+        try:
+            self._commit_files(current, removes, adds, [version])
+        except BaseException:
+            discard(self.current_uri, adds)
+            raise
+
+    def _merge_first_read(self, current, chunk_id: int, hw: SourcePosition, live: pa.Table, version) -> None:
+        """A chunk's first read after tail batches: a delta-rs MERGE, whose conflict check covers the tail's
+        inserts into the chunk (no HW to carry yet, so the tail's commits of a chunk never read carry none)."""
+        from deltalake import CommitProperties
+
+        commit = CommitProperties(app_transactions=[version])
         if live.num_rows:
             # the columns named, quoted (delta-rs's update_all/insert_all wrap names in backticks unescaped: a
             # column with a backtick in its name failed every re-read of its chunk)
@@ -749,7 +784,6 @@ class LakeTables:
         else:  # an empty chunk (a MERGE of no rows commits nothing): delete its rows, then record its HW
             current.delete(f"_chunk = {int(chunk_id)}")
             self._empty_commit(self.current(), chunk_app(chunk_id), hw)
-        return True
 
     # ---- tail micro-batches ----
     def commit_stream(self, rows: pa.Table, end: SourcePosition, update_current: bool = True,
@@ -849,7 +883,11 @@ class LakeTables:
         the changes fall in; the layout before key-range files, kept for never-read chunks)."""
         from deltalake import CommitProperties, Transaction
 
-        commit = CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())])
+        # each read chunk's HW carried again: a read of it committed meanwhile conflicts with this (its files are
+        # swapped by a commit that checks no added file: ``_swap_chunk_files``)
+        versions = [Transaction(TAIL_APP, end.boundary().to_version()),
+                    *(Transaction(chunk_app(c), hw.boundary().to_version()) for c, hw in sorted(hws.items()) if hw)]
+        commit = CommitProperties(app_transactions=versions)
         chunk_hw = pa.array([(hws[c].as_snapshot().encode() if hws[c] else "") for c in changes["_chunk"].to_pylist()],
                             pa.string())
         source = changes.select(self.current_schema.names).append_column("_chunk_hw", chunk_hw)
@@ -1112,6 +1150,47 @@ class LakeTables:
         return self.current().to_pyarrow_dataset().to_table(columns=list(columns) if columns else None)
 
 
+class _ChunkChanges:
+    """The changelog's changes of one chunk after a read's HW, in ``current``'s columns: read in full once, then from
+    the changelog's files added since only (the tail's appends while a chunk's commit is retried after losing a race
+    to it): a retry costs milliseconds, not a scan of the changelog (≈0.7 s on a loaded machine, longer than the
+    interval between a fast tail's commits, so every retry lost again)."""
+
+    def __init__(self, lake: LakeTables, chunk_id: int, hw: SourcePosition):
+        self.lake, self.chunk_id = lake, chunk_id
+        self.window = ((pc.field("_op") != "r") & (pc.field("_chunk") == chunk_id)
+                       & (pc.field("_pos") > hw.as_snapshot().encode()))
+        self.seen: set[str] = set()
+        self.rows: pa.Table | None = None
+
+    def read(self) -> pa.Table:
+        """Every such change the changelog holds now (a file another writer rewrote, e.g. a compaction, is read
+        again: its rows are the same changes, and ``latest_per_key`` takes each once)."""
+        changelog = self.lake.changelog()  # one version: its files are the ones listed and read
+        schema = self.lake.current_schema
+        paths = set(pa.table(changelog.get_add_actions(flatten=True))["path"].to_pylist())
+        if self.rows is None:
+            have = column_names(changelog)
+            data = changelog.to_pyarrow_dataset().to_table(columns=[n for n in schema.names if n in have],
+                                                           filter=self.window)
+            self.rows = conform(data, schema)
+        else:
+            new = sorted(paths - self.seen)
+            if new:
+                self.rows = pa.concat_tables([conform(self.rows, schema), *(self._file(p, schema) for p in new)])
+        self.seen = paths
+        return self.rows
+
+    def _file(self, path: str, schema: pa.Schema) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        store = Files(self.lake.changelog_uri, "--sink")
+        parquet = pq.ParquetFile(store.path_of(unquote(path)), filesystem=store.fs)
+        have = set(parquet.schema_arrow.names)
+        rows = parquet.read(columns=[n for n in schema.names if n in have])
+        return conform(rows.filter(self.window), schema)
+
+
 class PinnedCurrent:
     """``current`` at one version, with the positions it records: what a verify compares stays one
     consistent state while tails and chunk reads keep committing newer versions."""
@@ -1137,6 +1216,28 @@ class PinnedCurrent:
 
     def chunk_rows(self, chunk_id: int, columns: Sequence[str]) -> pa.Table:
         return self.table.to_pyarrow_dataset().to_table(columns=list(columns), filter=pc.field("_chunk") == chunk_id)
+
+
+def changelog_changes(sink: str, table: str, columns: Sequence[str], after: SourcePosition | None,
+                      upto: SourcePosition, storage_options: dict | None = None) -> pa.Table:
+    """The changelog's changes (not snapshot rows) after ``after`` (None: from the start) up to ``upto`` (every row at
+    a position's boundary: a PostgreSQL transaction's rows share its commit LSN), in ``_pos`` order: ``columns`` (a
+    column the changelog lacks is null), ``_op`` and ``_pos``. What ``current`` lacks while its update lags the
+    changelog's commit (a merge interval, a tail killed between the two): ``steps.verify`` brings it forward with
+    them, as the tail's next update will."""
+    from deltalake import DeltaTable
+
+    changelog = DeltaTable(changelog_uri(sink, table), storage_options=storage_options)
+    have = column_names(changelog)
+    window = (pc.field("_op") != "r") & (pc.field("_pos") <= upto.as_snapshot().encode())
+    if after is not None:
+        window &= pc.field("_pos") > after.as_snapshot().encode()
+    rows = changelog.to_pyarrow_dataset().to_table(columns=[c for c in columns if c in have] + ["_op", "_pos"],
+                                                   filter=window)
+    for name in columns:
+        if name not in have:
+            rows = rows.append_column(name, pa.nulls(rows.num_rows))
+    return rows.select([*columns, "_op", "_pos"]).sort_by("_pos")
 
 
 def chunk_commits(sink: str, table: str, chunk_ids: Sequence[int],

@@ -296,3 +296,68 @@ def test_float_keys_are_matched_by_their_bits(tmp_path, apply_mode):
     read(0, 40, 5)  # the chunk read again: a MERGE of its rows
     table = DeltaTable(lake.current_uri).to_pyarrow_table(columns=["k", "v"])
     assert bits(zip(table["k"].to_pylist(), table["v"].to_pylist())) == bits(zip(keys, [5] * 5))
+
+
+def _reread_losing_once_to(lake: LakeTables, tmp_path, chunk: int, hw: SourcePosition, rows: pa.Table, tail) -> int:
+    """``lake`` reads ``chunk`` again at ``hw``; between its first swap's staging and commit, ``tail(other)`` commits
+    with another object of the same tables (a tail in another process). Returns the swap's commit attempts."""
+    original, calls = lake._commit_files, []
+
+    def tail_commits_in_between(current, removes, adds, versions):
+        calls.append(1)
+        if len(calls) == 1:
+            other = LakeTables(str(tmp_path), "db.t", SOURCE, ["id"])
+            other.apply_mode = lake.apply_mode
+            thread = threading.Thread(target=tail, args=(other,))
+            thread.start()
+            thread.join()
+        return original(current, removes, adds, versions)
+
+    lake._commit_files = tail_commits_in_between
+    lake.commit_chunk(chunk, hw, snapshot_rows(rows, hw.as_snapshot().encode(), chunk, 0, SOURCE))
+    return len(calls)
+
+
+def _chunk_rows(chunk: int, value: int) -> pa.Table:
+    lo, hi = CHUNKS[chunk]
+    return pa.table({"id": pa.array(range(lo, hi), pa.int64()), "v": pa.array([value] * (hi - lo), pa.int64()),
+                     "s": pa.array(["again"] * (hi - lo))}, schema=SOURCE)
+
+
+@pytest.mark.parametrize("apply_mode", ["files", "merge"])
+def test_a_reread_that_loses_to_a_tail_batch_keeps_the_batchs_changes_of_its_chunk(tmp_path, apply_mode):
+    """A chunk read again swaps the chunk's files in one short commit; a tail batch committed between its read of
+    the changelog and that commit conflicts with it (it removed a file the swap removes, or carries the chunk's HW
+    again: also a MERGE that only adds a file, ``apply_mode`` merge), and the retry reads the changelog's files added
+    since: the batch's changes of the chunk after the read's HW are kept, none doubled."""
+    lake = _snapshotted(tmp_path, apply_mode=apply_mode)
+    lake.commit_stream(_events([(110, "u", -110)], 100), _pos(200))
+    batch = _events([(120, "u", -120), (130, "d", 0), (199, "c", -199), (120, "u", -121)], 950)
+
+    attempts = _reread_losing_once_to(lake, tmp_path, 1, _pos(900), _chunk_rows(1, 7),
+                                      lambda other: other.commit_stream(batch, _pos(960)))
+    assert attempts == 2, "the swap committed over the tail's batch without a conflict"
+    current = DeltaTable(lake.current_uri).to_pyarrow_table()
+    ids = current["id"].to_pylist()
+    assert len(ids) == len(set(ids)), "a key is held twice"
+    chunk1 = {r["id"]: r["v"] for r in current.filter(pc.equal(current["_chunk"], 1)).to_pylist()}
+    assert chunk1.pop(120) == -121 and chunk1.pop(199) == -199 and 130 not in chunk1, "a change after the HW was lost"
+    assert set(chunk1.values()) == {7}  # the read, over the change at 200 (before its HW)
+    assert DeltaTable(lake.current_uri).transaction_version("dblog-chunk-1") == _pos(900).boundary().to_version()
+    _assert_disjoint(lake)
+
+
+def test_a_tail_merge_that_only_inserts_into_a_read_chunk_conflicts_with_its_reread(tmp_path):
+    """A tail's MERGE (the path of a batch with a change in a chunk never read) that only inserts keys adds a file
+    and removes none: without the read chunks' HWs carried again it would not conflict with a re-read's swap, which
+    would keep the MERGE's file beside its own rows (the key twice)."""
+    lake = _snapshotted(tmp_path, apply_mode="merge")
+    lake.commit_stream(_events([(150, "d", 0)], 100), _pos(200))  # not in current, nor in the read
+    rows = _chunk_rows(1, 7).filter(pc.not_equal(_chunk_rows(1, 7)["id"], 150))
+    inserts = _events([(150, "c", -150), (350, "c", -350)], 950)  # new keys only: the MERGE removes no file
+
+    attempts = _reread_losing_once_to(lake, tmp_path, 1, _pos(900), rows,
+                                      lambda other: other.commit_stream(inserts, _pos(960)))
+    assert attempts == 2, "the swap committed over the tail's MERGE without a conflict"
+    ids = DeltaTable(lake.current_uri).to_pyarrow_table()["id"].to_pylist()
+    assert ids.count(150) == 1 and ids.count(350) == 1 and len(ids) == len(set(ids)) == 301, sorted(ids)
