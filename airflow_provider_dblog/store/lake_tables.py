@@ -741,49 +741,22 @@ class LakeTables:
         changes = later.read()
         state = latest_per_key(pa.concat_tables([rows.select(changes.schema.names), changes]), self.keys)
         live = state.filter(pc.not_equal(state["_op"], "d")).select(self.current_schema.names)
-        if recorded is None:
-            self._merge_first_read(current, chunk_id, hw, live, version)
-        else:
-            self._swap_chunk_files(current, chunk_id, live, version)
+        self._write_chunk(current, chunk_id, live, version)
         return True
 
-    def _swap_chunk_files(self, current, chunk_id: int, live: pa.Table, version) -> None:
-        """A read again of a chunk: its rows as key-range files, and one commit removing every file of the chunk and
-        adding them with its HW. Every other commit that changes a read chunk conflicts with it (it removes a file
-        or carries the chunk's HW again: Delta's checks), and a lost race costs this short attempt only: a MERGE of
-        the chunk took longer than a tail's trigger interval and lost every race to a fast tail."""
-        from deltalake.transaction import RemoveAction
+    def _write_chunk(self, current, chunk_id: int, live: pa.Table, version) -> None:
+        """The chunk's rows written over its partition of ``current`` in one commit recording its HW (delta-rs's
+        overwrite with a predicate on the partition: it removes the partition's files). Its conflict check covers
+        every commit since the version read that touched the chunk (a tail batch's rewrite of its files, a MERGE's
+        inserts into it, another read of it) and no other chunk's: a lost race costs this short attempt only. A
+        MERGE of the chunk took longer than a fast tail's trigger interval and lost every race to it, and a commit of
+        files (``create_write_transaction``) conflicts with any removal and with no insert."""
+        from deltalake import CommitProperties, write_deltalake
 
-        partition = {"_chunk": str(int(chunk_id))}
-        now = int(time.time() * 1000)
-        removes = [RemoveAction(f.path, True, now, f.size, partition)
-                   for f in key_ranges.range_files(current, self._bounded()) if f.chunk == chunk_id]
-        adds = self._stage_sorted(live, partition)
-        try:
-            self._commit_files(current, removes, adds, [version])
-        except BaseException:
-            discard(self.current_uri, adds)
-            raise
-
-    def _merge_first_read(self, current, chunk_id: int, hw: SourcePosition, live: pa.Table, version) -> None:
-        """A chunk's first read after tail batches: a delta-rs MERGE, whose conflict check covers the tail's
-        inserts into the chunk (no HW to carry yet, so the tail's commits of a chunk never read carry none)."""
-        from deltalake import CommitProperties
-
-        commit = CommitProperties(app_transactions=[version])
-        if live.num_rows:
-            # the columns named, quoted (delta-rs's update_all/insert_all wrap names in backticks unescaped: a
-            # column with a backtick in its name failed every re-read of its chunk)
-            columns = {quote(n): f"s.{quote(n)}" for n in self.current_schema.names}
-            (current.merge(live, f"t._chunk = {int(chunk_id)} AND {self.key_match}", source_alias="s", target_alias="t",
-                           commit_properties=commit, writer_properties=self.current_writer)
-             .when_matched_update(columns)
-             .when_not_matched_insert(columns)
-             .when_not_matched_by_source_delete(f"t._chunk = {int(chunk_id)}")
-             .execute())
-        else:  # an empty chunk (a MERGE of no rows commits nothing): delete its rows, then record its HW
-            current.delete(f"_chunk = {int(chunk_id)}")
-            self._empty_commit(self.current(), chunk_app(chunk_id), hw)
+        write_deltalake(current, live.sort_by([(k, "ascending") for k in self.keys]), mode="overwrite",
+                        predicate=f"_chunk = {int(chunk_id)}", partition_by=["_chunk"], storage_options=self.options,
+                        commit_properties=CommitProperties(app_transactions=[version]),
+                        writer_properties=self.current_writer)
 
     # ---- tail micro-batches ----
     def commit_stream(self, rows: pa.Table, end: SourcePosition, update_current: bool = True,
@@ -883,11 +856,7 @@ class LakeTables:
         the changes fall in; the layout before key-range files, kept for never-read chunks)."""
         from deltalake import CommitProperties, Transaction
 
-        # each read chunk's HW carried again: a read of it committed meanwhile conflicts with this (its files are
-        # swapped by a commit that checks no added file: ``_swap_chunk_files``)
-        versions = [Transaction(TAIL_APP, end.boundary().to_version()),
-                    *(Transaction(chunk_app(c), hw.boundary().to_version()) for c, hw in sorted(hws.items()) if hw)]
-        commit = CommitProperties(app_transactions=versions)
+        commit = CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())])
         chunk_hw = pa.array([(hws[c].as_snapshot().encode() if hws[c] else "") for c in changes["_chunk"].to_pylist()],
                             pa.string())
         source = changes.select(self.current_schema.names).append_column("_chunk_hw", chunk_hw)
