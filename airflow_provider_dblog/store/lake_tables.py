@@ -78,6 +78,21 @@ def chunk_app(chunk_id: int) -> str:
     return f"dblog-chunk-{chunk_id}"
 
 
+def touch_app(chunk_id: int) -> str:
+    """The app transaction every commit that changes a chunk of ``current`` carries: a tail update, for each chunk
+    its changes fall in (also one that changes no row there: a delete of a key ``current`` lacks yet moves the tail
+    past it), and each write of the chunk's read. Delta refuses two concurrent commits of one app id, so a read and
+    a tail update of the same chunk never both commit from the same version, whatever files each touched; other
+    chunks' commits pass. Its version means nothing (the position of the commit)."""
+    return f"dblog-touch-{chunk_id}"
+
+
+def touched(chunk_ids, at: SourcePosition) -> list:
+    from deltalake import Transaction
+
+    return [Transaction(touch_app(int(c)), at.boundary().to_version()) for c in sorted(set(chunk_ids)) if c is not None]
+
+
 def quote(name: str) -> str:
     """An identifier in delta-rs's SQL (DataFusion): double quotes keep case and odd characters."""
     return '"' + name.replace('"', '""') + '"'
@@ -535,15 +550,16 @@ class LakeTables:
             return False
         actions = shared_file.copy_into(adds, self.changelog_uri, self.current_uri, {"_chunk": str(int(chunk_id))},
                                         ("_kind", "_before", "_chunk"))
-        commit = CommitProperties(app_transactions=[Transaction(chunk_app(chunk_id), hw.boundary().to_version())])
+        commit = CommitProperties(app_transactions=[Transaction(chunk_app(chunk_id), hw.boundary().to_version()),
+                                                    *touched([chunk_id], hw)])
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
                 shared_file.commit_added(current, actions, ["_chunk"], commit)
                 return True
             except CommitFailedError:
-                # another commit came first: a read of this chunk or a tail batch (the caller's replace
-                # merges), or one that leaves the first read standing (another chunk's commit, a second
-                # writer creating the table at the same moment: a metadata change): commit again
+                # another commit came first: a read of this chunk or a tail batch (both carry the chunk's touch:
+                # the caller's replace merges), or one that leaves the first read standing (another chunk's
+                # commit, a second writer creating the table at the same moment: a metadata change): commit again
                 current = self.current()
                 if not self._takes_first_read(current, chunk_id, columns):
                     return False
@@ -717,45 +733,41 @@ class LakeTables:
         return self._widen_changelog(source_columns(rows.schema))
 
     def _replace_chunk(self, chunk_id: int, hw: SourcePosition, rows: pa.Table, later: "_ChunkChanges") -> bool:
-        from deltalake import CommitProperties, Transaction
-
         current = self.current()
         recorded = _version_position(app_version(current, chunk_app(chunk_id)))
         if recorded is not None and recorded >= hw.boundary():
             return False
-        rows = conform(rows, pa.schema([*self.current_schema, *(f for f in rows.schema
-                                                                 if f.name in ("_kind", "_before"))]))
-        version = Transaction(chunk_app(chunk_id), hw.boundary().to_version())
         if recorded is None and app_version(current, TAIL_APP) is None:
-            # the first read of the chunk before any tail batch: nothing of it can be in ``current`` yet,
-            # so a plain append (appends of other chunks commute; a concurrent read of this chunk
-            # conflicts on the app transaction and is retried as a merge)
-            from deltalake import write_deltalake
-
-            write_deltalake(current, rows.select(self.current_schema.names), mode="append",
-                            storage_options=self.options, commit_properties=CommitProperties(app_transactions=[version]),
-                            writer_properties=self.current_writer)
-            return True
-        # the chunk's new rows: the read, overlaid with the later changes of its keys (``current`` may hold them
-        # already); keys in neither are gone
-        changes = later.read()
-        state = latest_per_key(pa.concat_tables([rows.select(changes.schema.names), changes]), self.keys)
-        live = state.filter(pc.not_equal(state["_op"], "d")).select(self.current_schema.names)
-        self._write_chunk(current, chunk_id, live, version)
+            # the first read of the chunk before any tail batch: nothing of it can be in ``current`` yet (a tail
+            # batch committed meanwhile conflicts with the overwrite of the partition: this is retried)
+            self._write_chunk(current, chunk_id, conform(rows, self.current_schema), hw)
+        else:
+            self._write_read(current, chunk_id, rows, later, hw)
         return True
 
-    def _write_chunk(self, current, chunk_id: int, live: pa.Table, version) -> None:
+    def _write_read(self, current, chunk_id: int, rows: pa.Table, later: "_ChunkChanges", hw: SourcePosition) -> None:
+        """The chunk's rows after a read (any columns of the changelog's): the read, overlaid with the later changes
+        of its keys (``current`` may hold them already); keys in neither are gone."""
+        changes = later.read()
+        state = latest_per_key(pa.concat_tables([conform(rows, changes.schema), changes]), self.keys)
+        live = state.filter(pc.not_equal(state["_op"], "d")).select(self.current_schema.names)
+        self._write_chunk(current, chunk_id, live, hw)
+
+    def _write_chunk(self, current, chunk_id: int, live: pa.Table, hw: SourcePosition) -> None:
         """The chunk's rows written over its partition of ``current`` in one commit recording its HW (delta-rs's
         overwrite with a predicate on the partition: it removes the partition's files). Its conflict check covers
         every commit since the version read that touched the chunk (a tail batch's rewrite of its files, a MERGE's
         inserts into it, another read of it) and no other chunk's: a lost race costs this short attempt only. A
         MERGE of the chunk took longer than a fast tail's trigger interval and lost every race to it, and a commit of
-        files (``create_write_transaction``) conflicts with any removal and with no insert."""
-        from deltalake import CommitProperties, write_deltalake
+        files (``create_write_transaction``) conflicts with any removal and with no insert. Both commits carry the
+        chunk's ``touch_app``: a tail update that changed no row of the chunk but moved past a change of it (a delete
+        of a key ``current`` lacks yet) conflicts too."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
 
         write_deltalake(current, live.sort_by([(k, "ascending") for k in self.keys]), mode="overwrite",
                         predicate=f"_chunk = {int(chunk_id)}", partition_by=["_chunk"], storage_options=self.options,
-                        commit_properties=CommitProperties(app_transactions=[version]),
+                        commit_properties=CommitProperties(app_transactions=[
+                            Transaction(chunk_app(chunk_id), hw.boundary().to_version()), *touched([chunk_id], hw)]),
                         writer_properties=self.current_writer)
 
     # ---- tail micro-batches ----
@@ -845,8 +857,7 @@ class LakeTables:
         hws = {c: _version_position(app_version(current, chunk_app(c)))
                for c in pc.unique(changes["_chunk"]).to_pylist()}
         if self.apply_mode == "merge" or any(hw is None for hw in hws.values()):
-            # a chunk never read (no HW to carry again, so a first read of it committed meanwhile could not
-            # conflict with a plain commit of files): delta-rs's MERGE, whose conflict check covers it
+            # a chunk never read (no HW to merge the changes against): delta-rs's MERGE
             self._merge_changes(current, changes, hws, end)
             return
         self._apply_to_files(current, changes, hws, end)
@@ -856,7 +867,8 @@ class LakeTables:
         the changes fall in; the layout before key-range files, kept for never-read chunks)."""
         from deltalake import CommitProperties, Transaction
 
-        commit = CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version())])
+        commit = CommitProperties(app_transactions=[Transaction(TAIL_APP, end.boundary().to_version()),
+                                                    *touched(hws, end)])
         chunk_hw = pa.array([(hws[c].as_snapshot().encode() if hws[c] else "") for c in changes["_chunk"].to_pylist()],
                             pa.string())
         source = changes.select(self.current_schema.names).append_column("_chunk_hw", chunk_hw)
@@ -871,7 +883,7 @@ class LakeTables:
     def _apply_to_files(self, current, changes: pa.Table, hws: dict, end: SourcePosition) -> None:
         """The changes (one per key) applied to the files of ``current`` they touch (``_rewrite_chunk``): one
         commit removes those files and adds their rewrites, records ``end`` as ``dblog-tail`` and carries
-        each touched chunk's HW again, so a chunk read committed meanwhile conflicts with it (Delta's check
+        each touched chunk's ``touch_app``, so a chunk read committed meanwhile conflicts with it (Delta's check
         of app transactions) and this is retried from a fresh read; a compaction or another update that
         removed one of the files meanwhile conflicts too (Delta's check of removed files)."""
         from deltalake import Transaction
@@ -890,9 +902,8 @@ class LakeTables:
                 running += [pool.submit(rewrite) for rewrite in rewrites]
                 del rewrites  # the futures hold the chunk's rewrites (and its cache of files) until they ran
                 adds += _finished(running, REWRITES_IN_FLIGHT)
-                versions.append(Transaction(chunk_app(chunk_id), hws[chunk_id].boundary().to_version()))
             adds += _finished(running, 0)
-        self._commit_files(current, removes, adds, versions)
+        self._commit_files(current, removes, adds, [*versions, *touched(hws, end)])
         self.rewritten = (len(removes), sum(f.rows for f in adds))
         log.debug("lake: %s: current brought to %s, %d of %d files rewritten (%d rows) in %.2fs", self.table, end,
                   len(removes), len(files), self.rewritten[1], time.monotonic() - started)
@@ -999,8 +1010,8 @@ class LakeTables:
         chunk on local disk in one pass over the changelog, then in each touched chunk of ``current`` the
         files its changes touch are rewritten (``_rewrite_chunk``), and one commit removes the old files and
         adds the new ones, so a reader sees all the changes or none. Memory holds one chunk's changes and
-        a file per rewriting thread (``REWRITE_THREADS``) at a time. The commit carries each touched chunk's HW again: a chunk read
-        committed meanwhile conflicts with it (Delta's check of app transactions) and this is retried."""
+        a file per rewriting thread (``REWRITE_THREADS``) at a time. The commit carries each touched chunk's ``touch_app``: a chunk
+        read committed meanwhile conflicts with it (Delta's check of app transactions) and this is retried."""
         import tempfile
 
         from deltalake import Transaction
@@ -1042,9 +1053,7 @@ class LakeTables:
                     running += [pool.submit(rewrite) for rewrite in rewrites]
                     del rewrites
                     adds += _finished(running, 0)  # memory holds one chunk's changes at a time
-                    if hw is not None:
-                        versions.append(Transaction(chunk_app(chunk_id), hw.boundary().to_version()))
-        self._commit_files(current, removes, adds, versions)
+        self._commit_files(current, removes, adds, [*versions, *touched(writers, end)])
         log.info("lake: %s: current brought to %s chunk by chunk (%d chunks, %d files rewritten in %.1fs)", self.table,
                  end, len(writers), len(removes), time.monotonic() - started)
 
@@ -1145,9 +1154,8 @@ class _ChunkChanges:
             self.rows = conform(data, schema)
         else:
             new = sorted(paths - self.seen)
-            if new:
-                self.rows = pa.concat_tables([conform(self.rows, schema), *(self._file(p, schema) for p in new)])
-        self.seen = paths
+            self.rows = pa.concat_tables([conform(self.rows, schema), *(self._file(p, schema) for p in new)])
+        self.seen = paths  # ``current``'s columns may have changed since the last read, files or not
         return self.rows
 
     def _file(self, path: str, schema: pa.Schema) -> pa.Table:

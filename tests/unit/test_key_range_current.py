@@ -376,3 +376,72 @@ def test_a_reread_does_not_conflict_with_a_tail_batch_in_other_chunks(tmp_path):
     assert attempts == 1
     current = {r["id"]: r["v"] for r in DeltaTable(lake.current_uri).to_pyarrow_table().to_pylist()}
     assert current[5] == -5 and 250 not in current and current[305] == -305 and current[110] == 7, current
+
+
+def test_a_first_read_beside_the_tails_first_batch_leaves_no_key_twice(tmp_path, monkeypatch):
+    """A chunk's first read adds its file to ``current`` (``store.shared_file``) from a version with no tail batch;
+    a tail's first batch committed in between inserted a changed key of that chunk (its MERGE: the chunk had no HW
+    yet) and does not conflict with an added file: the key was held twice. The read sees the tail's commit and
+    writes the chunk again over its partition."""
+    from airflow_provider_dblog.store import shared_file
+
+    lake = LakeTables(str(tmp_path), "db.t", SOURCE, ["id"])
+    rows = {c: _chunk_rows(c, 1) for c in CHUNKS}
+    lake.commit_chunk(0, _pos(40), snapshot_rows(rows[0], _pos(40).as_snapshot().encode(), 0, 0, SOURCE))
+    original, calls = shared_file.commit_added, []
+
+    def tail_commits_in_between(table, actions, partition_by, commit=None):
+        calls.append(1)
+        if len(calls) == 1:
+            other = LakeTables(str(tmp_path), "db.t", SOURCE, ["id"])
+            thread = threading.Thread(target=other.commit_stream, args=(_events([(150, "u", -150)], 950), _pos(960)))
+            thread.start()
+            thread.join()
+        return original(table, actions, partition_by, commit)
+
+    monkeypatch.setattr(shared_file, "commit_added", tail_commits_in_between)
+    assert lake.commit_chunk(1, _pos(60), snapshot_rows(rows[1], _pos(60).as_snapshot().encode(), 1, 0, SOURCE))
+    assert calls, "the first read did not take the shared file"
+    current = DeltaTable(lake.current_uri).to_pyarrow_table()
+    ids = current["id"].to_pylist()
+    assert ids.count(150) == 1 and len(ids) == len(set(ids)) == 200, sorted(ids)
+    assert current.filter(pc.equal(current["id"], 150))["v"].to_pylist() == [-150]
+
+
+def _change(op: str, at: int, key: int, value: int) -> ChangeEvent:
+    image = {"id": key, "v": value, "s": "x"}
+    return ChangeEvent("db.t", op, _pos(at), (key,), None if op == "d" else image, image if op != "c" else None)
+
+
+@pytest.mark.parametrize("chunk", [1, 3], ids=["read-chunk", "never-read-chunk"])
+def test_a_tail_update_that_changes_no_row_of_the_chunk_still_conflicts_with_its_read(tmp_path, chunk):
+    """``current`` lags its changelog and lacks key K; a read of K's chunk (again, or its first after tail batches)
+    holds K; between its read of the changelog and its commit, the tail deletes K after the read's HW and updates
+    ``current``: a no-op there (no file of the chunk touched: K is not in ``current``), yet past the delete. Had the
+    read's overwrite committed without a conflict, K stayed live for good (found by review of the overwrite)."""
+    lake = _snapshotted(tmp_path, apply_mode="merge")
+    key = 150 if chunk == 1 else 950  # chunk 3: keys past 299 with a chunk of their own, never read
+    lake.commit_stream(event_rows([_change("d", 100, key, 0), _change("u", 101, 10, -1)], [chunk, 0], SOURCE), _pos(200))
+    lake.commit_stream(event_rows([_change("c", 300, key, -key)], [chunk], SOURCE), _pos(310), update_current=False)
+    rows = (pa.table({"id": pa.array([950], pa.int64()), "v": pa.array([-950], pa.int64()), "s": ["x"]}, schema=SOURCE)
+            if chunk == 3 else _chunk_rows(1, 7))
+    gone = event_rows([_change("d", 500, key, 0), _change("u", 501, 10, -10)], [chunk, 0], SOURCE)
+
+    attempts = _reread_losing_once_to(lake, tmp_path, chunk, _pos(400), rows,
+                                      lambda other: other.commit_stream(gone, _pos(510)))
+    lake.update_current()
+    ids = DeltaTable(lake.current_uri).to_pyarrow_table()["id"].to_pylist()
+    assert key not in ids and attempts == 2, f"the delete of {key} after the read's HW was lost ({attempts} attempts)"
+
+
+def test_a_reads_retry_after_a_column_dropped_without_a_changelog_file_takes_the_lakes_columns(tmp_path):
+    """The lake drops a column (no changelog file written) between a re-read's read of the changelog and its commit:
+    the retry takes ``current``'s columns (before, a raw KeyError of the dropped column)."""
+    lake = _snapshotted(tmp_path)
+    lake.commit_stream(_events([(110, "u", -110)], 100), _pos(200))
+    fewer = pa.schema([SOURCE.field("id"), SOURCE.field("v")])
+    attempts = _reread_losing_once_to(lake, tmp_path, 1, _pos(900), _chunk_rows(1, 7),
+                                      lambda other: other.evolve(fewer, _pos(950), log_rows=False))
+    current = DeltaTable(lake.current_uri).to_pyarrow_table()
+    assert attempts == 2 and "s" not in current.column_names
+    assert set(current.filter(pc.equal(current["_chunk"], 1))["v"].to_pylist()) == {7}
