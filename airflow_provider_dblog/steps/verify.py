@@ -108,7 +108,7 @@ def verify_table(state: StateDir, sink: str, table: str, chunk_ids: Sequence[int
         resumed = state.resume_position(table, offsets.min_hw)  # before the lake is pinned: it records after it commits
         lake = PinnedCurrent(sink, table)
         missing = [c for c in meta.column_names if c not in lake.columns]
-        exact_at = _exact_positions(lake, [c.id for c in chunks], resumed)  # the changelog holds all up to resumed
+        exact_at = _exact_positions(lake, [c.id for c in chunks], resumed)
         source_sums, position = {}, None
         pending = list(chunks)
         for _ in range(SOURCE_ROUNDS):  # a chunk whose lake state is newer than the snapshot: a later one

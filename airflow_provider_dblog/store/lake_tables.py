@@ -1057,14 +1057,14 @@ class LakeTables:
         log.info("lake: %s: current brought to %s chunk by chunk (%d chunks, %d files rewritten in %.1fs)", self.table,
                  end, len(writers), len(removes), time.monotonic() - started)
 
-    def _changes(self, *filters, schema: pa.Schema | None = None) -> pa.Table:
+    def _changes(self, *filters, schema: pa.Schema | None = None, changelog=None) -> pa.Table:
         """Changelog rows that are changes (not snapshot rows), in current-state columns (or ``schema``),
-        matching ``filters``."""
+        matching ``filters``; of ``changelog`` (a version already opened) or the latest one."""
         schema = schema or self.current_schema
         expression = pc.field("_op") != "r"
         for f in filters:
             expression = expression & f
-        changelog = self.changelog()
+        changelog = self.changelog() if changelog is None else changelog
         have = column_names(changelog)
         data = changelog.to_pyarrow_dataset().to_table(columns=[n for n in schema.names if n in have],
                                                        filter=expression)
@@ -1135,9 +1135,9 @@ class _ChunkChanges:
     interval between a fast tail's commits, so every retry lost again)."""
 
     def __init__(self, lake: LakeTables, chunk_id: int, hw: SourcePosition):
-        self.lake, self.chunk_id = lake, chunk_id
-        self.window = ((pc.field("_op") != "r") & (pc.field("_chunk") == chunk_id)
-                       & (pc.field("_pos") > hw.as_snapshot().encode()))
+        self.lake = lake
+        self.filters = (pc.field("_chunk") == chunk_id, pc.field("_pos") > hw.as_snapshot().encode())
+        self.window = (pc.field("_op") != "r") & self.filters[0] & self.filters[1]  # as ``LakeTables._changes``
         self.seen: set[str] = set()
         self.rows: pa.Table | None = None
 
@@ -1148,10 +1148,7 @@ class _ChunkChanges:
         schema = self.lake.current_schema
         paths = set(pa.table(changelog.get_add_actions(flatten=True))["path"].to_pylist())
         if self.rows is None:
-            have = column_names(changelog)
-            data = changelog.to_pyarrow_dataset().to_table(columns=[n for n in schema.names if n in have],
-                                                           filter=self.window)
-            self.rows = conform(data, schema)
+            self.rows = self.lake._changes(*self.filters, changelog=changelog)
         else:
             new = sorted(paths - self.seen)
             self.rows = pa.concat_tables([conform(self.rows, schema), *(self._file(p, schema) for p in new)])
