@@ -17,7 +17,7 @@ import pyarrow as pa
 from airflow_provider_dblog.core import metrics
 from airflow_provider_dblog.core.chunks import ChunkRange
 from airflow_provider_dblog.core.config import compress_ids
-from airflow_provider_dblog.core.errors import DblogError, ReadChunkAgain
+from airflow_provider_dblog.core.errors import DblogError, ReadChunkAgain, SchemaChangedError
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.core.tables import TableMeta
 from airflow_provider_dblog.core.window import merge_window
@@ -90,6 +90,11 @@ def _read_once(dialect: DataSourceDialect, meta: TableMeta, chunk: ChunkRange, s
     selected = dialect.read_snapshot(meta, chunk)
     mark.high()
     lw, hw, events = mark.window()
+    if live_columns(dialect, meta) != meta:
+        # a DDL statement between the description and LW is in no window, yet the SELECT ran after it with the
+        # columns described before (an added column left out; the lake, past it, would lose it or null it)
+        raise SchemaChangedError(f"the columns of {meta.qualified} changed while chunk {chunk.id} was read "
+                                 f"(before its window): reading the chunk again")
     rows = merge_window(selected, meta.key_columns, chunk, events, lambda keys: dialect.sort_keys(meta, keys))
     return ChunkRead(rows, lw, hw, len(events), selected.num_rows, meta)
 
@@ -100,13 +105,21 @@ def run_chunk(sink: str, plan: TablePlan, chunk_id: int, dialect: DataSourceDial
     table = plan.meta.qualified
     chunk = plan.chunk(chunk_id)
     started = time.time()
-    read = read_chunk(dialect, plan.meta, chunk, plan.strategy)
-    schema = dialect.arrow_schema(read.meta)
-    hw_encoded = read.hw.as_snapshot().encode()
-    lake = LakeTables(sink, table, schema, plan.meta.key_columns, capture=plan.capture)
-    applied = lake.commit_chunk(chunk_id, read.hw, snapshot_rows(read.rows, hw_encoded, chunk_id,
-                                                                  int(time.time() * 1000), schema),
-                                keep_columns=plan.keep_columns)
+    for attempt in range(1, AGAIN_ATTEMPTS + 1):
+        read = read_chunk(dialect, plan.meta, chunk, plan.strategy)
+        schema = dialect.arrow_schema(read.meta)
+        hw_encoded = read.hw.as_snapshot().encode()
+        lake = LakeTables(sink, table, schema, plan.meta.key_columns, capture=plan.capture)
+        try:
+            applied = lake.commit_chunk(chunk_id, read.hw, snapshot_rows(read.rows, hw_encoded, chunk_id,
+                                                                          int(time.time() * 1000), schema),
+                                        keep_columns=plan.keep_columns, planned_at=plan.planned_at)
+            break
+        except SchemaChangedError as exc:  # the lake followed a schema change after this read's HW
+            if attempt == AGAIN_ATTEMPTS:
+                raise DblogError(f"chunk {table}/{chunk_id} was read {attempt} times and the lake had each time "
+                                 f"followed a later schema change; the last: {exc}. {AGAIN_FIX}") from None
+            log.info("chunk %s/%d: %s", table, chunk_id, exc)
     bounds = chunk.to_dict()
     report = {"table": table, "chunk": chunk_id, "lo": bounds["lo"], "hi": bounds["hi"],
               "lw": read.lw.to_dict(), "hw": read.hw.to_dict(), "hw_encoded": hw_encoded,

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_dblog.core.checksums import table_checksum
-from airflow_provider_dblog.core.errors import DblogError
+from airflow_provider_dblog.core.errors import DblogError, SchemaChangedError
 from airflow_provider_dblog.core.exact import exact_key, unpacked
 from airflow_provider_dblog.core.positions import SourcePosition
 from airflow_provider_dblog.store import key_ranges
@@ -493,12 +493,14 @@ class LakeTables:
         return [(key, row) for key, row in keyed if key in wanted and row["_pos"] < wanted[key][0]]
 
     # ---- snapshot chunks ----
-    def commit_chunk(self, chunk_id: int, hw: SourcePosition, rows: pa.Table, keep_columns: bool = False) -> bool:
+    def commit_chunk(self, chunk_id: int, hw: SourcePosition, rows: pa.Table, keep_columns: bool = False,
+                     planned_at: SourcePosition | None = None) -> bool:
         """Append the chunk's rows (changelog schema) and replace its chunk in ``current``; False when a
         later read of the chunk is already in ``current`` (this one changes nothing there). ``keep_columns``
         (``--schema-changes freeze``): rows read with other columns take the lake's (new ones left out, dropped
-        ones null) instead of changing them."""
-        self.current()  # adopt the lake's columns if it followed a schema change
+        ones null) instead of changing them. ``planned_at``: the plan whose chunk was read; a read of a plan that
+        ``current`` started anew after (``restart_current``: a new key, other chunk ranges) is refused."""
+        self._check_plan(self.current(), chunk_id, planned_at)  # and adopt the lake's columns if they changed
         source = source_columns(rows.schema)
         if not same_column_set(source, self.source):
             if keep_columns:
@@ -508,9 +510,14 @@ class LakeTables:
                 if self._last_read_at(chunk_id, hw):  # before the lake takes the columns of a read it refuses
                     raise self._refused_at_its_hw(chunk_id, hw)
                 # read with other columns than the lake's: newer ones (the chunk read after a schema change)
-                # change the lake; older ones (a read that started before it) take the lake's columns
-                self.evolve(source, hw)
-        once = self._first_read_once(chunk_id, hw, rows)
+                # change the lake; older ones (read before a change the lake already followed) are read again:
+                # the lake's columns would null or cast what the source changed in place (an added column's
+                # DEFAULT, a renamed column's values), for rows the change's own rewrite of ``current`` never held
+                if not self.evolve(source, hw):
+                    raise SchemaChangedError(f"chunk {chunk_id} of {self.table} was read at {hw}, before the schema "
+                                             f"change at {self.schema_position()} that the lake already follows: "
+                                             f"reading the chunk again with the columns in force now")
+        once = self._first_read_once(chunk_id, hw, rows, planned_at)
         if once:
             return True
         if once is None and self._read_again_at_its_hw(chunk_id, hw, rows):
@@ -523,9 +530,21 @@ class LakeTables:
             self._append_once(f"appending chunk {chunk_id}'s removals to {self.changelog_uri}", deletes)
         later = _ChunkChanges(self, chunk_id, hw)  # read once, then only what the tail appends while this retries
         return _retrying(f"replacing chunk {chunk_id} of {self.table}",
-                         lambda: self._replace_chunk(chunk_id, hw, rows, later))
+                         lambda: self._replace_chunk(chunk_id, hw, rows, later, planned_at))
 
-    def _first_read_once(self, chunk_id: int, hw: SourcePosition, rows: pa.Table) -> bool | None:
+    def _check_plan(self, current, chunk_id: int, planned_at: SourcePosition | None) -> None:
+        """Refuse a read of chunk ``chunk_id`` of the plan made at ``planned_at`` when ``current`` (at the version a
+        commit is made from) started anew for a later plan: that plan's chunk of this number holds other keys.
+        Checked again at each attempt: a restart committed since conflicts with the attempt's commit."""
+        restarted = _version_position(app_version(current, RESTART_APP))
+        if planned_at is not None and restarted is not None and restarted > planned_at.boundary():
+            raise DblogError(f"chunk {chunk_id} of {self.table} was read under its plan of {planned_at}, which the "
+                             f"table's new plan at {restarted} replaced (a new key: other chunk ranges): nothing of "
+                             f"this read was written to current; the new plan's chunks are read by the tail, or "
+                             f"read them with dblog resnapshot")
+
+    def _first_read_once(self, chunk_id: int, hw: SourcePosition, rows: pa.Table,
+                         planned_at: SourcePosition | None = None) -> bool | None:
         """A chunk's first read (nothing of it in ``current``, no tail batch yet) whose columns are the
         lake's: delta-rs writes it to the changelog once, and the same file is added to ``current``
         (``store.shared_file``) by a commit recording the chunk's HW. Returns None when it does not apply
@@ -539,6 +558,7 @@ class LakeTables:
         # the commit to ``current`` is made from the version checked here: a read of the chunk committed
         # since then conflicts on its app transaction (Delta's check), instead of going unseen
         current, changelog, columns = self.current(), self.changelog(), self.current_schema
+        self._check_plan(current, chunk_id, planned_at)
         if (not rows.num_rows or not shared_file.shareable(self.current_uri)
                 or not self._takes_first_read(current, chunk_id, columns)
                 or not same_columns(delta_schema(changelog), self.changelog_schema)
@@ -561,6 +581,7 @@ class LakeTables:
                 # the caller's replace merges), or one that leaves the first read standing (another chunk's
                 # commit, a second writer creating the table at the same moment: a metadata change): commit again
                 current = self.current()
+                self._check_plan(current, chunk_id, planned_at)
                 if not self._takes_first_read(current, chunk_id, columns):
                     return False
                 time.sleep(min(0.05 * attempt, 1.0))
@@ -732,8 +753,10 @@ class LakeTables:
             return False
         return self._widen_changelog(source_columns(rows.schema))
 
-    def _replace_chunk(self, chunk_id: int, hw: SourcePosition, rows: pa.Table, later: "_ChunkChanges") -> bool:
+    def _replace_chunk(self, chunk_id: int, hw: SourcePosition, rows: pa.Table, later: "_ChunkChanges",
+                       planned_at: SourcePosition | None = None) -> bool:
         current = self.current()
+        self._check_plan(current, chunk_id, planned_at)
         recorded = _version_position(app_version(current, chunk_app(chunk_id)))
         if recorded is not None and recorded >= hw.boundary():
             return False
