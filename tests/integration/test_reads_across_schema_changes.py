@@ -20,6 +20,7 @@ from airflow_provider_dblog.store.state import StateDir
 from tests.support.cli import captured, dblog
 from tests.support.inprocess_executor import InProcessExecutor
 from tests.support.lakecheck import assert_replay_equals_current, compare_rows
+from tests.support.postgres_fixtures import pg_db, postgres  # noqa: F401  (fixtures)
 
 ADD = "ALTER TABLE {t} ADD COLUMN w INT NOT NULL DEFAULT 7"
 
@@ -75,6 +76,50 @@ def test_a_column_added_before_the_low_watermark_reads_the_chunk_again(mariadb, 
         dialect.close()
     assert not pending
     _equal(mariadb, state, sink, t)
+
+
+def test_a_column_added_before_the_low_watermark_reads_the_chunk_again_on_postgres(postgres, pg_db, tmp_path):
+    """The same on PostgreSQL (the read's description, its window and the check after it are the engine's, not the
+    dialect's): the chunk is read again with the column, and the lake ends equal to the source. (Here the lake
+    converged before too: the tail follows the statement at the next change's Relation message, after the read's
+    HW, so the DEFAULT reached the chunk's rows; the read with the column is what no longer depends on that.)"""
+    import psycopg2
+
+    from airflow_provider_dblog.source.postgres.dialect import PostgresDialect
+
+    postgres.sql("CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t SELECT g, g FROM generate_series(1, 100) g",
+                 db=pg_db)
+    state, sink = captured(postgres.uri(pg_db), "public.t", tmp_path, 25)
+    pending = ["ALTER TABLE t ADD COLUMN w INT NOT NULL DEFAULT 7"]
+    selects = []
+
+    class AddBeforeTheLowWatermark(PostgresDialect):
+        def watermark(self, strategy, meta):
+            if pending:
+                postgres.sql(pending.pop(), db=pg_db)
+            return super().watermark(strategy, meta)
+
+        def read_snapshot(self, meta, chunk):
+            selects.append(meta.column_names)
+            return super().read_snapshot(meta, chunk)
+
+    dialect = AddBeforeTheLowWatermark(StateDir(state).source(), StateDir(state).options())
+    try:
+        resnapshot(state, sink, "public.t", chunk_ids="1", executor=ReadsWith(dialect))
+    finally:
+        dialect.close()
+    assert selects == [("id", "v"), ("id", "v", "w")]
+    postgres.sql("UPDATE t SET v = -v WHERE id = 60", db=pg_db)  # a change: its Relation message has w
+    code, _, err = dblog("tail", "--state", state, "--sink", sink, "--available-now")
+    assert code == 0, err
+    with psycopg2.connect(postgres.dsn(pg_db)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, v, w FROM t")
+        want = sorted(cur.fetchall())
+    lake = DeltaTable(f"{sink}/public.t/current").to_pyarrow_table(columns=["id", "v", "w"]).to_pylist()
+    assert sorted((r["id"], r["v"], r["w"]) for r in lake) == want
+    assert_replay_equals_current(sink, "public.t")
+    code, out, err = dblog("verify", "--state", state, "--sink", sink, "--table", "public.t")
+    assert code == 0 and json.loads(out)["equal"], out + err
 
 
 def test_a_read_before_a_schema_change_the_lake_follows_is_read_again(mariadb, db, tmp_path):
