@@ -502,21 +502,11 @@ class LakeTables:
         ``current`` started anew after (``restart_current``: a new key, other chunk ranges) is refused."""
         self._check_plan(self.current(), chunk_id, planned_at)  # and adopt the lake's columns if they changed
         source = source_columns(rows.schema)
-        if not same_column_set(source, self.source):
-            if keep_columns:
-                rows = conform(rows, pa.schema([*self.source, *(f for f in rows.schema if f.name not in source.names)]),
-                               kept_by=self.table)
-            else:
-                if self._last_read_at(chunk_id, hw):  # before the lake takes the columns of a read it refuses
-                    raise self._refused_at_its_hw(chunk_id, hw)
-                # read with other columns than the lake's: newer ones (the chunk read after a schema change)
-                # change the lake; older ones (read before a change the lake already followed) are read again:
-                # the lake's columns would null or cast what the source changed in place (an added column's
-                # DEFAULT, a renamed column's values), for rows the change's own rewrite of ``current`` never held
-                if not self.evolve(source, hw):
-                    raise SchemaChangedError(f"chunk {chunk_id} of {self.table} was read at {hw}, before the schema "
-                                             f"change at {self.schema_position()} that the lake already follows: "
-                                             f"reading the chunk again with the columns in force now")
+        if keep_columns and not same_column_set(source, self.source):
+            rows = conform(rows, pa.schema([*self.source, *(f for f in rows.schema if f.name not in source.names)]),
+                           kept_by=self.table)
+        elif not keep_columns:
+            self._evolved_for(chunk_id, hw, source)
         once = self._first_read_once(chunk_id, hw, rows, planned_at)
         if once:
             return True
@@ -530,7 +520,28 @@ class LakeTables:
             self._append_once(f"appending chunk {chunk_id}'s removals to {self.changelog_uri}", deletes)
         later = _ChunkChanges(self, chunk_id, hw)  # read once, then only what the tail appends while this retries
         return _retrying(f"replacing chunk {chunk_id} of {self.table}",
-                         lambda: self._replace_chunk(chunk_id, hw, rows, later, planned_at))
+                         lambda: self._replace_chunk(chunk_id, hw, rows, later, planned_at, keep_columns))
+
+    def _evolved_for(self, chunk_id: int, hw: SourcePosition, source: pa.Schema) -> bool:
+        """Bring the lake's columns and those of a chunk read at ``hw`` (``source``) together: True when the lake took
+        the read's columns (a read after a schema change the lake has not followed yet), False when the rows can be
+        written as they are (the same columns, or the lake's columns are among the read's with their types: it only
+        dropped some since). A read before a schema change the lake already follows that changed or added a column
+        raises ``SchemaChangedError`` (the chunk is read again): the lake's columns would null or cast what the source
+        changed in place (an added column's DEFAULT, a renamed column's values) for rows the statement's own rewrite
+        of ``current`` never held. Checked again at each commit attempt: the tail may follow a statement meanwhile."""
+        if same_column_set(source, self.source):
+            return False
+        if self._last_read_at(chunk_id, hw):  # before the lake takes the columns of a read it refuses
+            raise self._refused_at_its_hw(chunk_id, hw)
+        if self.evolve(source, hw):
+            return True
+        types = dict(zip(source.names, source.types))
+        if all(types.get(f.name) == f.type for f in self.source):
+            return False
+        raise SchemaChangedError(f"chunk {chunk_id} of {self.table} was read at {hw}, before the schema change at "
+                                 f"{self.schema_position()} that the lake already follows: reading the chunk again "
+                                 f"with the columns in force now")
 
     def _check_plan(self, current, chunk_id: int, planned_at: SourcePosition | None) -> None:
         """Refuse a read of chunk ``chunk_id`` of the plan made at ``planned_at`` when ``current`` (at the version a
@@ -754,12 +765,16 @@ class LakeTables:
         return self._widen_changelog(source_columns(rows.schema))
 
     def _replace_chunk(self, chunk_id: int, hw: SourcePosition, rows: pa.Table, later: "_ChunkChanges",
-                       planned_at: SourcePosition | None = None) -> bool:
+                       planned_at: SourcePosition | None = None, keep_columns: bool = False) -> bool:
         current = self.current()
         self._check_plan(current, chunk_id, planned_at)
-        recorded = _version_position(app_version(current, chunk_app(chunk_id)))
-        if recorded is not None and recorded >= hw.boundary():
-            return False
+        while True:
+            recorded = _version_position(app_version(current, chunk_app(chunk_id)))
+            if recorded is not None and recorded >= hw.boundary():
+                return False
+            if keep_columns or not self._evolved_for(chunk_id, hw, source_columns(rows.schema)):
+                break
+            current = self.current()  # the version with the read's columns (the write's conflict check starts there)
         if recorded is None and app_version(current, TAIL_APP) is None:
             # the first read of the chunk before any tail batch: nothing of it can be in ``current`` yet (a tail
             # batch committed meanwhile conflicts with the overwrite of the partition: this is retried)

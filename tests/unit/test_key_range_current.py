@@ -445,3 +445,56 @@ def test_a_reads_retry_after_a_column_dropped_without_a_changelog_file_takes_the
     current = DeltaTable(lake.current_uri).to_pyarrow_table()
     assert attempts == 2 and "s" not in current.column_names
     assert set(current.filter(pc.equal(current["_chunk"], 1))["v"].to_pylist()) == {7}
+
+
+ADDED = pa.schema([*SOURCE, pa.field("w", pa.int32())])
+
+
+def _added_rows(chunk: int) -> pa.Table:
+    rows = _chunk_rows(chunk, 7)
+    return rows.append_column(ADDED.field("w"), pa.array([7] * rows.num_rows, pa.int32()))
+
+
+@pytest.mark.parametrize("first_read", [False, True])
+def test_a_read_a_column_added_overtakes_while_it_commits_is_read_again(tmp_path, first_read):
+    """The tail follows ADD COLUMN w DEFAULT 7 at 950 while a chunk read at 900 commits, after the read's column check
+    and before its commit to ``current``. Before: the retry conformed the rows to the lake's columns, w null in
+    ``current`` (the changelog's replay said 7 for a re-read; nothing gave a first read's rows the DEFAULT). Now each
+    attempt checks the columns again and the read is refused (``SchemaChangedError``: ``run_chunk`` reads the chunk
+    again); the read again, with w, leaves ``current`` equal to the changelog's replay, w 7 everywhere."""
+    from airflow_provider_dblog.core.errors import SchemaChangedError
+    from tests.support.lakecheck import assert_replay_equals_current
+
+    def follow(other: LakeTables) -> None:
+        other.current(), other.changelog()
+        assert other.evolve(ADDED, _pos(950), defaults={"w": pa.scalar(7, pa.int32())})
+
+    hw = _pos(900)
+    if first_read:  # chunk 1 never read: only chunk 0 in the lake; the tail follows during the read's changelog append
+        lake = LakeTables(str(tmp_path), "db.t", SOURCE, ["id"])
+        lake.commit_chunk(0, _pos(40), snapshot_rows(_chunk_rows(0, 0), _pos(40).as_snapshot().encode(), 0, 0, SOURCE))
+        append, fired = lake._append_once, []
+
+        def tail_follows_in_between(*args):
+            if not fired:
+                fired.append(1)
+                follow(LakeTables(str(tmp_path), "db.t", SOURCE, ["id"]))
+            return append(*args)
+
+        lake._append_once = tail_follows_in_between
+        with pytest.raises(SchemaChangedError, match="reading the chunk again"):
+            lake.commit_chunk(1, hw, snapshot_rows(_chunk_rows(1, 7), hw.as_snapshot().encode(), 1, 0, SOURCE))
+        assert fired
+    else:
+        lake = _snapshotted(tmp_path)
+        with pytest.raises(SchemaChangedError, match="reading the chunk again"):
+            _reread_losing_once_to(lake, tmp_path, 1, hw, _chunk_rows(1, 7), follow)
+    current = DeltaTable(lake.current_uri).to_pyarrow_table()
+    assert set(current["w"].to_pylist()) <= {7}  # nothing of the read in current with w null
+
+    again = LakeTables(str(tmp_path), "db.t", ADDED, ["id"])  # the read again, after the statement
+    at = _pos(1000)
+    assert again.commit_chunk(1, at, snapshot_rows(_added_rows(1), at.as_snapshot().encode(), 1, 0, ADDED))
+    current = DeltaTable(lake.current_uri).to_pyarrow_table()
+    assert set(current["w"].to_pylist()) == {7} and set(current.filter(pc.equal(current["_chunk"], 1))["v"].to_pylist()) == {7}
+    assert_replay_equals_current(str(tmp_path), "db.t")
